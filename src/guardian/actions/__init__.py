@@ -1,0 +1,1 @@
+"""Built-in actions. Each registers through the ``guardian.actions`` entry point."""

@@ -1,0 +1,46 @@
+"""The ``log`` action: write one line to guardian's log (the journal under systemd)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from string import Template
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..plugins import Action, ActionContext, Outcome, Plan, Step
+
+logger = logging.getLogger("guardian.action.log")
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+class LogParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(
+        "rule $rule fired: $values",
+        description="text to log; $rule and $values are replaced",
+    )
+    level: Literal["debug", "info", "warning", "error", "critical"] = "warning"
+
+
+class LogAction(Action):
+    """Log a line. It changes nothing on the host, so it is the safe first action."""
+
+    name: ClassVar[str] = "log"
+    Params = LogParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        params = self.params
+        assert isinstance(params, LogParams)
+        text = Template(params.message).safe_substitute(
+            rule=ctx.rule, values=json.dumps(ctx.values, sort_keys=True))
+        return Plan(self.name, ctx.rule, [Step("guardian log", f"{params.level}: {text}")],
+                    data={"text": text, "level": params.level})
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        logger.log(_LEVELS[plan.data["level"]], "%s", plan.data["text"])
+        return Outcome(ok=True, detail="logged", verified=True)

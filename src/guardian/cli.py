@@ -1,0 +1,304 @@
+"""The ``guardian`` command line: check and test rules offline, dry-run them on a host."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .collector import Collector
+from .durations import parse_duration
+from .engine import Engine
+from .executor import Executor
+from .host import Host
+from .plugins import default_registry
+from .policy.loader import TEST_SUFFIX, RuleError, Ruleset, load_rules
+from .policy.ruletest import run_test_file
+from .policy.schema import json_schema
+from .snapshot import format_labels
+
+DEFAULT_RULES = "/etc/guardian/rules"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        rc: int = args.func(args)
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return rc
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="guardian",
+        description="Watch a Linux node's kernel signals and remediate by TOML rules.",
+    )
+    p.add_argument("--version", action="version", version=f"guardian {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    c = sub.add_parser("check", help="check rule files; report every error as path:line:col")
+    c.add_argument("paths", nargs="*", default=[DEFAULT_RULES],
+                   help=f"rule files or directories (default {DEFAULT_RULES})")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_check)
+
+    t = sub.add_parser("test", help="run rule unit tests (*.test.toml), like promtool test")
+    t.add_argument("paths", nargs="+", help="test files, or directories of *.test.toml")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    t.set_defaults(func=cmd_test)
+
+    r = sub.add_parser("run", help="evaluate rules against this host (loop, or --once)")
+    r.add_argument("--rules", nargs="+", default=[DEFAULT_RULES], metavar="PATH",
+                   help=f"rule files or directories (default {DEFAULT_RULES})")
+    r.add_argument("--once", action="store_true",
+                   help="one evaluation (after a short warm-up sample for rates), then exit")
+    r.add_argument("--dry-run", action="store_true",
+                   help="plan actions but never apply them")
+    r.add_argument("--interval", default="15s", help="tick interval (default 15s)")
+    r.add_argument("--warmup", default="1s",
+                   help="with --once: time between the warm-up sample and the evaluation")
+    r.add_argument("--root", default="/", help="host root to read (default /)")
+    r.add_argument("--audit", metavar="FILE", help="append decisions and outcomes to FILE")
+    r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
+    s.set_defaults(func=cmd_schema)
+
+    g = sub.add_parser("signals", help="list every signal with value, unit, help, source")
+    g.add_argument("--root", default="/", help="host root to read (default /)")
+    g.add_argument("--warmup", default="1s", help="time between two samples (for rates)")
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    g.set_defaults(func=cmd_signals)
+    return p
+
+
+def _registry_warnings() -> None:
+    for err in default_registry().load_errors:
+        print(f"guardian: warning: {err}", file=sys.stderr)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    _registry_warnings()
+    try:
+        rs = load_rules(args.paths)
+    except RuleError as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "errors": [
+                {"path": d.path, "line": d.line, "col": d.col, "message": d.message}
+                for d in exc.diagnostics]}, indent=2))
+        else:
+            for d in exc.diagnostics:
+                print(d)
+            print(f"{len(exc.diagnostics)} error(s)", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"ok": True, "files": rs.files,
+                          "rules": [r.name for r in rs.rules]}, indent=2))
+    else:
+        print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    _registry_warnings()
+    files: list[Path] = []
+    for p in map(Path, args.paths):
+        files.extend(sorted(p.glob("*" + TEST_SUFFIX)) if p.is_dir() else [p])
+    if not files:
+        print("guardian test: no test files found", file=sys.stderr)
+        return 1
+    results = [run_test_file(f) for f in files]
+    n_tests = sum(r.tests for r in results)
+    n_fail = sum(len(r.failures) for r in results) + sum(len(r.errors) for r in results)
+    if args.json:
+        print(json.dumps([{
+            "path": r.path, "tests": r.tests, "ok": r.ok,
+            "errors": [str(d) for d in r.errors],
+            "failures": [{"test": f.test, "at": f.at, "message": f.message}
+                         for f in r.failures]} for r in results], indent=2))
+    else:
+        for r in results:
+            print(f"{'PASS' if r.ok else 'FAIL'} {r.path} ({r.tests} test(s))")
+            for d in r.errors:
+                print(f"  {d}")
+            for f in r.failures:
+                print(f"  test {f.test!r} at {f.at}:\n{f.message}")
+        print(f"{n_tests} test(s), {n_fail} problem(s)")
+    return 0 if n_fail == 0 else 1
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def _collector(root: str) -> Collector:
+    coll = Collector.from_registry(Host(Path(root)), default_registry())
+    return coll
+
+
+def _report_sources(coll: Collector) -> None:
+    names = ", ".join(s.name for s in coll.sources) or "none"
+    print(f"guardian: sources available: {names}", file=sys.stderr)
+    for name, why in sorted(coll.unavailable.items()):
+        print(f"guardian: source {name} unavailable: {why}", file=sys.stderr)
+
+
+def cmd_signals(args: argparse.Namespace) -> int:
+    _registry_warnings()
+    coll = _collector(args.root)
+    _report_sources(coll)
+    coll.collect(time.monotonic())
+    time.sleep(parse_duration(args.warmup))
+    snap = coll.collect(time.monotonic())
+    reg = default_registry()
+    rows = []
+    for src_name, src in sorted(reg.sources.items()):
+        for spec in src.specs:
+            v = snap.values.get(spec.name)
+            rows.append({
+                "name": spec.name, "source": src_name, "unit": spec.unit,
+                "labels": list(spec.labels), "counter": spec.counter, "help": spec.help,
+                "value": _jsonable(v),
+                "unavailable": coll.unavailable.get(src_name) or snap.errors.get(src_name),
+            })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        v = row["value"]
+        shown = ("-" if v is None else
+                 ", ".join(f"{k}={x}" for k, x in list(v.items())[:8])
+                 + (" …" if len(v) > 8 else "") if isinstance(v, dict) else str(v))
+        print(f"{row['name']:<36} {shown:<40} {row['unit']:<10} {row['help']}")
+    return 0
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {format_labels(labels): val for labels, val in sorted(v.items())}
+    return v
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    _registry_warnings()
+    try:
+        rules = load_rules(args.rules)
+    except RuleError as exc:
+        for d in exc.diagnostics:
+            print(d, file=sys.stderr)
+        return 1
+    coll = _collector(args.root)
+    _report_sources(coll)
+    audit = None
+    if args.audit:
+        from .audit import AuditLog
+        audit = AuditLog(args.audit)
+    executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
+    engine = Engine(rules)
+    if args.once:
+        return _run_once(args, rules, coll, engine, executor)
+    interval = parse_duration(args.interval)
+    mode = "dry run" if args.dry_run else "LIVE"
+    print(f"guardian: {mode}, {len(rules.rules)} rule(s), every {args.interval}",
+          file=sys.stderr)
+    while True:
+        started = time.monotonic()
+        snap = coll.collect(started)
+        decisions = engine.evaluate(snap)
+        for ex in executor.run(rules, decisions, snap):
+            _print_executed(ex)
+        for d in decisions:
+            print(f"{d.kind:<10} {d.rule} {d.reason}", flush=True)
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine: Engine,
+              executor: Executor) -> int:
+    """Evaluate once and show, for every rule, whether its condition holds now and, for
+    those that hold, the exact plan of each action (never applied with --dry-run)."""
+    engine.evaluate(coll.collect(time.monotonic()))
+    time.sleep(parse_duration(args.warmup))
+    snap = coll.collect(time.monotonic())
+    decisions = engine.evaluate(snap)
+    report = []
+    for rule in rules.rules:
+        result = rule.condition.fn(snap.values, engine.history)
+        state = "unknown" if result is None else ("holds" if result else "ok")
+        missing = [ref.key for ref in rule.condition.refs if ref.value(snap.values) is None]
+        entry: dict[str, Any] = {
+            "rule": rule.name, "severity": rule.spec.severity, "condition": state,
+            "phase": engine.states[rule.name].phase, "values": Engine._values(
+                rule, snap.values, result), "missing": missing, "plans": []}
+        if not rule.spec.enabled:
+            entry["condition"] = "disabled"
+        elif result:
+            fired = [d for d in decisions if d.rule == rule.name and d.actions]
+            from .engine import Decision
+            d = fired[0] if fired else Decision(
+                snap.time, rule.name, "would-fire", rule.spec.severity, rule.spec.summary,
+                entry["values"], [a.spec for a in rule.actions])
+            for ex in executor.run(rules, [d], snap):
+                entry["plans"].append(ex.to_dict())
+        report.append(entry)
+    if args.json:
+        print(json.dumps({"dry_run": args.dry_run, "sources": [s.name for s in coll.sources],
+                          "unavailable": coll.unavailable, "source_errors": snap.errors,
+                          "rules": report}, indent=2, default=str))
+        return 0
+    for name, err in snap.errors.items():
+        print(f"guardian: source {name} failed: {err}", file=sys.stderr)
+    for e in report:
+        vals = " ".join(f"{k}={_short(v)}" for k, v in e["values"].items())
+        flag = {"holds": "HOLDS", "ok": "ok", "unknown": "UNKNOWN"}.get(e["condition"],
+                                                                     e["condition"])
+        print(f"{flag:<8} {e['rule']:<28} {vals}")
+        if e["missing"]:
+            print(f"         no value for: {', '.join(e['missing'])}")
+        rule = rules.by_name(e["rule"])
+        assert rule is not None
+        if e["condition"] == "holds" and rule.spec.for_ > 0 and e["phase"] != "firing":
+            print(f"         would fire after holding for {rule.spec.for_:g}s, then:")
+        for plan in e["plans"]:
+            _print_plan(plan)
+    return 0
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, dict):
+        items = list(v.items())
+        body = ", ".join(f"{k}: {x}" for k, x in items[:4])
+        return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
+    return str(v)
+
+
+def _print_plan(p: dict[str, Any]) -> None:
+    if p.get("error"):
+        print(f"         {p['use']}: ERROR {p['error']}")
+        return
+    plan = p["plan"]
+    print(f"         {p['use']}: {plan.get('note') or ''}".rstrip())
+    for step in plan["steps"]:
+        print(f"           - {step['target']}: {step['change']}")
+    for r in plan["refused"]:
+        print(f"           ! refused: {r}")
+    if p.get("outcome"):
+        print(f"           => {p['outcome']}")
+
+
+def _print_executed(ex: Any) -> None:
+    _print_plan(ex.to_dict())

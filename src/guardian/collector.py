@@ -1,0 +1,76 @@
+"""Run the sources once and build a :class:`Snapshot`.
+
+A source that raises yields no value for any of its signals, and its error is counted in
+``guardian.source_errors{source=...}``: a missing number must never fire or clear a rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from .host import Host
+from .plugins import Registry, Source
+from .snapshot import SignalSpec, Snapshot, clean_value, labels_of
+
+log = logging.getLogger("guardian.collector")
+
+SOURCE_ERRORS = SignalSpec(
+    "guardian.source_errors", "collections of a source that failed, since start",
+    labels=("source",), counter=True,
+)
+
+
+class Collector:
+    """The available sources of one host, collected together."""
+
+    def __init__(self, host: Host, sources: Iterable[Source]) -> None:
+        self.host = host
+        self.sources: list[Source] = []
+        self.unavailable: dict[str, str] = {}
+        for src in sources:
+            why = _unavailable(src)
+            if why:
+                self.unavailable[src.name] = why
+            else:
+                self.sources.append(src)
+        self.error_counts = {s.name: 0 for s in self.sources}
+
+    @classmethod
+    def from_registry(cls, host: Host, registry: Registry,
+                      only: Iterable[str] | None = None) -> Collector:
+        names = set(only) if only is not None else None
+        chosen = [s(host) for n, s in sorted(registry.sources.items())
+                  if names is None or n in names]
+        return cls(host, chosen)
+
+    def collect(self, now: float) -> Snapshot:
+        snap = Snapshot(now)
+        for src in self.sources:
+            try:
+                raw = src.collect(now)
+            except Exception as exc:
+                self.error_counts[src.name] += 1
+                snap.errors[src.name] = f"{type(exc).__name__}: {exc}"
+                log.debug("source %s failed: %s", src.name, exc)
+                continue
+            for spec in src.specs:
+                v = clean_value(raw.get(spec.name))
+                if v is None or isinstance(v, dict) != spec.is_family:
+                    continue
+                snap.values[spec.name] = v
+        snap.values[SOURCE_ERRORS.name] = {
+            labels_of({"source": n}): float(c) for n, c in self.error_counts.items()
+        }
+        return snap
+
+    def close(self) -> None:
+        for src in self.sources:
+            src.close()
+
+
+def _unavailable(src: Source) -> str | None:
+    try:
+        return src.unavailable()
+    except Exception as exc:
+        return f"availability check failed: {exc}"

@@ -1,0 +1,52 @@
+"""Durations as rule files write them: "90s", "5m", "1h30m", "2d"."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds in a duration string; a bare number is seconds. Raises ValueError."""
+    if isinstance(text, bool):
+        raise ValueError("a duration is a string such as \"90s\" or \"5m\", not a boolean")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"a duration cannot be negative: {text}")
+        return float(text)
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration; expected e.g. \"90s\", \"5m\", \"1h30m\"")
+    pos = 0
+    total = 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s):
+        raise ValueError(
+            f"bad duration {text!r}; expected a number with a unit (ms, s, m, h, d, w), "
+            "e.g. \"90s\", \"5m\", \"1h30m\""
+        )
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest readable form of a duration ("1h30m", "90s" → "1m30s")."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts = []
+    rest = seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        n = int(rest // size)
+        if n:
+            parts.append(f"{n}{unit}")
+            rest -= n * size
+    if rest:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)

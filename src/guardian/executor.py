@@ -1,0 +1,95 @@
+"""Carry out decisions: plan each action, audit the plan, apply it unless dry-run, audit
+the outcome. Dry-run is this same path with the apply step left out."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .audit import AuditLog
+from .engine import Decision
+from .host import Host
+from .plugins import ActionContext, Outcome, Plan
+from .policy.loader import Ruleset
+from .snapshot import Snapshot
+
+log = logging.getLogger("guardian.executor")
+
+
+@dataclass
+class Executed:
+    """One action of one decision: its plan and, when live, its outcome."""
+
+    decision: Decision
+    use: str
+    plan: Plan | None
+    outcome: Outcome | None
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.decision.rule, "use": self.use,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "outcome": self.outcome.to_dict() if self.outcome else None,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Executor:
+    """Runs the actions of decisions against one host."""
+
+    host: Host
+    dry_run: bool = True
+    audit: AuditLog | None = None
+    clock: Callable[[], float] = time.time
+    on_result: list[Callable[[Executed], None]] = field(default_factory=list)
+
+    def record(self, record: dict[str, Any]) -> None:
+        if self.audit is not None:
+            self.audit.write({"ts": self.clock(), **record})
+
+    def run(self, ruleset: Ruleset, decisions: list[Decision],
+            snapshot: Snapshot) -> list[Executed]:
+        results: list[Executed] = []
+        for d in decisions:
+            self.record({"type": "decision", **d.to_dict()})
+            rule = ruleset.by_name(d.rule)
+            if rule is None or not d.actions:
+                continue
+            ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values)
+            for bound in rule.actions:
+                results.append(self._one(d, bound.spec.use, bound.action, ctx))
+        return results
+
+    def _one(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
+        try:
+            plan = action.plan(ctx)
+        except Exception as exc:
+            ex = Executed(d, use, None, None, error=f"plan failed: {exc!r}")
+            self.record({"type": "error", "dry_run": self.dry_run, **ex.to_dict()})
+            log.error("rule %s: action %s: plan failed: %r", d.rule, use, exc)
+            return self._done(ex)
+        self.record({"type": "plan", "dry_run": self.dry_run, "rule": d.rule, "use": use,
+                     "plan": plan.to_dict()})
+        if self.dry_run:
+            return self._done(Executed(d, use, plan, None))
+        started = time.monotonic()
+        try:
+            outcome = action.apply(plan, ctx)
+        except Exception as exc:
+            outcome = Outcome(ok=False, error=f"apply raised {exc!r}")
+        outcome.data.setdefault("seconds", round(time.monotonic() - started, 6))
+        self.record({"type": "outcome", "rule": d.rule, "use": use,
+                     "outcome": outcome.to_dict()})
+        if not outcome.ok:
+            log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
+        return self._done(Executed(d, use, plan, outcome))
+
+    def _done(self, ex: Executed) -> Executed:
+        for cb in self.on_result:
+            cb(ex)
+        return ex

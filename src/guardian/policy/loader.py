@@ -1,0 +1,275 @@
+"""Load rule files: TOML, then the schema, then conditions and action parameters.
+
+Every problem becomes a :class:`Diagnostic` naming ``path:line:col``; all problems of all
+files are collected in one pass, and a ruleset is returned only when there are none, so
+nothing is ever half-loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..plugins import Action, Registry, default_registry
+from ..snapshot import SignalSpec
+from .expr import Condition, ExprError, compile_condition
+from .positions import Pos, key_positions, locate
+from .schema import SCHEMA_VERSION, ActionSpec, Rule
+
+TEST_SUFFIX = ".test.toml"
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One problem in a rule file."""
+
+    path: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.message}"
+
+
+class RuleError(Exception):
+    """Rule files did not load; ``diagnostics`` holds every problem found."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+        self.diagnostics = sorted(diagnostics)
+        super().__init__("\n".join(str(d) for d in self.diagnostics))
+
+
+@dataclass
+class BoundAction:
+    """An action of a rule with its parameters validated and an instance ready to plan."""
+
+    spec: ActionSpec
+    action: Action
+
+
+@dataclass
+class CompiledRule:
+    spec: Rule
+    path: str
+    line: int
+    condition: Condition
+    actions: list[BoundAction]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Ruleset:
+    """Loaded, checked rules, ready for the engine."""
+
+    rules: list[CompiledRule] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def windows(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in self.rules:
+            for name, w in r.condition.windows.items():
+                out[name] = max(out.get(name, 0.0), w)
+        return out
+
+    def by_name(self, name: str) -> CompiledRule | None:
+        return next((r for r in self.rules if r.name == name), None)
+
+
+def rule_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories into their ``*.toml`` rule files (tests excluded), sorted."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(f for f in p.glob("*.toml") if not f.name.endswith(TEST_SUFFIX)))
+        else:
+            out.append(p)
+    return out
+
+
+def load_rules(
+    paths: Iterable[str | Path],
+    registry: Registry | None = None,
+    catalogue: Mapping[str, SignalSpec] | None = None,
+) -> Ruleset:
+    """Load and check rule files or directories. Raises :class:`RuleError`."""
+    reg = registry or default_registry()
+    cat = catalogue if catalogue is not None else reg.catalogue()
+    files = rule_files(paths)
+    diags: list[Diagnostic] = []
+    ruleset = Ruleset(files=[str(f) for f in files])
+    if not files:
+        diags.append(Diagnostic("<rules>", 1, 1, "no rule files given or found"))
+    seen: dict[str, tuple[str, int, int]] = {}
+    for f in files:
+        for rule in _load_file(f, reg, cat, diags):
+            first = seen.get(rule.name)
+            if first:
+                diags.append(Diagnostic(rule.path, rule.line, 1,
+                                        f"duplicate rule name {rule.name!r} (first defined at "
+                                        f"{first[0]}:{first[1]}:{first[2]})"))
+                continue
+            seen[rule.name] = (rule.path, rule.line, 1)
+            ruleset.rules.append(rule)
+    if diags:
+        raise RuleError(diags)
+    return ruleset
+
+
+def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
+              catalogue: Mapping[str, SignalSpec] | None = None) -> Ruleset:
+    """Load rules from a TOML string (for embedding and tests)."""
+    reg = registry or default_registry()
+    diags: list[Diagnostic] = []
+    rules = _load_source(text, path, reg, catalogue if catalogue is not None
+                         else reg.catalogue(), diags)
+    if diags:
+        raise RuleError(diags)
+    return Ruleset(rules=rules, files=[path])
+
+
+_TOML_POS = re.compile(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", re.S)
+
+
+def _load_file(path: Path, reg: Registry, cat: Mapping[str, SignalSpec],
+               diags: list[Diagnostic]) -> list[CompiledRule]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        diags.append(Diagnostic(str(path), 1, 1, f"cannot read rule file: {exc}"))
+        return []
+    return _load_source(text, str(path), reg, cat, diags)
+
+
+def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSpec],
+                 diags: list[Diagnostic]) -> list[CompiledRule]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = _TOML_POS.match(str(exc))
+        line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
+        diags.append(Diagnostic(path, line, col, f"TOML syntax: {msg}"))
+        return []
+    positions = key_positions(text)
+
+    def at(loc: tuple[str | int, ...]) -> Pos:
+        return locate(positions, loc) or Pos(1, 1, 1, 1)
+
+    def report(loc: tuple[str | int, ...], message: str, value: bool = False) -> None:
+        p = at(loc)
+        line, col = (p.value_line, p.value_col) if value else (p.line, p.col)
+        diags.append(Diagnostic(path, line, col, message))
+
+    version = data.get("version")
+    if version is None:
+        report((), f"missing `version = {SCHEMA_VERSION}` at the top of the file")
+    elif version != SCHEMA_VERSION:
+        report(("version",), f"unsupported schema version {version!r}; this guardian reads "
+                             f"version {SCHEMA_VERSION}", value=True)
+    for key in data:
+        if key not in ("version", "rule"):
+            report((key,), _unknown_key(key, ["version", "rule"]))
+    raw_rules = data.get("rule", [])
+    if not isinstance(raw_rules, list):
+        report(("rule",), "`rule` must be an array of tables: write each as [[rule]]")
+        return []
+    out: list[CompiledRule] = []
+    for i, raw in enumerate(raw_rules):
+        loc: tuple[str | int, ...] = ("rule", i)
+        try:
+            spec = Rule.model_validate(raw)
+        except ValidationError as exc:
+            _report_validation(exc, loc, Rule, report)
+            continue
+        condition = _compile_when(spec, cat, at((*loc, "when")), text, path, diags)
+        actions = _bind_actions(spec, loc, reg, report)
+        if condition is not None and actions is not None:
+            out.append(CompiledRule(spec, path, at(loc).line, condition, actions))
+    return out
+
+
+def _compile_when(spec: Rule, cat: Mapping[str, SignalSpec], pos: Pos, text: str,
+                  path: str, diags: list[Diagnostic]) -> Condition | None:
+    try:
+        return compile_condition(spec.when, cat)
+    except ExprError as exc:
+        line, col = _expr_position(pos, text, exc)
+        diags.append(Diagnostic(path, line, col, f"in `when`: {exc.message}"))
+        return None
+
+
+def _expr_position(pos: Pos, text: str, exc: ExprError) -> tuple[int, int]:
+    """Map a position inside the `when` string back to the rule file."""
+    src_line = text.splitlines()[pos.value_line - 1] if text else ""
+    opener = src_line[pos.value_col - 1:pos.value_col + 2]
+    if opener in ('"""', "'''"):
+        starts_next_line = src_line[pos.value_col + 2:].strip() == ""
+        first_line = pos.value_line + (1 if starts_next_line else 0)
+        first_col = 1 if starts_next_line else pos.value_col + 3
+    else:
+        first_line, first_col = pos.value_line, pos.value_col + 1
+    if exc.line == 1:
+        return first_line, first_col + exc.col
+    return first_line + exc.line - 1, exc.col + 1
+
+
+def _bind_actions(spec: Rule, loc: tuple[str | int, ...], reg: Registry,
+                  report: Any) -> list[BoundAction] | None:
+    bound: list[BoundAction] = []
+    ok = True
+    for j, aspec in enumerate(spec.action):
+        aloc = (*loc, "action", j)
+        cls = reg.actions.get(aspec.use)
+        if cls is None:
+            hint = difflib.get_close_matches(aspec.use, list(reg.actions), n=3)
+            more = f"; did you mean {', '.join(hint)}?" if hint else ""
+            known = ", ".join(sorted(reg.actions)) or "none"
+            report((*aloc, "use"), f"unknown action {aspec.use!r}{more} (known: {known})",
+                   value=True)
+            ok = False
+            continue
+        try:
+            params = cls.Params.model_validate(aspec.params)
+        except ValidationError as exc:
+            _report_validation(exc, aloc, cls.Params, report, prefix=f"action {aspec.use!r}: ")
+            ok = False
+            continue
+        bound.append(BoundAction(aspec, cls(params)))
+    return bound if ok else None
+
+
+def _report_validation(exc: ValidationError, base: tuple[str | int, ...],
+                       model: type[BaseModel], report: Any, prefix: str = "") -> None:
+    fields = [f.alias or name for name, f in model.model_fields.items()]
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc)
+        if err["type"] == "extra_forbidden":
+            report((*base, *loc), prefix + _unknown_key(str(loc[-1]), fields))
+        elif err["type"] == "missing":
+            report(base + loc[:-1], f"{prefix}missing required key {where!r}")
+        else:
+            msg = err["msg"]
+            ctx_err = (err.get("ctx") or {}).get("error")
+            if isinstance(ctx_err, ValueError):
+                msg = str(ctx_err)
+            elif msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            report((*base, *loc), f"{prefix}{where}: {msg}", value=True)
+
+
+def _unknown_key(key: str, known: Sequence[str]) -> str:
+    hint = difflib.get_close_matches(key, known, n=1)
+    more = f" (did you mean {hint[0]!r}?)" if hint else f" (known keys: {', '.join(known)})"
+    return f"unknown key {key!r}{more}"

@@ -1,0 +1,228 @@
+"""Rule unit tests in TOML, modelled on ``promtool test rules``.
+
+A test file names rule files, an evaluation interval and tests; each test gives input
+series in a compact notation and expectations at evaluation times::
+
+    rule_files = ["zombies.toml"]
+    interval = "30s"
+
+    [[test]]
+    name = "a zombie pile-up fires after 2m"
+    [test.series]
+    "processes.zombies" = "0 0 300x10"
+    'processes.zombies_by_parent{ppid="42", comm="bad"}' = "0 0 300x10"
+    [[test.expect]]
+    at = "3m"
+    firing = ["zombie-pileup"]
+    actions = [{ rule = "zombie-pileup", use = "log" }]
+
+Series notation: ``a`` one sample; ``a+bxn`` a then n more samples, each b higher;
+``a-bxn`` likewise lower; ``axn`` a repeated n more times; ``_`` a missing sample;
+``_xn`` n+1 missing samples. Sample i is at time i * interval; past the end, missing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..durations import format_duration, parse_duration
+from ..engine import Engine
+from ..plugins import Registry, default_registry
+from ..snapshot import Snapshot, Value, parse_series_key
+from .loader import Diagnostic, RuleError, load_rules
+from .positions import key_positions, locate
+
+_TOKEN = re.compile(r"^(?:(_)|(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
+
+
+def parse_series(text: str) -> list[float | None]:
+    """Expand the compact series notation. Raises ValueError."""
+    out: list[float | None] = []
+    for tok in text.split():
+        m = _TOKEN.match(tok)
+        if not m:
+            raise ValueError(f"bad series token {tok!r}; expected a, a+bxn, a-bxn, axn, _ "
+                             "or _xn")
+        missing, start, step, times = m.groups()
+        n = int(times) if times is not None else 0
+        if n > 100_000:
+            raise ValueError(f"series token {tok!r} repeats too often (at most 100000)")
+        if missing:
+            if step:
+                raise ValueError(f"a missing sample cannot have a step: {tok!r}")
+            out.extend([None] * (n + 1))
+        else:
+            a, b = float(start), float(step or 0)
+            out.extend(a + b * i for i in range(n + 1))
+    return out
+
+
+@dataclass
+class Failure:
+    test: str
+    at: str
+    message: str
+
+
+@dataclass
+class FileResult:
+    path: str
+    tests: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    errors: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.errors
+
+
+def run_test_file(path: str | Path, registry: Registry | None = None) -> FileResult:
+    """Run every test of one test file."""
+    path = Path(path)
+    res = FileResult(str(path))
+    reg = registry or default_registry()
+    try:
+        text = path.read_text(encoding="utf-8")
+        doc = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        res.errors.append(Diagnostic(str(path), 1, 1, f"cannot read test file: {exc}"))
+        return res
+    except tomllib.TOMLDecodeError as exc:
+        res.errors.append(Diagnostic(str(path), 1, 1, f"TOML syntax: {exc}"))
+        return res
+    positions = key_positions(text)
+
+    def err(loc: tuple[str | int, ...], msg: str) -> None:
+        p = locate(positions, loc)
+        res.errors.append(Diagnostic(str(path), p.line if p else 1, p.col if p else 1, msg))
+
+    files = doc.get("rule_files")
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        err(("rule_files",), "`rule_files` must be a non-empty list of paths")
+        return res
+    try:
+        interval = parse_duration(doc.get("interval", "1m"))
+        if interval <= 0:
+            raise ValueError("interval must be longer than zero")
+    except ValueError as exc:
+        err(("interval",), str(exc))
+        return res
+    try:
+        ruleset = load_rules([path.parent / f for f in files], reg)
+    except RuleError as exc:
+        res.errors.extend(exc.diagnostics)
+        return res
+    catalogue = reg.catalogue()
+    for i, test in enumerate(doc.get("test", [])):
+        res.tests += 1
+        tname = str(test.get("name", f"test {i + 1}"))
+        try:
+            _run_one(test, tname, interval, ruleset, catalogue, res)
+        except _TestInputError as exc:
+            err(("test", i, *exc.loc), f"{tname}: {exc}")
+    if res.tests == 0:
+        err((), "no [[test]] tables in this file")
+    return res
+
+
+class _TestInputError(ValueError):
+    def __init__(self, msg: str, *loc: str | int) -> None:
+        super().__init__(msg)
+        self.loc = loc
+
+
+def _run_one(test: dict[str, Any], tname: str, interval: float, ruleset: Any,
+             catalogue: Any, res: FileResult) -> None:
+    series: dict[str, tuple[str, Any, list[float | None]]] = {}
+    for key, notation in (test.get("series") or {}).items():
+        try:
+            name, labels = parse_series_key(key)
+            if name not in catalogue:
+                raise ValueError(f"unknown signal {name!r}")
+            if bool(labels) != catalogue[name].is_family:
+                raise ValueError(f"signal {name!r} " + (
+                    "is a family; give its labels" if catalogue[name].is_family
+                    else "has no labels"))
+            series[key] = (name, labels, parse_series(str(notation)))
+        except ValueError as exc:
+            raise _TestInputError(str(exc), "series", key) from None
+    expects = test.get("expect") or []
+    times: list[tuple[int, dict[str, Any]]] = []
+    for j, exp in enumerate(expects):
+        try:
+            at = parse_duration(exp.get("at", ""))
+        except ValueError as exc:
+            raise _TestInputError(f"expect.at: {exc}", "expect", j, "at") from None
+        step = at / interval
+        if abs(step - round(step)) > 1e-9:
+            raise _TestInputError(f"expect.at {exp.get('at')!r} is not a multiple of the "
+                                  f"interval {format_duration(interval)}", "expect", j, "at")
+        times.append((round(step), exp))
+    if not times:
+        raise _TestInputError("a test needs at least one [[test.expect]]", "name")
+    engine = Engine(ruleset)
+    last = max(t for t, _ in times)
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for t, exp in times:
+        by_step.setdefault(t, []).append(exp)
+    for step in range(last + 1):
+        snap = Snapshot(step * interval)
+        for name, labels, samples in series.values():
+            v = samples[step] if step < len(samples) else None
+            if v is None:
+                continue
+            if labels:
+                fam = snap.values.setdefault(name, {})
+                assert isinstance(fam, dict)
+                fam[labels] = v
+            else:
+                snap.values[name] = v
+        decisions = engine.evaluate(snap)
+        for exp in by_step.get(step, []):
+            _check(exp, tname, engine, decisions, res, snap.values)
+
+
+def _check(exp: dict[str, Any], tname: str, engine: Engine, decisions: list[Any],
+           res: FileResult, values: dict[str, Value]) -> None:
+    at = str(exp.get("at"))
+    problems: list[str] = []
+    for key, got in (("firing", engine.firing()), ("pending", engine.pending())):
+        if key in exp:
+            want = sorted(exp[key])
+            if want != sorted(got):
+                problems.append(_diff(key, want, sorted(got)))
+    if "actions" in exp:
+        want_actions = [_action_line(a) for a in exp["actions"]]
+        got_actions = []
+        for d in decisions:
+            for a in d.actions:
+                got_actions.append(_action_line({"rule": d.rule, "use": a.use, **a.params},
+                                                keys=exp["actions"]))
+        if sorted(want_actions) != sorted(got_actions):
+            problems.append(_diff("actions", sorted(want_actions), sorted(got_actions)))
+    if problems:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(values.items())
+                          if not isinstance(v, dict)) or "(no scalar values)"
+        res.failures.append(Failure(tname, at, "\n".join(problems) + f"\n    inputs: {shown}"))
+
+
+def _action_line(a: dict[str, Any], keys: list[dict[str, Any]] | None = None) -> str:
+    """A planned action as text; on the 'got' side only parameters some expectation
+    names are shown, so an expectation may name just rule and use."""
+    params = {k: v for k, v in a.items() if k not in ("rule", "use")}
+    if keys is not None:
+        named = {k for e in keys if isinstance(e, dict) for k in e if k not in ("rule", "use")}
+        params = {k: v for k, v in params.items() if k in named}
+    extra = "".join(f" {k}={v!r}" for k, v in sorted(params.items()))
+    return f"{a.get('rule')}: {a.get('use')}{extra}"
+
+
+def _diff(what: str, want: list[str], got: list[str]) -> str:
+    lines = difflib.unified_diff(want, got, "expected", "got", lineterm="", n=len(want) + 1)
+    body = "\n".join("      " + ln for ln in list(lines)[2:]) or "      (ordering differs)"
+    return f"    {what}: expected {want or '[] (nothing)'}, got {got or '[] (nothing)'}\n{body}"

@@ -1,0 +1,95 @@
+"""The rule file schema (version 1), defined in pydantic; `guardian schema` prints it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    WithJsonSchema,
+)
+
+from ..durations import parse_duration
+
+SCHEMA_VERSION = 1
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema({
+        "type": ["string", "number"],
+        "pattern": r"^(\d+(\.\d+)?(ms|s|m|h|d|w))+$",
+        "description": 'a duration such as "90s", "5m", "1h30m", or seconds as a number',
+    }),
+]
+
+Severity = Literal["info", "warning", "critical"]
+
+
+class ActionSpec(BaseModel):
+    """One action a rule runs: ``use`` names a registered action; every other key is a
+    parameter, validated by that action's own parameter model."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    use: str = Field(description="name of a registered action, e.g. \"log\"")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Limit(BaseModel):
+    """At most ``runs`` action runs within ``within``; then the rule stops acting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs: PositiveInt
+    within: Duration
+
+
+class Rule(BaseModel):
+    """A condition over signals and what to do while it holds."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=128)
+    summary: str = Field(min_length=1)
+    description: str = ""
+    when: str = Field(min_length=1, description="condition expression over signals")
+    for_: Duration = Field(
+        0.0, alias="for", description="how long `when` must hold before the rule fires"
+    )
+    keep_firing_for: Duration = Field(
+        0.0, description="how long the rule keeps firing after `when` stops holding"
+    )
+    cooldown: Duration = Field(300.0, description="least time between two action runs")
+    limit: Limit = Field(
+        Limit(runs=3, within=3600.0),
+        description="at most this many action runs in a window; then the rule stops acting",
+    )
+    severity: Severity = "warning"
+    labels: dict[str, str] = Field(default_factory=dict)
+    enabled: bool = True
+    action: list[ActionSpec] = Field(default_factory=list)
+
+
+class RuleFile(BaseModel):
+    """A rule file: a schema version and a list of ``[[rule]]`` tables."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = Field(description="schema version of this file")
+    rule: list[Rule] = Field(default_factory=list)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a rule file, for editors."""
+    schema = RuleFile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "guardian rule file"
+    return schema

@@ -1,0 +1,1 @@
+"""Built-in sources, one module each; they register through ``guardian.sources``."""

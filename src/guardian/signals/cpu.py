@@ -1,0 +1,119 @@
+"""Per-core CPU time from /proc/stat deltas, and ksoftirqd/N CPU per core.
+
+Aggregate CPU hides the incident's signature (one core pinned at 100% system time while
+its NAPI poll starves), so everything here is per core. The first collection has no
+previous sample and so yields no percentages: no value, never zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from ..host import Host
+from ..plugins import Source
+from ..snapshot import Family, SignalSpec, labels_of
+from .procfs import CLK_TCK, pids, read_proc_stat
+
+# /proc/stat cpuN columns, in order; guest time is already counted in user.
+COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+PCT_SIGNALS = {"user": "user_pct", "system": "sys_pct", "irq": "irq_pct",
+               "softirq": "softirq_pct", "iowait": "iowait_pct", "steal": "steal_pct",
+               "idle": "idle_pct", "nice": "nice_pct"}
+HOT_PCT = 90.0  # a core is "hot" when system + irq + softirq time reaches this
+
+
+def parse_proc_stat_cpus(text: str) -> dict[str, tuple[int, ...]]:
+    """Per-core tick counters from /proc/stat (the aggregate ``cpu`` line excluded)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for line in text.splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            parts = line.split()
+            vals = tuple(int(x) for x in parts[1:1 + len(COLUMNS)])
+            out[parts[0][3:]] = vals + (0,) * (len(COLUMNS) - len(vals))
+    if not out:
+        raise ValueError("no cpuN lines in /proc/stat")
+    return out
+
+
+class CpuSource(Source):
+    name: ClassVar[str] = "cpu"
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        *(SignalSpec(f"cpu.core.{sig}", f"share of the core's time in {col}", "percent",
+                     labels=("cpu",)) for col, sig in PCT_SIGNALS.items()),
+        SignalSpec("cpu.hottest_core_pct", "system + irq + softirq share of the hottest "
+                   "core", "percent"),
+        SignalSpec("cpu.hot_cores", f"cores whose system + irq + softirq share is at least "
+                   f"{HOT_PCT:g}%", "cores"),
+        SignalSpec("cpu.cores", "online cores", "cores"),
+        SignalSpec("cpu.ksoftirqd_pct", "CPU used by the ksoftirqd thread of each core "
+                   "(its softirq backlog)", "percent", labels=("cpu",)),
+    )
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self.prev: dict[str, tuple[int, ...]] | None = None
+        self.ksoftirqd: dict[int, str] = {}  # pid -> cpu
+        self.prev_ksoftirqd: tuple[float, dict[int, int]] | None = None
+
+    def unavailable(self) -> str | None:
+        return None if (self.host.proc / "stat").exists() else "no /proc/stat"
+
+    def collect(self, now: float) -> dict[str, object]:
+        cur = parse_proc_stat_cpus((self.host.proc / "stat").read_text())
+        prev, self.prev = self.prev, cur
+        out: dict[str, object] = {"cpu.cores": len(cur)}
+        out.update(self._ksoftirqd(now))
+        if prev is None:
+            return out
+        fams: dict[str, Family] = {sig: {} for sig in PCT_SIGNALS.values()}
+        hot: list[float] = []
+        for cpu, vals in cur.items():
+            old = prev.get(cpu)
+            if old is None:
+                continue
+            deltas = [max(a - b, 0) for a, b in zip(vals, old, strict=True)]
+            span = sum(deltas)
+            if span <= 0:
+                continue
+            key = labels_of({"cpu": cpu})
+            for col, d in zip(COLUMNS, deltas, strict=True):
+                fams[PCT_SIGNALS[col]][key] = 100.0 * d / span
+            hot.append(100.0 * (deltas[2] + deltas[5] + deltas[6]) / span)
+        for sig, fam in fams.items():
+            out[f"cpu.core.{sig}"] = fam
+        if hot:
+            out["cpu.hottest_core_pct"] = max(hot)
+            out["cpu.hot_cores"] = sum(1 for h in hot if h >= HOT_PCT)
+        return out
+
+    def _ksoftirqd(self, now: float) -> dict[str, object]:
+        proc = self.host.proc
+        ticks: dict[int, int] = {}
+        for pid in list(self.ksoftirqd):
+            st = read_proc_stat(proc, pid)
+            if st is None or not st.comm.startswith("ksoftirqd/"):
+                self.ksoftirqd.clear()  # a core went offline or pids moved: rescan
+                break
+            ticks[pid] = st.utime + st.stime
+        if not self.ksoftirqd:
+            ticks = self._find_ksoftirqd(proc)
+        prev, self.prev_ksoftirqd = self.prev_ksoftirqd, (now, ticks)
+        if prev is None or now <= prev[0]:
+            return {}
+        span = now - prev[0]
+        fam: Family = {}
+        for pid, t in ticks.items():
+            if pid in prev[1]:
+                used = (t - prev[1][pid]) / CLK_TCK
+                fam[labels_of({"cpu": self.ksoftirqd[pid]})] = min(100.0 * used / span, 100.0)
+        return {"cpu.ksoftirqd_pct": fam}
+
+    def _find_ksoftirqd(self, proc: Path) -> dict[int, int]:
+        ticks: dict[int, int] = {}
+        for pid in pids(proc):
+            st = read_proc_stat(proc, pid)
+            if st is not None and st.is_kernel_thread and st.comm.startswith("ksoftirqd/"):
+                self.ksoftirqd[pid] = st.comm.partition("/")[2]
+                ticks[pid] = st.utime + st.stime
+        return ticks

@@ -1,0 +1,95 @@
+"""Softirq and network counters: /proc/softirqs NET_RX/NET_TX per CPU,
+/proc/net/softnet_stat per CPU, /proc/net/dev per interface. All are counters: rules
+take ``rate()`` or ``increase()`` of them."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..plugins import Source
+from ..snapshot import Family, SignalSpec, labels_of
+
+SOFTNET_COLUMNS = {0: "processed", 1: "dropped", 2: "time_squeeze"}
+NET_DEV = {"rx_bytes": 0, "rx_packets": 1, "rx_errors": 2, "rx_dropped": 3,
+           "tx_bytes": 8, "tx_packets": 9, "tx_errors": 10, "tx_dropped": 11}
+
+
+def parse_softirqs(text: str) -> dict[str, dict[str, int]]:
+    """Rows of /proc/softirqs: name -> cpu -> count."""
+    lines = text.splitlines()
+    cpus = [c[3:] for c in lines[0].split()]
+    out: dict[str, dict[str, int]] = {}
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        vals = rest.split()
+        out[name.strip()] = {cpu: int(v) for cpu, v in zip(cpus, vals, strict=False)}
+    return out
+
+
+def parse_softnet_stat(text: str) -> dict[str, dict[str, int]]:
+    """Rows of /proc/net/softnet_stat (hex): column -> cpu -> count. Older kernels have
+    fewer columns and no CPU id; then the row number is the CPU."""
+    out: dict[str, dict[str, int]] = {c: {} for c in SOFTNET_COLUMNS.values()}
+    for row, line in enumerate(text.split("\n")):
+        cols = line.split()
+        if not cols:
+            continue
+        if len(cols) < 3:
+            raise ValueError(f"softnet_stat row {row} has {len(cols)} columns")
+        cpu = str(int(cols[12], 16)) if len(cols) >= 13 else str(row)
+        for idx, name in SOFTNET_COLUMNS.items():
+            out[name][cpu] = int(cols[idx], 16)
+    return out
+
+
+def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/dev: counter -> interface -> value."""
+    out: dict[str, dict[str, int]] = {k: {} for k in NET_DEV}
+    for line in text.splitlines()[2:]:
+        iface, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        vals = rest.split()
+        for name, idx in NET_DEV.items():
+            out[name][iface.strip()] = int(vals[idx])
+    return out
+
+
+def _family(label: str, values: dict[str, int]) -> Family:
+    return {labels_of({label: k}): float(v) for k, v in values.items()}
+
+
+class NetSource(Source):
+    name: ClassVar[str] = "net"
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("softirq.net_rx", "NET_RX softirqs handled per CPU", "softirqs",
+                   labels=("cpu",), counter=True),
+        SignalSpec("softirq.net_tx", "NET_TX softirqs handled per CPU", "softirqs",
+                   labels=("cpu",), counter=True),
+        SignalSpec("softnet.processed", "packets processed per CPU", "packets",
+                   labels=("cpu",), counter=True),
+        SignalSpec("softnet.dropped", "packets dropped per CPU (backlog full)", "packets",
+                   labels=("cpu",), counter=True),
+        SignalSpec("softnet.time_squeeze", "NAPI polls that ran out of budget or time per "
+                   "CPU", "events", labels=("cpu",), counter=True),
+        *(SignalSpec(f"net.dev.{name}", f"{name.replace('_', ' ')} per interface",
+                     "bytes" if name.endswith("bytes") else "packets", labels=("iface",),
+                     counter=True) for name in NET_DEV),
+    )
+
+    def unavailable(self) -> str | None:
+        missing = [p for p in ("softirqs", "net/softnet_stat", "net/dev")
+                   if not (self.host.proc / p).exists()]
+        return f"missing {', '.join('/proc/' + m for m in missing)}" if missing else None
+
+    def collect(self, now: float) -> dict[str, object]:
+        proc = self.host.proc
+        out: dict[str, object] = {}
+        softirqs = parse_softirqs((proc / "softirqs").read_text())
+        out["softirq.net_rx"] = _family("cpu", softirqs.get("NET_RX", {}))
+        out["softirq.net_tx"] = _family("cpu", softirqs.get("NET_TX", {}))
+        for name, per_cpu in parse_softnet_stat((proc / "net/softnet_stat").read_text()).items():
+            out[f"softnet.{name}"] = _family("cpu", per_cpu)
+        for name, per_iface in parse_net_dev((proc / "net/dev").read_text()).items():
+            out[f"net.dev.{name}"] = _family("iface", per_iface)
+        return out

@@ -1,0 +1,62 @@
+"""Small parsers for /proc files shared by several sources."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PF_KTHREAD = 0x00200000
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/<pid>/stat that guardian uses."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    flags: int
+    utime: int
+    stime: int
+    starttime: int
+
+    @property
+    def is_kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD) or self.ppid == 2 or self.pid == 2
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """Parse /proc/<pid>/stat; the comm may contain spaces and parentheses."""
+    lpar = text.index("(")
+    rpar = text.rindex(")")
+    pid = int(text[:lpar])
+    comm = text[lpar + 1:rpar]
+    rest = text[rpar + 2:].split()
+    if len(rest) < 20:
+        raise ValueError(f"/proc/{pid}/stat has {len(rest) + 2} fields, expected 22 or more")
+    return ProcStat(pid, comm, rest[0], int(rest[1]), int(rest[6]), int(rest[11]),
+                    int(rest[12]), int(rest[19]))
+
+
+def pids(proc: Path) -> Iterator[int]:
+    for name in os.listdir(proc):
+        if name.isdigit():
+            yield int(name)
+
+
+def read_proc_stat(proc: Path, pid: int) -> ProcStat | None:
+    """The stat of one process, or None when it exited meanwhile."""
+    try:
+        with open(proc / str(pid) / "stat", encoding="utf-8", errors="replace") as f:
+            return parse_proc_stat(f.read())
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def uptime(proc: Path) -> float:
+    with open(proc / "uptime") as f:
+        return float(f.read().split()[0])
