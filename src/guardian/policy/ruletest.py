@@ -19,6 +19,10 @@ series in a compact notation and expectations at evaluation times::
 Series notation: ``a`` one sample; ``a+bxn`` a then n more samples, each b higher;
 ``a-bxn`` likewise lower; ``axn`` a repeated n more times; ``_`` a missing sample;
 ``_xn`` n+1 missing samples. Sample i is at time i * interval; past the end, missing.
+
+A family (a labeled signal) is present at every step that its longest series covers;
+``_`` in one of its series only removes that member, so a family can be present and empty
+(e.g. no zombies at all). Past the end of all its series, the family has no value.
 """
 
 from __future__ import annotations
@@ -165,6 +169,10 @@ def _run_one(test: dict[str, Any], tname: str, interval: float, ruleset: Any,
         times.append((round(step), exp))
     if not times:
         raise _TestInputError("a test needs at least one [[test.expect]]", "name")
+    family_len: dict[str, int] = {}
+    for name, labels, samples in series.values():
+        if labels:
+            family_len[name] = max(family_len.get(name, 0), len(samples))
     engine = Engine(ruleset)
     last = max(t for t, _ in times)
     by_step: dict[int, list[dict[str, Any]]] = {}
@@ -172,6 +180,9 @@ def _run_one(test: dict[str, Any], tname: str, interval: float, ruleset: Any,
         by_step.setdefault(t, []).append(exp)
     for step in range(last + 1):
         snap = Snapshot(step * interval)
+        for name, length in family_len.items():
+            if step < length:
+                snap.values[name] = {}
         for name, labels, samples in series.values():
             v = samples[step] if step < len(samples) else None
             if v is None:

@@ -73,12 +73,14 @@ def truth(v: Family | None) -> bool | None:
     return None if v is None else bool(v)
 
 
+# The max of no members is -Inf and the min +Inf (the identities of max and min), so
+# `max(x) > 50` is false, not unknown, once a family empties: a rule over it resolves.
 def agg_max(v: Family | None) -> float | None:
-    return max(v.values()) if v else None
+    return None if v is None else max(v.values(), default=-math.inf)
 
 
 def agg_min(v: Family | None) -> float | None:
-    return min(v.values()) if v else None
+    return None if v is None else min(v.values(), default=math.inf)
 
 
 def agg_avg(v: Family | None) -> float | None:

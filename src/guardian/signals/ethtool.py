@@ -1,0 +1,132 @@
+"""NIC driver statistics through the ETHTOOL_GSTATS ioctl (what ``ethtool -S`` prints),
+with no ``ethtool`` binary. Counters keep their driver names, so an ENA NIC exposes
+``tx_timeout``, ``wd_expired``, ``pps_allowance_exceeded`` and the rest as they are.
+
+The ioctl works in the network namespace guardian runs in; ``Host.root`` relocates only
+the sysfs listing of interfaces.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import socket
+import struct
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..host import Host
+from ..plugins import Source
+from ..snapshot import Family, SignalSpec, labels_of
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GDRVINFO = 0x03
+ETHTOOL_GSTRINGS = 0x1B
+ETHTOOL_GSTATS = 0x1D
+ETH_SS_STATS = 1
+ETH_GSTRING_LEN = 32
+_DRVINFO_SIZE = 4 + 32 * 5 + 12 + 5 * 4  # struct ethtool_drvinfo
+_N_STATS_OFFSET = 4 + 32 * 5 + 12 + 4
+MAX_STATS = 65536  # a driver claiming more is not believed
+
+
+@dataclass(frozen=True)
+class NicInfo:
+    iface: str
+    driver: str
+    stat_names: tuple[str, ...]
+
+
+def _ioctl(sock: socket.socket, iface: str, buf: array.array[int]) -> None:
+    addr, _ = buf.buffer_info()
+    ifreq = struct.pack("16sP", iface.encode()[:15], addr)
+    fcntl.ioctl(sock, SIOCETHTOOL, ifreq)
+
+
+def driver_info(sock: socket.socket, iface: str) -> tuple[str, int]:
+    """(driver name, number of statistics) of an interface."""
+    buf = array.array("B", struct.pack("I", ETHTOOL_GDRVINFO) + bytes(_DRVINFO_SIZE - 4))
+    _ioctl(sock, iface, buf)
+    raw = buf.tobytes()
+    driver = raw[4:36].split(b"\0", 1)[0].decode(errors="replace")
+    (n_stats,) = struct.unpack_from("I", raw, _N_STATS_OFFSET)
+    return driver, n_stats
+
+
+def stat_names(sock: socket.socket, iface: str, n: int) -> tuple[str, ...]:
+    buf = array.array("B", struct.pack("III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n)
+                      + bytes(n * ETH_GSTRING_LEN))
+    _ioctl(sock, iface, buf)
+    raw = buf.tobytes()[12:]
+    return tuple(raw[i * ETH_GSTRING_LEN:(i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0]
+                 .decode(errors="replace").strip() for i in range(n))
+
+
+def stat_values(sock: socket.socket, iface: str, n: int) -> tuple[int, ...]:
+    buf = array.array("B", struct.pack("II", ETHTOOL_GSTATS, n) + bytes(8 * n))
+    _ioctl(sock, iface, buf)
+    raw = buf.tobytes()
+    (got,) = struct.unpack_from("I", raw, 4)
+    return struct.unpack_from(f"{min(got, n)}Q", raw, 8)
+
+
+class EthtoolSource(Source):
+    name: ClassVar[str] = "ethtool"
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("nic.stat", "NIC driver statistic (ethtool -S), by driver's name",
+                   "count", labels=("iface", "driver", "stat"), counter=True),
+        SignalSpec("nic.stats_available", "interfaces whose driver answers ETHTOOL_GSTATS",
+                   "interfaces"),
+    )
+
+    def __init__(self, host: Host, interfaces: list[str] | None = None) -> None:
+        super().__init__(host)
+        self.only = interfaces
+        self.sock: socket.socket | None = None
+        self.nics: dict[str, NicInfo | None] = {}  # None: answers no stats
+
+    def unavailable(self) -> str | None:
+        if not (self.host.sys / "class" / "net").is_dir():
+            return "no /sys/class/net"
+        return None
+
+    def interfaces(self) -> list[str]:
+        found = sorted(p.name for p in (self.host.sys / "class" / "net").iterdir())
+        return [i for i in found if self.only is None or i in self.only]
+
+    def _info(self, sock: socket.socket, iface: str) -> NicInfo | None:
+        if iface not in self.nics:
+            try:
+                driver, n = driver_info(sock, iface)
+                names = stat_names(sock, iface, n) if 0 < n <= MAX_STATS else ()
+                self.nics[iface] = NicInfo(iface, driver, names) if names else None
+            except OSError:
+                self.nics[iface] = None  # no ethtool support (e.g. lo): remember, skip
+        return self.nics[iface]
+
+    def collect(self, now: float) -> dict[str, object]:
+        if self.sock is None:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        fam: Family = {}
+        present = self.interfaces()
+        for gone in set(self.nics) - set(present):
+            del self.nics[gone]
+        answering = 0
+        for iface in present:
+            info = self._info(self.sock, iface)
+            if info is None:
+                continue
+            try:
+                values = stat_values(self.sock, iface, len(info.stat_names))
+            except OSError:
+                self.nics.pop(iface, None)  # re-read names next time (device changed)
+                continue
+            answering += 1
+            for name, v in zip(info.stat_names, values, strict=False):
+                fam[labels_of({"iface": iface, "driver": info.driver, "stat": name})] = float(v)
+        return {"nic.stat": fam, "nic.stats_available": answering}
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
