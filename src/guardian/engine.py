@@ -235,6 +235,7 @@ def _plain(v: float | Family | None) -> Any:
 
 
 def _num(x: float) -> float | int | str:
+    x = float(x)
     if math.isinf(x):
         return "+Inf" if x > 0 else "-Inf"
     return int(x) if x.is_integer() and abs(x) < 2**53 else round(x, 6)

@@ -17,6 +17,7 @@ import ast
 import difflib
 import enum
 import itertools
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -124,6 +125,11 @@ class _Compiler:
         self.consts.append(value)
         return f"K[{len(self.consts) - 1}]"
 
+    def number(self, v: float) -> _Node:
+        """A numeric literal; non-finite values go through the constant table because
+        their repr ('inf', 'nan') is not a Python literal."""
+        return _Node(repr(v) if math.isfinite(v) else self.const(v), Kind.NUM, v)
+
     # -- entry ---------------------------------------------------------------------
     def visit(self, node: ast.AST) -> _Node:
         method = getattr(self, "visit_" + type(node).__name__, None)
@@ -138,7 +144,7 @@ class _Compiler:
         if isinstance(v, bool):
             return _Node(repr(v), Kind.BOOL, v)
         if isinstance(v, int | float):
-            return _Node(repr(float(v)), Kind.NUM, float(v))
+            return self.number(float(v))
         if isinstance(v, str):
             raise _err(node, "a string is only allowed as a label value or a duration "
                              "argument, e.g. rate(x, \"5m\")")
@@ -216,7 +222,7 @@ class _Compiler:
                 v = float(getattr(operator, op[1])(a.const, b.const))
             except ZeroDivisionError as exc:
                 raise _err(node, "division by zero") from exc
-            return _Node(repr(v), Kind.NUM, v)
+            return self.number(v)
         ta, tb = self.num_operand(a), self.num_operand(b)
         guard = _none_guard(a, ta, b, tb)
         expr = f"{ta[1]} {op[0]} {tb[1]}"
@@ -246,8 +252,7 @@ class _Compiler:
             if v.kind is Kind.VEC:
                 return _Node(f"vop(operator.mul, {sign}1.0, {v.code})", Kind.VEC)
             if v.const is not None:
-                c = -float(v.const) if sign == "-" else float(v.const)
-                return _Node(repr(c), Kind.NUM, c)
+                return self.number(-float(v.const) if sign == "-" else float(v.const))
             t = self.temp()
             return _Node(f"(None if ({t} := {v.code}) is None else {sign}{t})", Kind.NUM)
         raise _err(node, f"operator {_describe(node.op)} is not allowed")
@@ -311,7 +316,8 @@ class _Compiler:
     def visit_Call(self, node: ast.Call) -> _Node:
         fname = _dotted(node.func)
         if fname is None:
-            raise _err(node, f"{_describe(node.func)} cannot be called")
+            raise _err(node, f"{_describe(node.func)} cannot be called; only functions "
+                             f"({', '.join(FUNCTIONS)}) and signal selectors can")
         if fname not in FUNCTIONS:
             if fname in self.catalogue:
                 return self.selector(node)
@@ -404,6 +410,7 @@ def _describe(node: ast.AST) -> str:
         "BitXor": "'^'", "LShift": "'<<'", "RShift": "'>>'", "Invert": "'~'",
         "In": "'in'", "NotIn": "'not in'", "Is": "'is'", "IsNot": "'is not'",
         "MatMult": "'@'", "Starred": "'*'", "Await": "await", "Yield": "yield",
+        "Attribute": "a method", "Call": "the result of a call",
     }
     return names.get(type(node).__name__, type(node).__name__)
 

@@ -187,22 +187,44 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
     out: list[CompiledRule] = []
     for i, raw in enumerate(raw_rules):
         loc: tuple[str | int, ...] = ("rule", i)
+        spec: Rule | None = None
         try:
             spec = Rule.model_validate(raw)
         except ValidationError as exc:
             _report_validation(exc, loc, Rule, report)
-            continue
-        condition = _compile_when(spec, cat, at((*loc, "when")), text, path, diags)
-        actions = _bind_actions(spec, loc, reg, report)
-        if condition is not None and actions is not None:
+        # Check the condition and the actions even when other keys are wrong, so one run
+        # reports every mistake.
+        raw_dict = raw if isinstance(raw, dict) else {}
+        when = spec.when if spec else raw_dict.get("when")
+        condition = None
+        if isinstance(when, str) and when:
+            condition = _compile_when(when, cat, at((*loc, "when")), text, path, diags)
+        actions = _bind_actions(spec.action if spec else _action_specs(raw_dict), loc, reg,
+                                report)
+        if spec is not None and condition is not None and actions is not None:
             out.append(CompiledRule(spec, path, at(loc).line, condition, actions))
     return out
 
 
-def _compile_when(spec: Rule, cat: Mapping[str, SignalSpec], pos: Pos, text: str,
+def _action_specs(raw: dict[str, Any]) -> list[ActionSpec | None]:
+    """Best-effort action specs of a rule that failed validation (None where broken;
+    the schema error for those is already reported)."""
+    items = raw.get("action")
+    if not isinstance(items, list):
+        return []
+    out: list[ActionSpec | None] = []
+    for item in items:
+        try:
+            out.append(ActionSpec.model_validate(item))
+        except ValidationError:
+            out.append(None)
+    return out
+
+
+def _compile_when(when: str, cat: Mapping[str, SignalSpec], pos: Pos, text: str,
                   path: str, diags: list[Diagnostic]) -> Condition | None:
     try:
-        return compile_condition(spec.when, cat)
+        return compile_condition(when, cat)
     except ExprError as exc:
         line, col = _expr_position(pos, text, exc)
         diags.append(Diagnostic(path, line, col, f"in `when`: {exc.message}"))
@@ -224,12 +246,15 @@ def _expr_position(pos: Pos, text: str, exc: ExprError) -> tuple[int, int]:
     return first_line + exc.line - 1, exc.col + 1
 
 
-def _bind_actions(spec: Rule, loc: tuple[str | int, ...], reg: Registry,
-                  report: Any) -> list[BoundAction] | None:
+def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...],
+                  reg: Registry, report: Any) -> list[BoundAction] | None:
     bound: list[BoundAction] = []
     ok = True
-    for j, aspec in enumerate(spec.action):
+    for j, aspec in enumerate(specs):
         aloc = (*loc, "action", j)
+        if aspec is None:
+            ok = False
+            continue
         cls = reg.actions.get(aspec.use)
         if cls is None:
             hint = difflib.get_close_matches(aspec.use, list(reg.actions), n=3)
