@@ -222,8 +222,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         decisions = engine.evaluate(snap)
         for ex in executor.run(rules, decisions, snap):
             _print_executed(ex)
-        for d in decisions:
-            print(f"{d.kind:<10} {d.rule} {d.reason}", flush=True)
+        for decision in decisions:
+            print(f"{decision.kind:<10} {decision.rule} {decision.reason}", flush=True)
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
@@ -269,10 +269,10 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
         print(f"{flag:<8} {e['rule']:<28} {vals}")
         if e["missing"]:
             print(f"         no value for: {', '.join(e['missing'])}")
-        rule = rules.by_name(e["rule"])
-        assert rule is not None
-        if e["condition"] == "holds" and rule.spec.for_ > 0 and e["phase"] != "firing":
-            print(f"         would fire after holding for {rule.spec.for_:g}s, then:")
+        compiled = rules.by_name(e["rule"])
+        assert compiled is not None
+        if e["condition"] == "holds" and compiled.spec.for_ > 0 and e["phase"] != "firing":
+            print(f"         would fire after holding for {compiled.spec.for_:g}s, then:")
         for plan in e["plans"]:
             _print_plan(plan)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from itertools import pairwise
 from typing import Any
 
 from .policy.runtime import Matcher, sel
@@ -22,7 +23,7 @@ Series = list[tuple[float, float]]
 def _increase(s: Series) -> float:
     """Counter increase; a drop is a counter reset (counting restarts from zero)."""
     total = 0.0
-    for (_, prev), (_, cur) in zip(s, s[1:], strict=False):
+    for (_, prev), (_, cur) in pairwise(s):
         total += cur - prev if cur >= prev else cur
     return total
 

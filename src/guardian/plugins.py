@@ -37,7 +37,7 @@ class Source(ABC):
     def collect(self, now: float) -> dict[str, object]:
         """Signal name -> float, or -> {labels: float} for a family."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook; most sources hold nothing)
         """Release files or sockets held between collections."""
 
 
