@@ -215,6 +215,9 @@ class Engine:
         out: dict[str, Any] = {}
         for ref in rule.condition.refs:
             v = ref.value(values)
+            exact = ref.matchers and not any(is_glob for _, _, is_glob in ref.matchers)
+            if exact and isinstance(v, dict) and len(v) == 1:
+                v = next(iter(v.values()))  # the key already names the one member
             out[ref.key] = _plain(v)
         if isinstance(result, dict):
             out["matched"] = _plain(result)
