@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,14 +14,16 @@ from typing import Any
 
 from . import __version__
 from .collector import Collector
+from .config import DEFAULT_CONFIG, Config, load_config
 from .durations import parse_duration
-from .engine import Engine
+from .engine import Budget, Engine
 from .executor import Executor
 from .host import Host
 from .plugins import default_registry
 from .policy.loader import TEST_SUFFIX, RuleError, Ruleset, load_rules
 from .policy.ruletest import run_test_file
 from .policy.schema import json_schema
+from .signals.kmsg import KmsgConfig
 from .snapshot import format_labels
 
 DEFAULT_RULES = "/etc/guardian/rules"
@@ -58,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("test", help="run rule unit tests (*.test.toml), like promtool test")
     t.add_argument("paths", nargs="+", help="test files, or directories of *.test.toml")
     t.add_argument("--json", action="store_true", help="machine-readable output")
+    _config_option(t)
     t.set_defaults(func=cmd_test)
 
     r = sub.add_parser("run", help="evaluate rules against this host (loop, or --once)")
@@ -67,12 +71,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="one evaluation (after a short warm-up sample for rates), then exit")
     r.add_argument("--dry-run", action="store_true",
                    help="plan actions but never apply them")
-    r.add_argument("--interval", default="15s", help="tick interval (default 15s)")
+    r.add_argument("--interval", help="tick interval (default: the config's, else 15s)")
     r.add_argument("--warmup", default="1s",
                    help="with --once: time between the warm-up sample and the evaluation")
     r.add_argument("--root", default="/", help="host root to read (default /)")
     r.add_argument("--audit", metavar="FILE", help="append decisions and outcomes to FILE")
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
+    _config_option(r)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
@@ -82,8 +87,20 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--root", default="/", help="host root to read (default /)")
     g.add_argument("--warmup", default="1s", help="time between two samples (for rates)")
     g.add_argument("--json", action="store_true", help="machine-readable output")
+    _config_option(g)
     g.set_defaults(func=cmd_signals)
     return p
+
+
+def _config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help=f"guardian config (default {DEFAULT_CONFIG} when it exists)")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    """The config named by --config, else the default file if present. Raises RuleError."""
+    path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    return load_config(path, default_registry())
 
 
 def _registry_warnings() -> None:
@@ -121,7 +138,13 @@ def cmd_test(args: argparse.Namespace) -> int:
     if not files:
         print("guardian test: no test files found", file=sys.stderr)
         return 1
-    results = [run_test_file(f) for f in files]
+    try:
+        config = _config(args)
+    except RuleError as exc:
+        return _print_errors(exc)
+    kmsg_cfg = config.sources.get("kmsg") or KmsgConfig()
+    assert isinstance(kmsg_cfg, KmsgConfig)
+    results = [run_test_file(f, patterns=kmsg_cfg.compiled()) for f in files]
     n_tests = sum(r.tests for r in results)
     n_fail = sum(len(r.failures) for r in results) + sum(len(r.errors) for r in results)
     if args.json:
@@ -141,14 +164,19 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0 if n_fail == 0 else 1
 
 
+def _print_errors(exc: RuleError) -> int:
+    for d in exc.diagnostics:
+        print(d, file=sys.stderr)
+    return 1
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(json_schema(), indent=2))
     return 0
 
 
-def _collector(root: str) -> Collector:
-    coll = Collector.from_registry(Host(Path(root)), default_registry())
-    return coll
+def _collector(root: str, config: Config) -> Collector:
+    return Collector.from_registry(Host(Path(root)), default_registry(), config)
 
 
 def _report_sources(coll: Collector) -> None:
@@ -160,7 +188,11 @@ def _report_sources(coll: Collector) -> None:
 
 def cmd_signals(args: argparse.Namespace) -> int:
     _registry_warnings()
-    coll = _collector(args.root)
+    try:
+        config = _config(args)
+    except RuleError as exc:
+        return _print_errors(exc)
+    coll = _collector(args.root, config)
     _report_sources(coll)
     coll.collect(time.monotonic())
     time.sleep(parse_duration(args.warmup))
@@ -197,25 +229,26 @@ def _jsonable(v: Any) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     _registry_warnings()
     try:
+        config = _config(args)
         rules = load_rules(args.rules)
     except RuleError as exc:
-        for d in exc.diagnostics:
-            print(d, file=sys.stderr)
-        return 1
-    coll = _collector(args.root)
+        return _print_errors(exc)
+    coll = _collector(args.root, config)
     _report_sources(coll)
     audit = None
     if args.audit:
         from .audit import AuditLog
         audit = AuditLog(args.audit)
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
-    engine = Engine(rules)
+    engine = Engine(rules, Budget(config.engine.budget.runs, config.engine.budget.within))
     if args.once:
         return _run_once(args, rules, coll, engine, executor)
-    interval = parse_duration(args.interval)
+    interval = parse_duration(args.interval) if args.interval else config.engine.interval
     mode = "dry run" if args.dry_run else "LIVE"
-    print(f"guardian: {mode}, {len(rules.rules)} rule(s), every {args.interval}",
-          file=sys.stderr)
+    wake = threading.Event()
+    followers = coll.follow(lambda reason: wake.set())
+    print(f"guardian: {mode}, {len(rules.rules)} rule(s), every {interval:g}s; "
+          f"event sources: {', '.join(followers) or 'none'}", file=sys.stderr)
     while True:
         started = time.monotonic()
         snap = coll.collect(started)
@@ -224,7 +257,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _print_executed(ex)
         for decision in decisions:
             print(f"{decision.kind:<10} {decision.rule} {decision.reason}", flush=True)
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+        wake.wait(max(0.0, interval - (time.monotonic() - started)))
+        wake.clear()
 
 
 def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine: Engine,

@@ -7,8 +7,9 @@ A source that raises yields no value for any of its signals, and its error is co
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from .config import Config
 from .host import Host
 from .plugins import Registry, Source
 from .snapshot import SignalSpec, Snapshot, clean_value, labels_of
@@ -37,12 +38,18 @@ class Collector:
         self.error_counts = {s.name: 0 for s in self.sources}
 
     @classmethod
-    def from_registry(cls, host: Host, registry: Registry,
+    def from_registry(cls, host: Host, registry: Registry, config: Config | None = None,
                       only: Iterable[str] | None = None) -> Collector:
+        """Every registered source not disabled in ``config`` (or only those named)."""
+        cfg = config or Config()
         names = set(only) if only is not None else None
-        chosen = [s(host) for n, s in sorted(registry.sources.items())
-                  if names is None or n in names]
+        chosen = [src(host, cfg.sources.get(n)) for n, src in sorted(registry.sources.items())
+                  if (names is None or n in names) and n not in cfg.disabled_sources]
         return cls(host, chosen)
+
+    def follow(self, wake: Callable[[str], None]) -> list[str]:
+        """Start the event followers of sources that have them; their names."""
+        return [s.name for s in self.sources if s.follow(wake)]
 
     def collect(self, now: float) -> Snapshot:
         snap = Snapshot(now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
@@ -19,15 +20,27 @@ from .host import Host
 from .snapshot import SignalSpec, Snapshot
 
 
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
 class Source(ABC):
     """Reads one area of the host. ``collect`` only reads; a failure raises, and the
-    collector turns it into "no value" for this source's signals plus an error count."""
+    collector turns it into "no value" for this source's signals plus an error count.
+    ``Config`` is the pydantic model of the source's ``[sources.NAME]`` table."""
 
     name: ClassVar[str]
     specs: ClassVar[tuple[SignalSpec, ...]]
+    Config: ClassVar[type[BaseModel]] = NoParams
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
         self.host = host
+        self.config = config if config is not None else self.Config()
+
+    def follow(self, wake: Callable[[str], None]) -> bool:
+        """Start watching for events between ticks and call ``wake(reason)`` on one.
+        Returns False for sources that only read at ticks (the default)."""
+        return False
 
     def unavailable(self) -> str | None:
         """Why this source cannot work on this host, or None when it can."""
@@ -39,10 +52,6 @@ class Source(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook; most sources hold nothing)
         """Release files or sockets held between collections."""
-
-
-class NoParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass

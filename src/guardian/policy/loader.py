@@ -142,6 +142,13 @@ def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
 _TOML_POS = re.compile(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", re.S)
 
 
+def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
+    """A TOML syntax error as a diagnostic at tomllib's line and column."""
+    m = _TOML_POS.match(str(exc))
+    line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
+    return Diagnostic(path, line, col, f"TOML syntax: {msg}")
+
+
 def _load_file(path: Path, reg: Registry, cat: Mapping[str, SignalSpec],
                diags: list[Diagnostic]) -> list[CompiledRule]:
     try:
@@ -157,9 +164,7 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        m = _TOML_POS.match(str(exc))
-        line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
-        diags.append(Diagnostic(path, line, col, f"TOML syntax: {msg}"))
+        diags.append(toml_error(path, exc))
         return []
     positions = key_positions(text)
 
@@ -191,7 +196,7 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
         try:
             spec = Rule.model_validate(raw)
         except ValidationError as exc:
-            _report_validation(exc, loc, Rule, report)
+            report_validation(exc, loc, Rule, report)
         # Check the condition and the actions even when other keys are wrong, so one run
         # reports every mistake.
         raw_dict = raw if isinstance(raw, dict) else {}
@@ -267,15 +272,16 @@ def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...]
         try:
             params = cls.Params.model_validate(aspec.params)
         except ValidationError as exc:
-            _report_validation(exc, aloc, cls.Params, report, prefix=f"action {aspec.use!r}: ")
+            report_validation(exc, aloc, cls.Params, report, prefix=f"action {aspec.use!r}: ")
             ok = False
             continue
         bound.append(BoundAction(aspec, cls(params)))
     return bound if ok else None
 
 
-def _report_validation(exc: ValidationError, base: tuple[str | int, ...],
-                       model: type[BaseModel], report: Any, prefix: str = "") -> None:
+def report_validation(exc: ValidationError, base: tuple[str | int, ...],
+                      model: type[BaseModel], report: Any, prefix: str = "") -> None:
+    """Report each pydantic error at the position of its key (or value) in the file."""
     fields = [f.alias or name for name, f in model.model_fields.items()]
     for err in exc.errors():
         loc = tuple(err["loc"])

@@ -37,6 +37,7 @@ from typing import Any
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
 from ..plugins import Registry, default_registry
+from ..signals.kmsg import KmsgConfig, match_line
 from ..snapshot import Snapshot, Value, parse_series_key
 from .loader import Diagnostic, RuleError, load_rules
 from .positions import key_positions, locate
@@ -85,8 +86,10 @@ class FileResult:
         return not self.failures and not self.errors
 
 
-def run_test_file(path: str | Path, registry: Registry | None = None) -> FileResult:
-    """Run every test of one test file."""
+def run_test_file(path: str | Path, registry: Registry | None = None,
+                  patterns: dict[str, re.Pattern[str]] | None = None) -> FileResult:
+    """Run every test of one test file. ``patterns`` are the kernel-log patterns that
+    ``[[kmsg]]`` samples are checked against (default: the shipped ones)."""
     path = Path(path)
     res = FileResult(str(path))
     reg = registry or default_registry()
@@ -105,6 +108,9 @@ def run_test_file(path: str | Path, registry: Registry | None = None) -> FileRes
         p = locate(positions, loc)
         res.errors.append(Diagnostic(str(path), p.line if p else 1, p.col if p else 1, msg))
 
+    _check_kmsg_samples(doc.get("kmsg", []), patterns or KmsgConfig().compiled(), res, err)
+    if "rule_files" not in doc and "test" not in doc and res.tests:
+        return res  # a file of kernel-log samples only
     files = doc.get("rule_files")
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         err(("rule_files",), "`rule_files` must be a non-empty list of paths")
@@ -130,8 +136,32 @@ def run_test_file(path: str | Path, registry: Registry | None = None) -> FileRes
         except _TestInputError as exc:
             err(("test", i, *exc.loc), f"{tname}: {exc}")
     if res.tests == 0:
-        err((), "no [[test]] tables in this file")
+        err((), "no [[test]] or [[kmsg]] tables in this file")
     return res
+
+
+def _check_kmsg_samples(samples: Any, patterns: dict[str, re.Pattern[str]],
+                        res: FileResult, err: Any) -> None:
+    """``[[kmsg]]`` tables: a sample kernel-log line and the patterns it must match."""
+    if not isinstance(samples, list):
+        err(("kmsg",), "`kmsg` must be an array of tables: write each as [[kmsg]]")
+        return
+    for i, sample in enumerate(samples):
+        line, want = sample.get("line"), sample.get("matches")
+        if not isinstance(line, str) or not isinstance(want, list):
+            err(("kmsg", i), "a [[kmsg]] sample needs `line` (text) and `matches` (list)")
+            continue
+        unknown = [w for w in want if w not in patterns]
+        if unknown:
+            err(("kmsg", i, "matches"), f"unknown pattern(s) {', '.join(unknown)} (known: "
+                                        f"{', '.join(sorted(patterns))})")
+            continue
+        res.tests += 1
+        got = sorted(match_line(patterns, line))
+        if got != sorted(want):
+            res.failures.append(Failure(f"kmsg sample {i + 1}", "-",
+                                        _diff("matches", sorted(want), got)
+                                        + f"\n    line: {line}"))
 
 
 class _TestInputError(ValueError):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import BaseModel
+
 from ..host import Host
 from ..plugins import Source
 from ..snapshot import SignalSpec
@@ -93,8 +95,8 @@ class CgroupsSource(Source):
                    "(1 = v1 or hybrid, 2 = unified)", ""),
     )
 
-    def __init__(self, host: Host) -> None:
-        super().__init__(host)
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
         self._layout: Layout | None = None
 
     def layout(self) -> Layout | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
@@ -20,7 +22,13 @@ COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"
 PCT_SIGNALS = {"user": "user_pct", "system": "sys_pct", "irq": "irq_pct",
                "softirq": "softirq_pct", "iowait": "iowait_pct", "steal": "steal_pct",
                "idle": "idle_pct", "nice": "nice_pct"}
-HOT_PCT = 90.0  # a core is "hot" when system + irq + softirq time reaches this
+
+
+class CpuConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hot_pct: float = Field(90.0, gt=0, le=100, description="a core is hot when its system "
+                           "+ irq + softirq share reaches this")
 
 
 def parse_proc_stat_cpus(text: str) -> dict[str, tuple[int, ...]]:
@@ -38,20 +46,23 @@ def parse_proc_stat_cpus(text: str) -> dict[str, tuple[int, ...]]:
 
 class CpuSource(Source):
     name: ClassVar[str] = "cpu"
+    Config = CpuConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         *(SignalSpec(f"cpu.core.{sig}", f"share of the core's time in {col}", "percent",
                      labels=("cpu",)) for col, sig in PCT_SIGNALS.items()),
         SignalSpec("cpu.hottest_core_pct", "system + irq + softirq share of the hottest "
                    "core", "percent"),
-        SignalSpec("cpu.hot_cores", f"cores whose system + irq + softirq share is at least "
-                   f"{HOT_PCT:g}%", "cores"),
+        SignalSpec("cpu.hot_cores", "cores whose system + irq + softirq share is at least "
+                   "hot_pct (90% unless configured)", "cores"),
         SignalSpec("cpu.cores", "online cores", "cores"),
         SignalSpec("cpu.ksoftirqd_pct", "CPU used by the ksoftirqd thread of each core "
                    "(its softirq backlog)", "percent", labels=("cpu",)),
     )
 
-    def __init__(self, host: Host) -> None:
-        super().__init__(host)
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
+        assert isinstance(self.config, CpuConfig)
+        self.hot_pct = self.config.hot_pct
         self.prev: dict[str, tuple[int, ...]] | None = None
         self.ksoftirqd: dict[int, str] = {}  # pid -> cpu
         self.prev_ksoftirqd: tuple[float, dict[int, int]] | None = None
@@ -84,7 +95,7 @@ class CpuSource(Source):
             out[f"cpu.core.{sig}"] = fam
         if hot:
             out["cpu.hottest_core_pct"] = max(hot)
-            out["cpu.hot_cores"] = sum(1 for h in hot if h >= HOT_PCT)
+            out["cpu.hot_cores"] = sum(1 for h in hot if h >= self.hot_pct)
         return out
 
     def _ksoftirqd(self, now: float) -> dict[str, object]:

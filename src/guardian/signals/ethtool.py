@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
@@ -70,8 +72,16 @@ def stat_values(sock: socket.socket, iface: str, n: int) -> tuple[int, ...]:
     return struct.unpack_from(f"{min(got, n)}Q", raw, 8)
 
 
+class EthtoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    interfaces: list[str] | None = Field(
+        None, description="interfaces to read (default: every one that answers)")
+
+
 class EthtoolSource(Source):
     name: ClassVar[str] = "ethtool"
+    Config = EthtoolConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("nic.stat", "NIC driver statistic (ethtool -S), by driver's name",
                    "count", labels=("iface", "driver", "stat"), counter=True),
@@ -79,9 +89,10 @@ class EthtoolSource(Source):
                    "interfaces"),
     )
 
-    def __init__(self, host: Host, interfaces: list[str] | None = None) -> None:
-        super().__init__(host)
-        self.only = interfaces
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
+        assert isinstance(self.config, EthtoolConfig)
+        self.only = self.config.interfaces
         self.sock: socket.socket | None = None
         self.nics: dict[str, NicInfo | None] = {}  # None: answers no stats
 

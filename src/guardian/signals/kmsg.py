@@ -3,8 +3,10 @@
 The follower starts at the end of the kernel's ring buffer (old lines are replayed only
 when asked), reads every new record without blocking, and counts matches of named regular
 expressions. Each read of /dev/kmsg returns one record ``prio,seq,usec,flags;message``
-followed by optional `` KEY=value`` dictionary lines; ``EPIPE`` means records were
-overwritten before we read them, which is counted in ``kmsg.lost``.
+followed by optional `` KEY=value`` dictionary lines. ``EPIPE`` means records were
+overwritten before we read them; it and gaps in the sequence numbers count in ``kmsg.lost``.
+With :meth:`KmsgSource.follow`, a thread waits on the device and wakes the engine as soon
+as a pattern matches, instead of at the next tick.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from __future__ import annotations
 import errno
 import os
 import re
+import select
+import stat
+import threading
+import time
+from collections.abc import Callable
 from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..host import Host
 from ..plugins import Source
@@ -31,25 +40,58 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "soft_lockup": r"soft lockup - CPU#\d+ stuck",
     "rcu_stall": r"rcu_(?:sched|preempt) (?:self-)?detected (?:stalls|stall)",
 }
-MAX_RECORDS_PER_DRAIN = 20_000  # bounds guardian's own CPU under a log flood
 _RECORD_MAX = 8192
+_FOLLOW_COALESCE = 0.05  # at most ~20 wake-ups a second, however fast lines arrive
 
 
-def parse_record(raw: bytes) -> tuple[int, int, str] | None:
-    """(priority, sequence, message) of one /dev/kmsg record, or None if malformed."""
+class KmsgConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    patterns: dict[str, str] = Field(
+        default_factory=dict, description="name -> regular expression, added to the defaults")
+    default_patterns: bool = Field(True, description="include the shipped patterns")
+    replay: bool = Field(False, description="read the ring buffer from its start")
+    max_records_per_drain: int = Field(20_000, gt=0,
+                                       description="bounds guardian's CPU under a log flood")
+
+    @field_validator("patterns")
+    @classmethod
+    def _compile(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, rx in v.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ValueError(f"pattern name {name!r} must be lower_snake_case")
+            try:
+                re.compile(rx)
+            except re.error as exc:
+                raise ValueError(f"pattern {name!r}: bad regular expression: {exc}") from None
+        return v
+
+    def compiled(self) -> dict[str, re.Pattern[str]]:
+        merged = {**(DEFAULT_PATTERNS if self.default_patterns else {}), **self.patterns}
+        return {n: re.compile(p) for n, p in merged.items()}
+
+
+def parse_record(raw: bytes) -> tuple[int, int, str, str] | None:
+    """(priority, sequence, flags, message) of one /dev/kmsg record, or None."""
     text = raw.decode("utf-8", errors="replace")
     head, sep, rest = text.partition(";")
     if not sep:
         return None
     fields = head.split(",")
-    if len(fields) < 3 or not fields[0].isdigit() or not fields[1].isdigit():
+    if len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
         return None
     message = rest.split("\n", 1)[0]  # dictionary lines (" KEY=value") follow
-    return int(fields[0]) & 7, int(fields[1]), message
+    return int(fields[0]) & 7, int(fields[1]), fields[3], message
+
+
+def match_line(patterns: dict[str, re.Pattern[str]], line: str) -> list[str]:
+    """Names of the patterns that match one log line (what `guardian test` checks)."""
+    return [name for name, rx in patterns.items() if rx.search(line)]
 
 
 class KmsgSource(Source):
     name: ClassVar[str] = "kmsg"
+    Config = KmsgConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("kmsg.matches", "kernel log lines that matched a pattern, since start",
                    "lines", labels=("pattern",), counter=True),
@@ -57,21 +99,29 @@ class KmsgSource(Source):
                    "(only patterns that have matched)", "seconds", labels=("pattern",)),
         SignalSpec("kmsg.records", "kernel log records read since start", "records",
                    counter=True),
-        SignalSpec("kmsg.lost", "times records were overwritten before guardian read them",
-                   "events", counter=True),
+        SignalSpec("kmsg.lost", "records overwritten before guardian read them", "records",
+                   counter=True),
     )
 
-    def __init__(self, host: Host, patterns: dict[str, str] | None = None,
-                 replay: bool = False) -> None:
-        super().__init__(host)
-        self.patterns = {n: re.compile(p) for n, p in (patterns or DEFAULT_PATTERNS).items()}
-        self.replay = replay
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
+        assert isinstance(self.config, KmsgConfig)
+        self.cfg: KmsgConfig = self.config
+        self.patterns = self.cfg.compiled()
+        # one alternation screens each line; only lines it hits run the named patterns
+        self.screen = re.compile("|".join(f"(?:{p.pattern})" for p in self.patterns.values())
+                                 or r"(?!)")
         self.fd = -1
+        self.is_file = False
+        self.lock = threading.Lock()
         self.counts = dict.fromkeys(self.patterns, 0)
         self.last_match: dict[str, float] = {}
         self.records = 0
         self.lost = 0
         self.last_seq: int | None = None
+        self.fragment = ""
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
 
     def unavailable(self) -> str | None:
         try:
@@ -83,53 +133,112 @@ class KmsgSource(Source):
     def _open(self) -> None:
         if self.fd < 0:
             self.fd = os.open(self.host.kmsg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            if not self.replay:
+            # a recorded log (a regular file, one record per line) instead of the device
+            self.is_file = stat.S_ISREG(os.fstat(self.fd).st_mode)
+            if not self.cfg.replay:
                 os.lseek(self.fd, 0, os.SEEK_END)
 
     def drain(self, now: float) -> list[str]:
-        """Read what is new (at most MAX_RECORDS_PER_DRAIN records); the names of the
-        patterns that matched."""
-        self._open()
-        matched: list[str] = []
-        for _ in range(MAX_RECORDS_PER_DRAIN):
-            try:
-                raw = os.read(self.fd, _RECORD_MAX)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    self.lost += 1
-                    continue
-                raise
-            if not raw:
-                break  # a regular file (fixture) at its end
-            for chunk in raw.split(b"\n") if not self.host.is_live else (raw,):
-                self._one(chunk, now, matched)
-        return matched
+        """Read what is new (bounded per call); the names of the patterns that matched."""
+        with self.lock:
+            self._open()
+            matched: list[str] = []
+            for _ in range(self.cfg.max_records_per_drain):
+                try:
+                    raw = os.read(self.fd, _RECORD_MAX)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:
+                        self.lost += 1  # the next read resumes at the oldest record left
+                        continue
+                    raise
+                if not raw:
+                    break  # a recording at its end
+                if self.is_file:
+                    self._recorded(raw, now, matched)
+                else:
+                    self._record(raw, now, matched)
+            return matched
 
-    def _one(self, raw: bytes, now: float, matched: list[str]) -> None:
+    def _recorded(self, chunk: bytes, now: float, matched: list[str]) -> None:
+        """Records of a recorded log: whole lines; a partial last line is read again."""
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        os.lseek(self.fd, end + 1 - len(chunk), os.SEEK_CUR)
+        for line in chunk[:end].split(b"\n"):
+            if line and not line.startswith(b" "):
+                self._record(line, now, matched)
+
+    def _record(self, raw: bytes, now: float, matched: list[str]) -> None:
         rec = parse_record(raw)
         if rec is None:
             return
-        _, seq, message = rec
+        _, seq, flags, message = rec
         if self.last_seq is not None and seq > self.last_seq + 1:
-            self.lost += 1  # records were skipped (overwritten in the ring)
+            self.lost += seq - self.last_seq - 1
         self.last_seq = seq
         self.records += 1
-        for name, rx in self.patterns.items():
-            if rx.search(message):
-                self.counts[name] += 1
-                self.last_match[name] = now
-                matched.append(name)
+        # 'c' starts a line printed in fragments and '+' continues it: match the whole line
+        if flags == "+" and self.fragment:
+            self.fragment += message
+            return
+        if self.fragment:
+            self._match(self.fragment, now, matched)
+            self.fragment = ""
+        if flags == "c":
+            self.fragment = message
+            return
+        self._match(message, now, matched)
+
+    def _match(self, line: str, now: float, matched: list[str]) -> None:
+        if not self.screen.search(line):
+            return
+        for name in match_line(self.patterns, line):
+            self.counts[name] += 1
+            self.last_match[name] = now
+            matched.append(name)
 
     def collect(self, now: float) -> dict[str, object]:
         self.drain(now)
-        matches: Family = {labels_of({"pattern": n}): float(c) for n, c in self.counts.items()}
-        ages: Family = {labels_of({"pattern": n}): now - t for n, t in self.last_match.items()}
-        return {"kmsg.matches": matches, "kmsg.last_match_age_seconds": ages,
-                "kmsg.records": self.records, "kmsg.lost": self.lost}
+        with self.lock:
+            if self.fragment:  # a fragment no one continued by now is a whole line
+                self._match(self.fragment, now, [])
+                self.fragment = ""
+            matches: Family = {labels_of({"pattern": n}): float(c)
+                               for n, c in self.counts.items()}
+            ages: Family = {labels_of({"pattern": n}): max(now - t, 0.0)
+                            for n, t in self.last_match.items()}
+            return {"kmsg.matches": matches, "kmsg.last_match_age_seconds": ages,
+                    "kmsg.records": self.records, "kmsg.lost": self.lost}
+
+    def follow(self, wake: Callable[[str], None]) -> bool:
+        if self.thread is not None:
+            return True
+        self._open()
+
+        def loop() -> None:
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            while not self.stop.is_set():
+                if not poller.poll(500):
+                    continue
+                matched = self.drain(time.monotonic())
+                if matched:
+                    wake("kmsg: " + ", ".join(sorted(set(matched))))
+                self.stop.wait(_FOLLOW_COALESCE)
+
+        self.thread = threading.Thread(target=loop, name="guardian-kmsg", daemon=True)
+        self.thread.start()
+        return True
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=2)
+            self.thread = None
+        with self.lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import BaseModel
+
 from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
@@ -23,8 +25,8 @@ class ProcessesSource(Source):
                    "how long guardian has seen the longest-standing zombie", "seconds"),
     )
 
-    def __init__(self, host: Host) -> None:
-        super().__init__(host)
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
         # (pid, starttime) of each zombie -> when guardian first saw it; the kernel does
         # not record when a process exited, so age is measured from first sight.
         self.first_seen: dict[tuple[int, int], float] = {}
