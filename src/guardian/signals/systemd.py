@@ -1,0 +1,157 @@
+"""systemd units: restarts, active and sub state, so a crash-looping unit is visible.
+
+Read with ``systemctl show`` (argv, never a shell) rather than a D-Bus client: as root,
+systemctl talks to systemd's private socket, so it keeps working when the D-Bus daemon is
+down or wedged, it adds no dependency, and its ``show`` output is a stable interface. The
+argv prefix is configurable, so guardian in a container can reach the host's systemd with
+``["nsenter", "--target", "1", "--mount", "--", "systemctl"]``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import deque
+from fnmatch import fnmatchcase
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..host import Host
+from ..plugins import Source
+from ..policy.schema import Duration
+from ..snapshot import Family, SignalSpec, labels_of
+
+PROPERTIES = ("Id", "NRestarts", "ActiveState", "SubState")
+
+
+class SystemdConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    units: list[str] = Field(["*.service"], description="globs of units to watch")
+    restart_window: Duration = Field(600.0, description="window of unit_restarts_recent")
+    crashloop_restarts: int = Field(5, gt=0, description="restarts within the window that "
+                                    "make a unit count as crash-looping")
+    systemctl: list[str] = Field(["systemctl"], min_length=1,
+                                 description="argv that runs systemctl")
+    timeout: Duration = Field(10.0, description="longest a systemctl call may take")
+
+
+def parse_show(text: str) -> list[dict[str, str]]:
+    """Blocks of ``systemctl show`` output (``Key=value`` lines, blank line between)."""
+    units: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                units.append(cur)
+                cur = {}
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            cur[key] = value
+    if cur:
+        units.append(cur)
+    return units
+
+
+def parse_list_units(text: str) -> list[str]:
+    """Unit names from ``systemctl list-units --plain --no-legend``."""
+    names = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts:
+            names.append(parts[0].lstrip("●*"))
+    return [n for n in names if n]
+
+
+class SystemdSource(Source):
+    name: ClassVar[str] = "systemd"
+    Config = SystemdConfig
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("systemd.unit_restarts", "automatic restarts of a unit (NRestarts)",
+                   "restarts", labels=("unit",), counter=True),
+        SignalSpec("systemd.unit_restarts_recent", "automatic restarts within the source's "
+                   "restart_window (10m unless configured)", "restarts", labels=("unit",)),
+        SignalSpec("systemd.unit_active", "1 if the unit is active, else 0", "",
+                   labels=("unit",)),
+        SignalSpec("systemd.unit_failed", "1 if the unit is in the failed state, else 0", "",
+                   labels=("unit",)),
+        SignalSpec("systemd.unit_state", "1 for the unit's current active and sub state",
+                   "", labels=("unit", "active", "sub")),
+        SignalSpec("systemd.crashlooping_units", "units with at least crashloop_restarts "
+                   "restarts within the window", "units"),
+    )
+
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
+        assert isinstance(self.config, SystemdConfig)
+        self.cfg: SystemdConfig = self.config
+        self.history: dict[str, deque[tuple[float, int]]] = {}
+
+    def _run(self, *args: str) -> str:
+        proc = subprocess.run([*self.cfg.systemctl, *args], capture_output=True, text=True,
+                              timeout=self.cfg.timeout, check=False,
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C",
+                                   "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"})
+        if proc.returncode != 0:
+            msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise RuntimeError(f"{' '.join(self.cfg.systemctl)} {args[0]} failed "
+                               f"(exit {proc.returncode}): {msg[0] if msg else 'no output'}")
+        return proc.stdout
+
+    def unavailable(self) -> str | None:
+        if shutil.which(self.cfg.systemctl[0]) is None:
+            return f"{self.cfg.systemctl[0]} not found"
+        try:
+            self._run("show", "--property=Version")
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            return f"no systemd to talk to: {exc}"
+        return None
+
+    def collect(self, now: float) -> dict[str, object]:
+        names = [n for n in parse_list_units(self._run(
+            "list-units", "--all", "--type=service", "--plain", "--no-legend", "--no-pager",
+            "--full")) if any(fnmatchcase(n, g) for g in self.cfg.units)]
+        units = parse_show(self._run("show", "--no-pager", "--property=" + ",".join(
+            PROPERTIES), "--", *names)) if names else []
+        restarts: Family = {}
+        recent: Family = {}
+        active: Family = {}
+        failed: Family = {}
+        state: Family = {}
+        seen = set()
+        for u in units:
+            unit = u.get("Id", "")
+            if not unit or not u.get("NRestarts", "").isdigit():
+                continue
+            seen.add(unit)
+            key = labels_of({"unit": unit})
+            n = int(u["NRestarts"])
+            restarts[key] = float(n)
+            recent[key] = float(self._recent(unit, now, n))
+            active[key] = float(u.get("ActiveState") == "active")
+            failed[key] = float(u.get("ActiveState") == "failed")
+            state[labels_of({"unit": unit, "active": u.get("ActiveState", ""),
+                             "sub": u.get("SubState", "")})] = 1.0
+        for gone in set(self.history) - seen:
+            del self.history[gone]
+        return {
+            "systemd.unit_restarts": restarts, "systemd.unit_restarts_recent": recent,
+            "systemd.unit_active": active, "systemd.unit_failed": failed,
+            "systemd.unit_state": state,
+            "systemd.crashlooping_units": sum(
+                1 for v in recent.values() if v >= self.cfg.crashloop_restarts),
+        }
+
+    def _recent(self, unit: str, now: float, n: int) -> int:
+        """Restarts guardian saw within the window. The baseline is the newest sample at
+        or before the window's start; a drop in NRestarts (a manual restart resets it)
+        starts over."""
+        dq = self.history.setdefault(unit, deque())
+        if dq and n < dq[-1][1]:
+            dq.clear()
+        dq.append((now, n))
+        while len(dq) > 1 and dq[1][0] <= now - self.cfg.restart_window:
+            dq.popleft()
+        return n - dq[0][1]
