@@ -37,8 +37,10 @@ def parse_proc_stat_cpus(text: str) -> dict[str, tuple[int, ...]]:
     for line in text.splitlines():
         if line.startswith("cpu") and line[3:4].isdigit():
             parts = line.split()
-            vals = tuple(int(x) for x in parts[1:1 + len(COLUMNS)])
-            out[parts[0][3:]] = vals + (0,) * (len(COLUMNS) - len(vals))
+            if len(parts) < 1 + len(COLUMNS):
+                raise ValueError(f"/proc/stat line {parts[0]!r} has {len(parts) - 1} "
+                                 f"columns, expected at least {len(COLUMNS)}")
+            out[parts[0][3:]] = tuple(int(x) for x in parts[1:1 + len(COLUMNS)])
     if not out:
         raise ValueError("no cpuN lines in /proc/stat")
     return out

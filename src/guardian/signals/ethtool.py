@@ -30,6 +30,9 @@ ETH_GSTRING_LEN = 32
 _DRVINFO_SIZE = 4 + 32 * 5 + 12 + 5 * 4  # struct ethtool_drvinfo
 _N_STATS_OFFSET = 4 + 32 * 5 + 12 + 4
 MAX_STATS = 65536  # a driver claiming more is not believed
+# The kernel writes as many entries as the driver has *now*, whatever size we announce;
+# a count that grew between our GDRVINFO and the read would overrun an exact buffer.
+_HEADROOM = 256
 
 
 @dataclass(frozen=True)
@@ -55,21 +58,35 @@ def driver_info(sock: socket.socket, iface: str) -> tuple[str, int]:
     return driver, n_stats
 
 
-def stat_names(sock: socket.socket, iface: str, n: int) -> tuple[str, ...]:
-    buf = array.array("B", struct.pack("III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n)
-                      + bytes(n * ETH_GSTRING_LEN))
-    _ioctl(sock, iface, buf)
-    raw = buf.tobytes()[12:]
-    return tuple(raw[i * ETH_GSTRING_LEN:(i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0]
+def parse_gstrings(raw: bytes) -> tuple[str, ...]:
+    """Names from a ``struct ethtool_gstrings`` reply (cmd, string_set, len, data)."""
+    _, _, n = struct.unpack_from("III", raw)
+    data = raw[12:12 + n * ETH_GSTRING_LEN]
+    if len(data) < n * ETH_GSTRING_LEN:
+        raise ValueError(f"ethtool strings reply truncated: {n} names announced")
+    return tuple(data[i * ETH_GSTRING_LEN:(i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0]
                  .decode(errors="replace").strip() for i in range(n))
 
 
-def stat_values(sock: socket.socket, iface: str, n: int) -> tuple[int, ...]:
-    buf = array.array("B", struct.pack("II", ETHTOOL_GSTATS, n) + bytes(8 * n))
+def parse_gstats(raw: bytes) -> tuple[int, ...]:
+    """Values from a ``struct ethtool_stats`` reply (cmd, n_stats, u64 data[])."""
+    _, n = struct.unpack_from("II", raw)
+    if len(raw) < 8 + 8 * n:
+        raise ValueError(f"ethtool stats reply truncated: {n} values announced")
+    return struct.unpack_from(f"{n}Q", raw, 8)
+
+
+def stat_names(sock: socket.socket, iface: str, n: int) -> tuple[str, ...]:
+    buf = array.array("B", struct.pack("III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n)
+                      + bytes((n + _HEADROOM) * ETH_GSTRING_LEN))
     _ioctl(sock, iface, buf)
-    raw = buf.tobytes()
-    (got,) = struct.unpack_from("I", raw, 4)
-    return struct.unpack_from(f"{min(got, n)}Q", raw, 8)
+    return parse_gstrings(buf.tobytes())
+
+
+def stat_values(sock: socket.socket, iface: str, n: int) -> tuple[int, ...]:
+    buf = array.array("B", struct.pack("II", ETHTOOL_GSTATS, n) + bytes(8 * (n + _HEADROOM)))
+    _ioctl(sock, iface, buf)
+    return parse_gstats(buf.tobytes())
 
 
 class EthtoolConfig(BaseModel):
@@ -128,8 +145,12 @@ class EthtoolSource(Source):
             if info is None:
                 continue
             try:
-                values = stat_values(self.sock, iface, len(info.stat_names))
-            except OSError:
+                _, n_now = driver_info(self.sock, iface)
+                if n_now != len(info.stat_names):  # the driver's set changed: names again
+                    self.nics.pop(iface, None)
+                    continue
+                values = stat_values(self.sock, iface, n_now)
+            except (OSError, ValueError):
                 self.nics.pop(iface, None)  # re-read names next time (device changed)
                 continue
             answering += 1

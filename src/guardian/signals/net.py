@@ -17,12 +17,20 @@ NET_DEV = {"rx_bytes": 0, "rx_packets": 1, "rx_errors": 2, "rx_dropped": 3,
 def parse_softirqs(text: str) -> dict[str, dict[str, int]]:
     """Rows of /proc/softirqs: name -> cpu -> count."""
     lines = text.splitlines()
+    if not lines or not lines[0].split() or not all(
+            c.startswith("CPU") for c in lines[0].split()):
+        raise ValueError("/proc/softirqs: no CPU header line")
     cpus = [c[3:] for c in lines[0].split()]
     out: dict[str, dict[str, int]] = {}
     for line in lines[1:]:
-        name, _, rest = line.partition(":")
+        name, sep, rest = line.partition(":")
         vals = rest.split()
-        out[name.strip()] = {cpu: int(v) for cpu, v in zip(cpus, vals, strict=False)}
+        if not sep or len(vals) != len(cpus):
+            raise ValueError(f"/proc/softirqs row {name.strip()!r} has {len(vals)} values "
+                             f"for {len(cpus)} CPUs")
+        out[name.strip()] = {cpu: int(v) for cpu, v in zip(cpus, vals, strict=True)}
+    if "NET_RX" not in out or "NET_TX" not in out:
+        raise ValueError("/proc/softirqs has no NET_RX or NET_TX row")
     return out
 
 
@@ -34,22 +42,28 @@ def parse_softnet_stat(text: str) -> dict[str, dict[str, int]]:
         cols = line.split()
         if not cols:
             continue
-        if len(cols) < 3:
-            raise ValueError(f"softnet_stat row {row} has {len(cols)} columns")
+        if len(cols) < 9:
+            raise ValueError(f"softnet_stat row {row} has {len(cols)} columns, expected 9+")
         cpu = str(int(cols[12], 16)) if len(cols) >= 13 else str(row)
         for idx, name in SOFTNET_COLUMNS.items():
             out[name][cpu] = int(cols[idx], 16)
+    if not out["processed"]:
+        raise ValueError("/proc/net/softnet_stat has no rows")
     return out
 
 
 def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
     """/proc/net/dev: counter -> interface -> value."""
     out: dict[str, dict[str, int]] = {k: {} for k in NET_DEV}
-    for line in text.splitlines()[2:]:
+    lines = text.splitlines()
+    if len(lines) < 2 or "|" not in lines[0]:
+        raise ValueError("/proc/net/dev: no header")
+    for line in lines[2:]:
         iface, sep, rest = line.partition(":")
-        if not sep:
-            continue
         vals = rest.split()
+        if not sep or len(vals) != 16:
+            raise ValueError(f"/proc/net/dev row {iface.strip()!r} has {len(vals)} columns, "
+                             "expected 16")
         for name, idx in NET_DEV.items():
             out[name][iface.strip()] = int(vals[idx])
     return out
@@ -86,8 +100,8 @@ class NetSource(Source):
         proc = self.host.proc
         out: dict[str, object] = {}
         softirqs = parse_softirqs((proc / "softirqs").read_text())
-        out["softirq.net_rx"] = _family("cpu", softirqs.get("NET_RX", {}))
-        out["softirq.net_tx"] = _family("cpu", softirqs.get("NET_TX", {}))
+        out["softirq.net_rx"] = _family("cpu", softirqs["NET_RX"])
+        out["softirq.net_tx"] = _family("cpu", softirqs["NET_TX"])
         for name, per_cpu in parse_softnet_stat((proc / "net/softnet_stat").read_text()).items():
             out[f"softnet.{name}"] = _family("cpu", per_cpu)
         for name, per_iface in parse_net_dev((proc / "net/dev").read_text()).items():

@@ -16,10 +16,16 @@ def parse_pressure(text: str) -> dict[str, float]:
     """``some avg10=0.00 avg60=0.00 avg300=0.00 total=123`` -> {"some_avg10": 0.0, ...}."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        kind, *fields = line.split()
+        kind, *fields = line.split() or [""]
+        if kind not in KINDS or len(fields) != 4:
+            raise ValueError(f"bad pressure line {line!r}")
         for f in fields:
             k, _, v = f.partition("=")
+            if k not in ("avg10", "avg60", "avg300", "total"):
+                raise ValueError(f"bad pressure field {f!r}")
             out[f"{kind}_{k}"] = float(v)
+    if "some_total" not in out:
+        raise ValueError("pressure file has no 'some' line")
     return out
 
 

@@ -1,0 +1,156 @@
+"""Real kernel objects for tests: zombies, dying memory cgroups, veth pairs, kernel-log
+lines. Each helper cleans up exactly what it made, and nothing else."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+MEMCG_V1 = Path("/sys/fs/cgroup/memory")
+
+ZOMBIE_PARENT = r"""
+import os, signal, sys, time
+n = int(sys.argv[1])
+def reap(*_):
+    while True:
+        try:
+            if os.waitpid(-1, 0)[0] <= 0: break
+        except ChildProcessError:
+            break
+    sys.exit(0)
+signal.signal(signal.SIGTERM, reap)
+for _ in range(n):
+    if os.fork() == 0:
+        os._exit(0)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (real kernel objects)")
+
+
+@contextlib.contextmanager
+def zombies(n: int) -> Iterator[subprocess.Popen[str]]:
+    """A parent that never waits, with ``n`` zombie children. On exit it is asked to
+    reap them (SIGTERM), so none is left behind."""
+    parent = subprocess.Popen([sys.executable, "-c", ZOMBIE_PARENT, str(n)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while _zombie_children(parent.pid) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        yield parent
+    finally:
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=10)
+
+
+def _zombie_children(ppid: int) -> int:
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z" and int(fields[1]) == ppid:
+            n += 1
+    return n
+
+
+def need_memcg_v1() -> None:
+    need_root()
+    if not (MEMCG_V1 / "cgroup.procs").exists():
+        pytest.skip("no writable cgroup v1 memory hierarchy on this machine")
+
+
+MEMCG_MAKER = r"""
+import os, sys
+parent, files, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+me = str(os.getpid())
+for i in range(n):
+    cg = os.path.join(parent, f"cg{i}")
+    os.mkdir(cg)
+    with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+        f.write(me)
+    with open(os.path.join(files, f"f{i}"), "wb") as f:
+        f.write(os.urandom(16384))  # page cache charged to this memcg
+    with open(os.path.join(parent, "cgroup.procs"), "w") as f:
+        f.write(me)
+    os.rmdir(cg)  # removed, but its page cache keeps it alive: dying
+"""
+
+
+@contextlib.contextmanager
+def dying_memcgs(n: int) -> Iterator[Path]:
+    """Make ``n`` real dying memory cgroups under a test-owned parent cgroup. Yields the
+    directory of the files whose page cache pins them; on exit the files are removed
+    (which frees that cache and so releases the memcgs) and the parent cgroup too."""
+    parent = MEMCG_V1 / f"guardian-test-{os.getpid()}-{time.monotonic_ns()}"
+    files = Path(tempfile.mkdtemp(prefix="guardian-memcg-", dir="/var/tmp"))
+    parent.mkdir()
+    try:
+        subprocess.run([sys.executable, "-c", MEMCG_MAKER, str(parent), str(files), str(n)],
+                       check=True, timeout=300)
+        yield files
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
+        for _ in range(50):
+            try:
+                parent.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def netns_with_veth() -> Iterator[tuple[str, str, str]]:
+    """A network namespace of the test's own with a veth pair inside it, both ends up.
+    Yields (namespace, end a, end b)."""
+    need_root()
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (ip) is not installed")
+    ns = f"gtest{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        run = ["ip", "-n", ns]
+        subprocess.run([*run, "link", "add", "gva", "type", "veth", "peer", "name", "gvb"],
+                       check=True)
+        for dev in ("gva", "gvb", "lo"):
+            subprocess.run([*run, "link", "set", dev, "up"], check=True)
+        yield ns, "gva", "gvb"
+    finally:
+        subprocess.run(["ip", "netns", "delete", ns], check=False)
+
+
+def inject_kmsg(line: str) -> None:
+    """Write one line into the kernel log. /dev/kmsg rate-limits writes per open file,
+    so each line gets its own open."""
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    try:
+        os.write(fd, f"<4>guardian-test: {line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def drop_caches() -> None:
+    """Write back dirty pages, then drop clean page cache (value 1)."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("1")

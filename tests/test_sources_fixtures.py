@@ -1,0 +1,187 @@
+"""Source parsers on recorded trees from real hosts (shared/fixtures/procfs, from the
+Prometheus procfs test data) and on trees recorded for what this VM lacks (cgroup v2,
+hybrid cgroups, an ENA NIC, systemd), plus garbage, truncated and empty files."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from guardian.collector import Collector
+from guardian.host import Host
+from guardian.plugins import Source
+from guardian.signals.cgroups import CgroupsSource, detect_layout
+from guardian.signals.cpu import CpuSource
+from guardian.signals.ethtool import ETH_GSTRING_LEN, parse_gstats, parse_gstrings
+from guardian.signals.kmsg import KmsgSource
+from guardian.signals.net import NetSource
+from guardian.signals.pressure import PressureSource
+from guardian.signals.processes import ProcessesSource
+from guardian.signals.procfs import parse_proc_stat
+from guardian.signals.systemd import SystemdSource, parse_show
+from guardian.snapshot import labels_of
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def cpu(n: int | str) -> tuple[tuple[str, str], ...]:
+    return labels_of({"cpu": str(n)})
+
+
+def test_processes_on_a_recorded_tree(procfs_fixtures: Path) -> None:
+    out = ProcessesSource(Host(procfs_fixtures)).collect(0.0)
+    # pids with a stat file: 26231 (vim), 26232 (kernel thread), 584, 27079
+    assert out["processes.total"] == 4
+    assert out["processes.kernel_threads"] == 1
+    assert out["processes.zombies"] == 0
+
+
+def test_comm_with_spaces_and_parentheses(procfs_fixtures: Path) -> None:
+    st = parse_proc_stat((procfs_fixtures / "proc/584/stat").read_text())
+    assert (st.pid, st.comm, st.state, st.ppid) == (1020, "(a b ) ( c d) ", "R", 28378)
+    kt = parse_proc_stat((procfs_fixtures / "proc/26232/stat").read_text())
+    assert kt.is_kernel_thread and kt.comm == "ata_sff"
+
+
+def test_cpu_on_a_recorded_tree(procfs_fixtures: Path) -> None:
+    src = CpuSource(Host(procfs_fixtures))
+    first = src.collect(0.0)
+    assert first["cpu.cores"] == 8 and "cpu.core.sys_pct" not in first
+
+
+def test_net_on_a_recorded_tree(procfs_fixtures: Path) -> None:
+    out = NetSource(Host(procfs_fixtures)).collect(0.0)
+    assert out["softirq.net_rx"] == {cpu(0): 55919.0, cpu(1): 28694.0}
+    processed = out["softnet.processed"]
+    assert isinstance(processed, dict)
+    # rows of 13 columns carry the CPU id; shorter rows (older kernels) use the row number
+    assert processed[cpu(0)] == 0x00358FE3 and processed[cpu(1)] == 0x00953D1A
+    assert set(processed) == {cpu(i) for i in range(5)}
+    assert out["softnet.time_squeeze"][cpu(1)] == 0xB1  # type: ignore[index]
+    dev = out["net.dev.rx_bytes"]
+    assert isinstance(dev, dict) and dev[labels_of({"iface": "eth0"})] == 874354587.0
+    assert out["net.dev.tx_packets"][labels_of({"iface": "vethf345468"})] == 5.0  # type: ignore[index]
+
+
+def test_pressure_on_a_recorded_tree(procfs_fixtures: Path) -> None:
+    out = PressureSource(Host(procfs_fixtures)).collect(0.0)
+    assert out["pressure.io.full_avg300"] == 4.95
+    assert out["pressure.cpu.some_total"] == 15.0
+
+
+def test_cgroup_v2_dying_count_from_cgroup_stat() -> None:
+    src = CgroupsSource(Host(FIX / "cgroup2"))
+    assert src.unavailable() is None
+    assert src.layout() is not None and src.layout().kind == "v2"  # type: ignore[union-attr]
+    out = src.collect(0.0)
+    assert out["memcg.dying"] == 68441 and out["memcg.live"] == 240
+    assert out["memcg.hierarchy_version"] == 2
+
+
+def test_hybrid_counts_dying_from_proc_cgroups_minus_directories() -> None:
+    layout = detect_layout(FIX / "hybrid", FIX / "hybrid" / "proc")
+    assert layout is not None and layout.kind == "hybrid" and layout.version == 1
+    out = CgroupsSource(Host(FIX / "hybrid")).collect(0.0)
+    assert out["memcg.live"] == 3 and out["memcg.dying"] == 68677
+
+
+def test_ena_counter_set_through_the_ioctl_reply_parsers() -> None:
+    """The documented ENA `ethtool -S` names and values, packed as the kernel packs the
+    ETHTOOL_GSTRINGS and ETHTOOL_GSTATS replies, come back with the driver's names."""
+    rows = [ln.split() for ln in (FIX / "ena_ethtool_stats.txt").read_text().splitlines()
+            if ln and not ln.startswith("#")]
+    names = [n for n, _ in rows]
+    strings = struct.pack("III", 0x1B, 1, len(names)) + b"".join(
+        n.encode().ljust(ETH_GSTRING_LEN, b"\0") for n in names)
+    stats = struct.pack("II", 0x1D, len(rows)) + b"".join(
+        struct.pack("Q", int(v)) for _, v in rows)
+    got = dict(zip(parse_gstrings(strings), parse_gstats(stats), strict=True))
+    assert got["wd_expired"] == 2 and got["pps_allowance_exceeded"] == 73
+    assert got["queue_3_tx_missed_tx"] == 12
+    with pytest.raises(ValueError):
+        parse_gstats(stats[:-4])
+    with pytest.raises(ValueError):
+        parse_gstrings(strings[:-1])
+
+
+def test_kmsg_recording_with_gaps_fragments_and_dictionary_lines(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    shutil.copy(FIX / "kmsg.recording", tmp_path / "dev" / "kmsg")
+    src = KmsgSource(Host(tmp_path), KmsgSource.Config(replay=True))
+    out = src.collect(0.0)
+    m = out["kmsg.matches"]
+    assert isinstance(m, dict)
+    for name in ("ena_tx_paused", "ena_tx_missing_completion", "ena_reset_triggered",
+                 "ena_reset_completed"):  # the last was printed in two fragments
+        assert m[labels_of({"pattern": name})] == 1, name
+    assert m[labels_of({"pattern": "oom_kill"})] == 0
+    assert out["kmsg.records"] == 7
+    assert out["kmsg.lost"] == 2
+    src.close()
+
+
+def test_systemctl_show_output() -> None:
+    units = parse_show((FIX / "systemctl-show.txt").read_text())
+    assert [u["Id"] for u in units] == ["ecs.service", "kubelet.service",
+                                        "nvidia-persistenced.service",
+                                        "systemd-tmpfiles-clean.service"]
+    assert units[0]["NRestarts"] == "68412" and units[0]["SubState"] == "auto-restart"
+
+
+def test_systemd_absent_means_unavailable_with_a_reason(tmp_path: Path) -> None:
+    src = SystemdSource(Host(), SystemdSource.Config(systemctl=[str(tmp_path / "nope")]))
+    assert src.unavailable() == f"{tmp_path / 'nope'} not found"
+
+
+# -- garbage, truncated and empty files --------------------------------------------------
+
+CASES: list[tuple[type[Source], str]] = [
+    (CpuSource, "proc/stat"),
+    (NetSource, "proc/softirqs"),
+    (NetSource, "proc/net/softnet_stat"),
+    (NetSource, "proc/net/dev"),
+    (PressureSource, "proc/pressure/cpu"),
+]
+BAD = {
+    "garbage": "\x00\xff garbage ) ( ;;; 12 x\n" * 20,
+    "empty": "",
+    "truncated": None,  # the first 37 bytes of the real file
+}
+
+
+@pytest.mark.parametrize(("source", "rel"), CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("kind", list(BAD))
+def test_bad_files_are_a_clean_error_and_no_value(
+        procfs_fixtures: Path, tmp_path: Path, source: type[Source], rel: str,
+        kind: str) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(procfs_fixtures, root)
+    target = root / rel
+    text = BAD[kind]
+    target.write_text(target.read_text()[:37] if text is None else text, errors="replace")
+    src = source(Host(root))
+    coll = Collector(Host(root), [src])
+    snap = coll.collect(0.0)
+    coll.collect(1.0)
+    assert source.name in snap.errors, snap.values
+    assert all(spec.name not in snap.values for spec in source.specs)
+
+
+def test_bad_cgroup_files_are_a_clean_error(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(FIX / "cgroup2", root)
+    (root / "sys/fs/cgroup/cgroup.stat").write_text("nr_descendants lots\n")
+    snap = Collector(Host(root), [CgroupsSource(Host(root))]).collect(0.0)
+    assert "cgroups" in snap.errors and "memcg.dying" not in snap.values
+
+
+def test_garbage_proc_stat_of_a_process_is_skipped_not_fatal(
+        procfs_fixtures: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(procfs_fixtures, root)
+    (root / "proc/27079/stat").write_text("27079 (trunc")
+    snap = Collector(Host(root), [ProcessesSource(Host(root))]).collect(0.0)
+    assert "processes" in snap.errors  # a malformed stat is an error, not a silent zero
