@@ -100,8 +100,9 @@ class Engine:
             states[rule.name] = st or RuleState()
         self.states = states
         self.ruleset = ruleset
-        self.active = sorted((r for r in ruleset.rules if r.spec.enabled),
-                             key=lambda r: SEVERITY_ORDER[r.spec.severity])
+        self.active = [(r, states[r.name], r.condition.fn) for r in sorted(
+            (r for r in ruleset.rules if r.spec.enabled),
+            key=lambda r: SEVERITY_ORDER[r.spec.severity])]
         old_samples = self.history.samples
         self.history = History(ruleset.windows)
         for name, dq in self.history.samples.items():
@@ -115,10 +116,9 @@ class Engine:
         self.history.record(now, values)
         hist = self.history
         out: list[Decision] = []
-        for rule in self.active:
-            st = self.states[rule.name]
+        for rule, st, fn in self.active:
             try:
-                result = rule.condition.fn(values, hist)
+                result = fn(values, hist)
             except Exception:  # a compiled condition should not raise; if it does: unknown
                 result = None
             if result is None:

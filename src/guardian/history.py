@@ -8,8 +8,7 @@ value adds no sample, so a gap never reads as zero.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from itertools import pairwise
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .policy.runtime import Matcher, sel
@@ -23,8 +22,10 @@ Series = list[tuple[float, float]]
 def _increase(s: Series) -> float:
     """Counter increase; a drop is a counter reset (counting restarts from zero)."""
     total = 0.0
-    for (_, prev), (_, cur) in pairwise(s):
+    prev = s[0][1]
+    for _, cur in s:
         total += cur - prev if cur >= prev else cur
+        prev = cur
     return total
 
 
@@ -53,9 +54,12 @@ class History:
             name: deque(maxlen=MAX_SAMPLES) for name in self.windows
         }
         self.now = 0.0
+        # rules often ask the same question; answers hold until the next record()
+        self.memo: dict[tuple[str, str, object, float], float | Family | None] = {}
 
     def record(self, now: float, values: Mapping[str, Any]) -> None:
         self.now = now
+        self.memo.clear()
         for name, window in self.windows.items():
             dq = self.samples[name]
             v = values.get(name)
@@ -67,21 +71,34 @@ class History:
             while dq and dq[0][0] < horizon:
                 dq.popleft()
 
-    def _window(self, name: str, window: float) -> Iterable[tuple[float, Value]]:
-        dq = self.samples.get(name, ())
+    def _window(self, name: str, window: float) -> list[tuple[float, Value]]:
+        dq = self.samples.get(name)
+        if not dq:
+            return []
         horizon = self.now - window
+        if dq[0][0] >= horizon:  # the usual case: the whole kept history is the window
+            return list(dq)
         return [(t, v) for t, v in dq if t >= horizon]
 
     def query(
+        self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
+    ) -> float | Family | None:
+        key = (fn, name, matchers, window)
+        if key in self.memo:
+            return self.memo[key]
+        result = self._query(fn, name, matchers, window)
+        self.memo[key] = result
+        return result
+
+    def _query(
         self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
     ) -> float | Family | None:
         need, func = _FUNCS[fn]
         samples = self._window(name, window)
         if not samples:
             return None
-        if not isinstance(samples[-1][1], dict):  # type: ignore[index]
-            scalar: Series = [(t, v) for t, v in samples if isinstance(v, float)]
-            return func(scalar) if len(scalar) >= need else None
+        if not isinstance(samples[-1][1], dict):  # a scalar signal: every sample a float
+            return func(samples) if len(samples) >= need else None  # type: ignore[arg-type]
         per_key: dict[Labels, Series] = {}
         for t, fam in samples:
             if isinstance(fam, dict):

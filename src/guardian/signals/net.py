@@ -1,11 +1,15 @@
 """Softirq and network counters: /proc/softirqs NET_RX/NET_TX per CPU,
-/proc/net/softnet_stat per CPU, /proc/net/dev per interface. All are counters: rules
-take ``rate()`` or ``increase()`` of them."""
+/proc/net/softnet_stat per CPU, /proc/net/dev per interface. These are counters (rules
+take ``rate()`` or ``increase()`` of them); NET_RX/NET_TX also come as per-second rates
+between the last two collections."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import BaseModel
+
+from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
 
@@ -80,6 +84,10 @@ class NetSource(Source):
                    labels=("cpu",), counter=True),
         SignalSpec("softirq.net_tx", "NET_TX softirqs handled per CPU", "softirqs",
                    labels=("cpu",), counter=True),
+        SignalSpec("softirq.net_rx_per_second", "NET_RX softirqs per second per CPU, "
+                   "since the previous collection", "softirqs/s", labels=("cpu",)),
+        SignalSpec("softirq.net_tx_per_second", "NET_TX softirqs per second per CPU, "
+                   "since the previous collection", "softirqs/s", labels=("cpu",)),
         SignalSpec("softnet.processed", "packets processed per CPU", "packets",
                    labels=("cpu",), counter=True),
         SignalSpec("softnet.dropped", "packets dropped per CPU (backlog full)", "packets",
@@ -96,12 +104,22 @@ class NetSource(Source):
                    if not (self.host.proc / p).exists()]
         return f"missing {', '.join('/proc/' + m for m in missing)}" if missing else None
 
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
+        self.prev: tuple[float, dict[str, dict[str, int]]] | None = None
+
     def collect(self, now: float) -> dict[str, object]:
         proc = self.host.proc
         out: dict[str, object] = {}
         softirqs = parse_softirqs((proc / "softirqs").read_text())
         out["softirq.net_rx"] = _family("cpu", softirqs["NET_RX"])
         out["softirq.net_tx"] = _family("cpu", softirqs["NET_TX"])
+        prev, self.prev = self.prev, (now, softirqs)
+        if prev is not None and now > prev[0]:
+            for row in ("NET_RX", "NET_TX"):
+                out[f"softirq.{row.lower()}_per_second"] = {
+                    labels_of({"cpu": c}): max(v - prev[1][row].get(c, v), 0) / (now - prev[0])
+                    for c, v in softirqs[row].items() if c in prev[1][row]}
         for name, per_cpu in parse_softnet_stat((proc / "net/softnet_stat").read_text()).items():
             out[f"softnet.{name}"] = _family("cpu", per_cpu)
         for name, per_iface in parse_net_dev((proc / "net/dev").read_text()).items():

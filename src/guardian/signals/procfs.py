@@ -48,13 +48,19 @@ def pids(proc: Path) -> Iterator[int]:
             yield int(name)
 
 
-def read_proc_stat(proc: Path, pid: int) -> ProcStat | None:
+def read_proc_stat(proc: Path | str, pid: int) -> ProcStat | None:
     """The stat of one process, or None when it exited meanwhile."""
     try:
-        with open(proc / str(pid) / "stat", encoding="utf-8", errors="replace") as f:
-            return parse_proc_stat(f.read())
+        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, ProcessLookupError):
         return None
+    try:
+        raw = os.read(fd, 4096)
+    except ProcessLookupError:  # exited between open and read
+        return None
+    finally:
+        os.close(fd)
+    return parse_proc_stat(raw.decode("utf-8", errors="replace"))
 
 
 def uptime(proc: Path) -> float:
