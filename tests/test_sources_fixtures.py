@@ -185,3 +185,20 @@ def test_garbage_proc_stat_of_a_process_is_skipped_not_fatal(
     (root / "proc/27079/stat").write_text("27079 (trunc")
     snap = Collector(Host(root), [ProcessesSource(Host(root))]).collect(0.0)
     assert "processes" in snap.errors  # a malformed stat is an error, not a silent zero
+
+
+def test_kmsg_drain_is_bounded_under_a_flood(tmp_path: Path) -> None:
+    """A flood is read at most max_records_per_drain records per drain, so one tick's
+    work stays bounded; the rest is read by later drains, not dropped."""
+    (tmp_path / "dev").mkdir()
+    lines = [f"6,{i},{i},-;flood line {i}\n" for i in range(2500)]
+    lines[-1] = "4,2499,2499,-;ena 0000:20:03.0 eth0: Trigger reset is on\n"
+    (tmp_path / "dev" / "kmsg").write_text("".join(lines))
+    src = KmsgSource(Host(tmp_path), KmsgSource.Config(replay=True, max_records_per_drain=1))
+    src.drain(0.0)
+    assert src.records < 400  # one read of a recording returns up to 8 KiB (~315 lines)
+    while src.drain(1.0) or src.records < 2500:
+        pass
+    assert src.records == 2500
+    assert src.counts["ena_reset_triggered"] == 1
+    src.close()

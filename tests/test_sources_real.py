@@ -216,3 +216,33 @@ def test_zombie_helper_leaves_nothing_behind(n: int) -> None:
     with zombies(n) as parent:
         pid = parent.pid
     assert _zombie_children(pid) == 0
+
+
+def test_a_kernel_log_match_wakes_the_running_loop_at_once(tmp_path: Path) -> None:
+    """`guardian run` with a one-hour interval still acts within a second of the line."""
+    need_root()
+    rules = tmp_path / "r.toml"
+    rules.write_text('''version = 1
+[[rule]]
+name = "reset-seen"
+summary = "s"
+when = 'increase(kmsg.matches{pattern="ena_reset_triggered"}, "1h") > 0'
+''')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "guardian", "run", "--dry-run", "--interval", "1h",
+         "--rules", str(rules)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:  # wait until the loop runs
+            if "event sources: " in line:
+                assert "kmsg" in line
+                break
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        inject_kmsg("ena 0000:20:03.0 eth0: Trigger reset is on")
+        line = proc.stdout.readline()
+        assert line.split()[:2] == ["firing", "reset-seen"], line
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,68 @@
+"""guardian's config file: defaults, per-source options, and errors at path:line:col."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardian.collector import Collector
+from guardian.config import load_config
+from guardian.host import Host
+from guardian.plugins import default_registry
+from guardian.policy.loader import RuleError
+
+from .conftest import REPO, write
+
+
+def test_shipped_sample_config_loads() -> None:
+    cfg = load_config(REPO / "systemd" / "guardian.toml", default_registry())
+    assert cfg.engine.interval == 15.0 and cfg.engine.budget.runs == 20
+    assert set(cfg.sources) == {"cpu", "kmsg", "ethtool", "systemd"}
+
+
+def test_options_reach_the_sources(tmp_path: Path) -> None:
+    p = write(tmp_path, "g.toml", '''
+[sources]
+disabled = ["pressure"]
+[sources.kmsg]
+patterns = { gpu_xid = "NVRM: Xid" }
+[sources.cpu]
+hot_pct = 50
+''')
+    cfg = load_config(p, default_registry())
+    coll = Collector.from_registry(Host(), default_registry(), cfg)
+    names = {s.name for s in coll.sources} | set(coll.unavailable)
+    assert "pressure" not in names
+    kmsg = next(s for s in coll.sources if s.name == "kmsg")
+    assert "gpu_xid" in kmsg.patterns and "ena_reset_triggered" in kmsg.patterns  # type: ignore[attr-defined]
+    cpu = next(s for s in coll.sources if s.name == "cpu")
+    assert cpu.hot_pct == 50  # type: ignore[attr-defined]
+    coll.close()
+
+
+def test_every_config_error_has_a_position(tmp_path: Path) -> None:
+    p = write(tmp_path, "g.toml", '''[engine]
+interval = "soon"
+
+[sources]
+disabled = ["presure"]
+
+[sources.kmsg]
+patterns = { bad = "([" }
+
+[sources.cpuu]
+hot_pct = 50
+
+[sources.cpu]
+hot_pct = 500
+''')
+    with pytest.raises(RuleError) as info:
+        load_config(p, default_registry())
+    got = [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics]
+    assert got[0].startswith("2:12: interval: bad duration 'soon'")
+    assert got[1].startswith("5:12: unknown source 'presure'")
+    assert got[2].startswith("8:12: source 'kmsg': patterns: pattern 'bad': bad regular")
+    assert got[3].startswith("10:1: unknown source 'cpuu'")
+    assert got[4].startswith("14:11: source 'cpu': hot_pct: Input should be less than")
+    assert len(got) == 5
