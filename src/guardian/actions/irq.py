@@ -1,0 +1,240 @@
+"""The ``irq.move`` action: move a NIC's queue IRQs off hot cores.
+
+The IRQs of an interface are found through sysfs (``msi_irqs`` of its PCI device) or,
+given explicitly, by number; management IRQs (config, mgmnt) stay put unless asked. Each
+IRQ whose affinity touches a hot core is pointed at the least-loaded allowed cores by
+writing ``/proc/irq/N/smp_affinity_list``. The previous lists are saved (the first
+original is kept across runs) so ``guardian irq restore`` puts them back. A running
+irqbalance would undo the change: by default the action then refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..host import Host
+from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from ..signals.procfs import pids, read_proc_stat
+
+DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
+_MANAGEMENT = ("config", "mgmnt", "mgmt")
+
+
+class IrqParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    interface: str | None = Field(None, description="NIC whose queue IRQs move")
+    irqs: list[int] | None = Field(None, description="or these IRQ numbers")
+    include_management: bool = False
+    from_cores: list[int] | None = Field(None, description="cores to move off (default: "
+                                         "the hot ones in the snapshot)")
+    to_cores: list[int] | None = Field(None, description="cores allowed to take them "
+                                       "(default: every online core not moved off)")
+    hot_pct: float = Field(90.0, gt=0, le=100, description="system + irq + softirq share "
+                           "that makes a core hot")
+    irqbalance: Literal["refuse", "ignore"] = Field(
+        "refuse", description="what to do while irqbalance runs (it undoes the change)")
+    state_file: str = Field(DEFAULT_STATE, description="where the previous lists are kept")
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """ "0-3,8" -> [0, 1, 2, 3, 8]. Raises ValueError."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        out.update(range(int(lo), int(hi) + 1) if sep else (int(lo),))
+    return sorted(out)
+
+
+def format_cpu_list(cpus: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> "0-3,8"."""
+    runs: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def irq_names(host: Host) -> dict[int, str]:
+    """IRQ number -> its name (last column of /proc/interrupts)."""
+    out: dict[int, str] = {}
+    for line in (host.proc / "interrupts").read_text().splitlines()[1:]:
+        head, sep, rest = line.partition(":")
+        if sep and head.strip().isdigit():
+            parts = rest.split()
+            out[int(head)] = parts[-1] if parts else ""
+    return out
+
+
+def interface_irqs(host: Host, iface: str) -> list[int]:
+    """IRQs of a NIC's PCI device (``device/msi_irqs``, or its parent's for virtio)."""
+    dev = host.sys / "class" / "net" / iface / "device"
+    for d in (dev, dev / ".."):
+        msi = d / "msi_irqs"
+        if msi.is_dir():
+            return sorted(int(p.name) for p in msi.iterdir() if p.name.isdigit())
+    return []
+
+
+def irqbalance_running(host: Host) -> int | None:
+    for pid in pids(host.proc):
+        try:
+            st = read_proc_stat(host.proc, pid)
+        except ValueError:
+            continue
+        if st is not None and st.comm == "irqbalance":
+            return pid
+    return None
+
+
+def _core_load(values: dict[str, Any]) -> dict[int, float]:
+    load: dict[int, float] = {}
+    for sig in ("cpu.core.sys_pct", "cpu.core.irq_pct", "cpu.core.softirq_pct"):
+        fam = values.get(sig)
+        if isinstance(fam, dict):
+            for labels, v in fam.items():
+                core = int(dict(labels)["cpu"])
+                load[core] = load.get(core, 0.0) + v
+    return load
+
+
+class IrqMove(Action):
+    """Move NIC queue IRQs off hot cores (see the module docstring)."""
+
+    name: ClassVar[str] = "irq.move"
+    Params = IrqParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        assert isinstance(p, IrqParams)
+        host = ctx.host
+        plan = Plan(self.name, ctx.rule)
+        balancer = irqbalance_running(host)
+        if balancer is not None and p.irqbalance == "refuse":
+            plan.refused.append(f"irqbalance runs (pid {balancer}) and would undo the "
+                                "change; stop it or set irqbalance = \"ignore\"")
+            return plan
+        names = irq_names(host)
+        chosen = p.irqs if p.irqs is not None else (
+            interface_irqs(host, p.interface) if p.interface else [])
+        if not chosen:
+            plan.refused.append(f"no IRQs found for {p.interface or 'the given list'}")
+            return plan
+        if not p.include_management:
+            chosen = [i for i in chosen if not any(m in names.get(i, "") for m in _MANAGEMENT)]
+        load = _core_load(ctx.snapshot.values)
+        online = parse_cpu_list((host.sys / "devices/system/cpu/online").read_text())
+        hot = set(p.from_cores if p.from_cores is not None else
+                  [c for c, v in load.items() if v >= p.hot_pct])
+        allowed = [c for c in (p.to_cores if p.to_cores is not None else online)
+                   if c not in hot and c in online]
+        if not hot:
+            plan.note = "no hot core: nothing to move"
+            return plan
+        if not allowed:
+            plan.refused.append(f"no core to move to (hot: {format_cpu_list(list(hot))})")
+            return plan
+        allowed.sort(key=lambda c: (load.get(c, 0.0), c))
+        moves: list[dict[str, Any]] = []
+        for irq in chosen:
+            path = host.proc / "irq" / str(irq) / "smp_affinity_list"
+            try:
+                current = parse_cpu_list(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if not hot.intersection(current):
+                continue
+            target = [allowed[len(moves) % len(allowed)]]  # spread, least loaded first
+            moves.append({"irq": irq, "path": str(path), "old": format_cpu_list(current),
+                          "new": format_cpu_list(target)})
+            plan.steps.append(Step(f"irq {irq} ({names.get(irq, '?')})",
+                                   f"smp_affinity_list {format_cpu_list(current)} → "
+                                   f"{format_cpu_list(target)}"))
+        if balancer is not None:
+            plan.note = f"irqbalance runs (pid {balancer}) and may undo this"
+        elif not moves:
+            plan.note = "no chosen IRQ is on a hot core"
+        plan.data["moves"] = moves
+        return plan
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        p = self.params
+        assert isinstance(p, IrqParams)
+        moves = plan.data.get("moves", [])
+        if plan.refused:
+            return Outcome(ok=False, error="; ".join(plan.refused))
+        saved = load_state(p.state_file)
+        results = []
+        for m in moves:
+            saved.setdefault(str(m["irq"]), m["old"])  # keep the first original
+        save_state(p.state_file, saved)  # before writing: a crash mid-way can still restore
+        for m in moves:
+            results.append(_write(m["path"], m["new"]) | {"irq": m["irq"], "old": m["old"]})
+        failed = [r for r in results if not r["ok"]]
+        data = {"moves": results, "state_file": p.state_file}
+        if failed:
+            return Outcome(ok=False, verified=False, data=data,
+                           error="; ".join(f"irq {r['irq']}: {r['error']}" for r in failed))
+        return Outcome(ok=True, verified=True, data=data,
+                       detail=f"{len(results)} IRQ(s) moved" if results else "nothing to move")
+
+
+def _write(path: str, cpus: str) -> dict[str, Any]:
+    try:
+        Path(path).write_text(cpus + "\n")
+        got = format_cpu_list(parse_cpu_list(Path(path).read_text()))
+    except OSError as exc:
+        return {"ok": False, "error": f"write {path}: {exc.strerror}", "new": cpus}
+    if got != cpus:
+        return {"ok": False, "error": f"read back {got}, wrote {cpus}", "new": got}
+    return {"ok": True, "new": got}
+
+
+def load_state(path: str) -> dict[str, str]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not an IRQ affinity state file")
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def save_state(path: str, saved: dict[str, str]) -> None:
+    """Atomically: write a temporary file, fsync, rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".irq-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(saved, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def restore(host: Host, state_file: str = DEFAULT_STATE) -> list[dict[str, Any]]:
+    """Put back every saved affinity; entries restored are removed from the state file."""
+    saved = load_state(state_file)
+    results = []
+    for irq, cpus in sorted(saved.items(), key=lambda kv: int(kv[0])):
+        path = host.proc / "irq" / irq / "smp_affinity_list"
+        r = _write(str(path), cpus) | {"irq": int(irq)}
+        if r["ok"] or not path.exists():  # an IRQ that is gone needs no restoring
+            saved.pop(irq)
+        results.append(r)
+    save_state(state_file, saved)
+    return results

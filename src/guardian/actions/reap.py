@@ -1,0 +1,214 @@
+"""The ``reap.zombies`` action: get zombies reaped through their parents.
+
+A zombie is reaped only by its parent's wait(). The action sends each selected parent
+SIGCHLD and, if its zombies remain after a wait, escalates along a configurable ladder
+(SIGTERM, then SIGKILL by default) so that the parent dies and its zombies reparent to
+init or a subreaper, which reaps them. It then verifies, and tells apart zombies that were
+reaped from zombies that merely moved to a new parent that does not reap them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from ..policy.schema import Duration
+from ..safety import DEFAULT_PROTECTED_COMMS, protected_reason
+from ..signals.procfs import CLK_TCK, ProcStat, pids, read_proc_stat, uptime
+
+SignalName = Literal["SIGCHLD", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+                     "SIGTERM", "SIGKILL"]
+POLL = 0.05
+
+
+class LadderStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    signal: SignalName
+    wait: Duration = Field(2.0, ge=0, le=300)
+
+
+class ReapParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_zombies: int = Field(1, ge=1, description="act on parents with at least this many")
+    min_age: Duration = Field(0.0, description="oldest zombie of the parent at least this "
+                              "old (since the zombie process started)")
+    parents: list[int] | None = Field(None, description="only these parent PIDs")
+    allow_comm: list[str] = Field(["*"], description="parent comm globs that may be acted on")
+    deny_comm: list[str] = Field(default_factory=list)
+    allow_cgroup: list[str] = Field(["*"], description="parent cgroup path globs")
+    deny_cgroup: list[str] = Field(default_factory=list)
+    ladder: list[LadderStep] = Field(
+        [LadderStep(signal="SIGCHLD", wait=2.0), LadderStep(signal="SIGTERM", wait=5.0),
+         LadderStep(signal="SIGKILL", wait=5.0)], min_length=1,
+        description="signals to the parent, in order, each followed by a wait")
+    protect: list[str] = Field(list(DEFAULT_PROTECTED_COMMS),
+                               description="parent comm globs never signalled")
+    protect_pids: list[int] = Field(default_factory=list)
+    max_parents: int = Field(10, ge=1, description="parents handled in one run, most first")
+
+
+@dataclass(frozen=True)
+class Zombie:
+    pid: int
+    start: int
+
+
+def _zombies_by_parent(proc: Path) -> tuple[dict[int, list[Zombie]], dict[int, ProcStat]]:
+    by_parent: dict[int, list[Zombie]] = {}
+    stats: dict[int, ProcStat] = {}
+    for pid in pids(proc):
+        try:
+            st = read_proc_stat(proc, pid)
+        except ValueError:
+            continue
+        if st is None:
+            continue
+        stats[pid] = st
+        if st.state == "Z" and not st.is_kernel_thread:
+            by_parent.setdefault(st.ppid, []).append(Zombie(pid, st.starttime))
+    return by_parent, stats
+
+
+def _cgroups(proc: Path, pid: int) -> list[str]:
+    try:
+        text = (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return []
+    return [line.split(":", 2)[2] for line in text.splitlines() if line.count(":") >= 2]
+
+
+def _still_zombie(proc: Path, z: Zombie) -> ProcStat | None:
+    try:
+        st = read_proc_stat(proc, z.pid)
+    except ValueError:
+        return None
+    if st is None or st.starttime != z.start or st.state != "Z":
+        return None
+    return st
+
+
+class ReapZombies(Action):
+    """Reap zombies through their parents (see the module docstring)."""
+
+    name: ClassVar[str] = "reap.zombies"
+    Params = ReapParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        assert isinstance(p, ReapParams)
+        proc = ctx.host.proc
+        by_parent, stats = _zombies_by_parent(proc)
+        now_up = uptime(proc)
+        plan = Plan(self.name, ctx.rule)
+        targets: list[dict[str, Any]] = []
+        ladder = " → ".join(f"{s.signal}, wait {s.wait:g}s" for s in p.ladder)
+        for ppid, zombies in sorted(by_parent.items(), key=lambda kv: -len(kv[1])):
+            parent = stats.get(ppid)
+            if parent is None or len(zombies) < p.min_zombies:
+                continue
+            if p.parents is not None and ppid not in p.parents:
+                continue
+            age = now_up - min(z.start for z in zombies) / CLK_TCK
+            if age < p.min_age:
+                continue
+            if not _selected(parent.comm, p.allow_comm, p.deny_comm):
+                continue
+            groups = _cgroups(proc, ppid)
+            if not any(_selected(g, p.allow_cgroup, p.deny_cgroup) for g in groups or ["/"]):
+                continue
+            why = protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)
+            if why:
+                plan.refused.append(f"pid {ppid} ({parent.comm}), parent of {len(zombies)} "
+                                    f"zombie(s): {why}")
+                continue
+            if len(targets) >= p.max_parents:
+                plan.note = f"more parents than max_parents={p.max_parents}; next run"
+                break
+            targets.append({"ppid": ppid, "comm": parent.comm, "start": parent.starttime,
+                            "zombies": [(z.pid, z.start) for z in zombies]})
+            shown = ", ".join(str(z.pid) for z in zombies[:10])
+            more = f" and {len(zombies) - 10} more" if len(zombies) > 10 else ""
+            plan.steps.append(Step(
+                f"pid {ppid} ({parent.comm})",
+                f"{len(zombies)} zombie(s) [{shown}{more}], oldest {age:.0f}s: {ladder}; "
+                "stop as soon as they are reaped"))
+        if not targets and not plan.refused:
+            plan.note = "no parent matches: nothing to do"
+        plan.data["targets"] = targets
+        return plan
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        p = self.params
+        assert isinstance(p, ReapParams)
+        results = [self._one(t, ctx, p) for t in plan.data["targets"]]
+        reaped = sum(r["reaped"] for r in results)
+        left = [r for r in results if r["remaining"]]
+        data = {"parents": results, "reaped": reaped}
+        if not results:
+            return Outcome(ok=True, detail="nothing to do", verified=True, data=data)
+        if left:
+            where = "; ".join(_describe_left(r) for r in left)
+            return Outcome(ok=False, verified=False, data=data,
+                           error=f"{sum(len(r['remaining']) for r in left)} zombie(s) "
+                                 f"not reaped: {where}")
+        return Outcome(ok=True, verified=True, data=data,
+                       detail=f"{reaped} zombie(s) reaped from {len(results)} parent(s)")
+
+    def _one(self, t: dict[str, Any], ctx: ActionContext, p: ReapParams) -> dict[str, Any]:
+        proc = ctx.host.proc
+        zombies = [Zombie(pid, start) for pid, start in t["zombies"]]
+        res: dict[str, Any] = {"ppid": t["ppid"], "comm": t["comm"], "signals": [],
+                               "reaped": 0, "remaining": [], "moved_to": {}}
+        live = [z for z in zombies if _still_zombie(proc, z)]
+        parent = read_proc_stat(proc, t["ppid"])
+        if parent is None or parent.starttime != t["start"]:
+            res["note"] = "parent exited or its PID was reused before apply: no signal sent"
+        elif (why := protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)):
+            res["note"] = f"refused at apply: {why}"
+        else:
+            for step in p.ladder:
+                if not live:
+                    break
+                try:
+                    os.kill(t["ppid"], getattr(signal, step.signal))
+                except ProcessLookupError:
+                    break
+                res["signals"].append(step.signal)
+                deadline = time.monotonic() + step.wait
+                while live and time.monotonic() < deadline:
+                    time.sleep(POLL)
+                    live = [z for z in live if _still_zombie(proc, z)]
+        final = {z: _still_zombie(proc, z) for z in zombies}
+        res["reaped"] = sum(1 for st in final.values() if st is None)
+        for z, st in final.items():
+            if st is not None:
+                res["remaining"].append(z.pid)
+                if st.ppid != t["ppid"]:
+                    res["moved_to"][st.ppid] = res["moved_to"].get(st.ppid, 0) + 1
+        return res
+
+
+def _describe_left(r: dict[str, Any]) -> str:
+    moved = r["moved_to"]
+    if moved:
+        to = ", ".join(f"{n} moved to pid {pid}" + (" (PID 1, which does not reap them)"
+                                                    if pid == 1 else ", which did not reap")
+                       for pid, n in moved.items())
+        return f"parent {r['ppid']} ({r['comm']}): {to}"
+    return f"parent {r['ppid']} ({r['comm']}) still holds {len(r['remaining'])} after " \
+           f"{', '.join(r['signals']) or 'no signal'}"
+
+
+def _selected(value: str, allow: list[str], deny: list[str]) -> bool:
+    return any(fnmatchcase(value, g) for g in allow) and not any(
+        fnmatchcase(value, g) for g in deny)

@@ -1,0 +1,139 @@
+"""The ``systemd.unit`` action: stop, disable, mask or reset-failed crash-looping units.
+
+The incident's real fix: stop the unit that leaks cgroups. Targets are units the systemd
+source reports (``systemd.unit_restarts_recent``) that match the rule's allow-list, not
+its deny-list, with at least ``min_restarts`` restarts in the source's window. Commands
+are systemctl argv lists; the effect is verified with ``systemctl show``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from ..policy.schema import Duration
+from ..signals.systemd import parse_show
+
+Verb = Literal["stop", "disable", "mask", "reset-failed"]
+# Units whose loss takes the node (or guardian) down; never touched, whatever the allow-list.
+NEVER = ("guardian*.service", "systemd-*.service", "dbus*.service", "ssh*.service",
+         "kubelet.service", "containerd.service", "docker.service", "getty@*.service",
+         "serial-getty@*.service")
+_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "SYSTEMD_PAGER": "",
+        "SYSTEMD_COLORS": "0"}
+
+
+class UnitParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(min_length=1, description="unit globs that may be acted on")
+    deny: list[str] = Field(default_factory=list)
+    verbs: list[Verb] = Field(["stop"], min_length=1, description="in this order")
+    min_restarts: int = Field(5, ge=0, description="restarts within the systemd source's "
+                              "window (0: act on matching units whatever their restarts)")
+    units: list[str] | None = Field(None, description="exact units, instead of the "
+                                    "crash-loop criteria (for `guardian act`)")
+    systemctl: list[str] = Field(["systemctl"], min_length=1)
+    timeout: Duration = Field(30.0, gt=0)
+
+
+class SystemdUnit(Action):
+    """Stop (and optionally disable or mask) crash-looping units."""
+
+    name: ClassVar[str] = "systemd.unit"
+    Params = UnitParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        assert isinstance(p, UnitParams)
+        plan = Plan(self.name, ctx.rule)
+        candidates: dict[str, float] = {}
+        if p.units is not None:
+            candidates = dict.fromkeys(p.units, float("nan"))
+        else:
+            fam = ctx.snapshot.values.get("systemd.unit_restarts_recent")
+            if not isinstance(fam, dict):
+                plan.refused.append("no systemd.unit_restarts_recent in the snapshot "
+                                    "(the systemd source is unavailable or failed)")
+                return plan
+            candidates = {dict(k)["unit"]: v for k, v in fam.items() if v >= p.min_restarts}
+        targets = []
+        for unit, restarts in sorted(candidates.items()):
+            if not any(fnmatchcase(unit, g) for g in p.allow) or any(
+                    fnmatchcase(unit, g) for g in p.deny):
+                continue
+            never = next((g for g in NEVER if fnmatchcase(unit, g)), None)
+            if never:
+                plan.refused.append(f"{unit}: never touched ({never})")
+                continue
+            targets.append(unit)
+            why = "" if restarts != restarts else f" ({restarts:g} restarts in the window)"
+            for verb in p.verbs:
+                plan.steps.append(Step(unit, f"{' '.join(p.systemctl)} {verb} {unit}{why}"))
+        if not targets and not plan.refused:
+            plan.note = "no unit matches: nothing to do"
+        plan.data["units"] = targets
+        return plan
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        p = self.params
+        assert isinstance(p, UnitParams)
+        return subprocess.run([*p.systemctl, *args], capture_output=True, text=True,
+                              timeout=p.timeout, env=_ENV, check=False)
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        p = self.params
+        assert isinstance(p, UnitParams)
+        results: list[dict[str, Any]] = []
+        for unit in plan.data.get("units", []):
+            state = self._state(unit)
+            if state.get("LoadState") == "not-found":
+                results.append({"unit": unit, "ok": True, "note": "unit is gone: no-op"})
+                continue
+            r: dict[str, Any] = {"unit": unit, "ok": True, "verbs": []}
+            for verb in p.verbs:
+                proc = self._run(verb, "--", unit)
+                r["verbs"].append({"verb": verb, "exit_status": proc.returncode,
+                                   "stderr": proc.stderr.strip()[:2000]})
+                if proc.returncode != 0:
+                    r["ok"] = False
+                    r["error"] = f"systemctl {verb} {unit}: {proc.stderr.strip()[:300]}"
+                    break
+            after = self._state(unit)
+            r["after"] = after
+            r["verified"] = _verified(p.verbs, after) if r["ok"] else False
+            results.append(r)
+        failed = [r for r in results if not r["ok"]]
+        unverified = [r["unit"] for r in results if r["ok"] and r.get("verified") is False]
+        data = {"units": results}
+        if failed:
+            return Outcome(ok=False, verified=False, data=data,
+                           error="; ".join(r["error"] for r in failed))
+        if unverified:
+            return Outcome(ok=False, verified=False, data=data,
+                           error=f"commands succeeded but not in effect: {unverified}")
+        return Outcome(ok=True, verified=True, data=data,
+                       detail=f"{', '.join(p.verbs)}: {len(results)} unit(s)")
+
+    def _state(self, unit: str) -> dict[str, str]:
+        proc = self._run("show", "--property=LoadState,ActiveState,SubState,UnitFileState",
+                         "--", unit)
+        units = parse_show(proc.stdout) if proc.returncode == 0 else []
+        return units[0] if units else {}
+
+
+def _verified(verbs: Sequence[str], after: dict[str, str]) -> bool:
+    ok = True
+    if "stop" in verbs:
+        ok &= after.get("ActiveState") in ("inactive", "failed")
+    if "mask" in verbs:
+        ok &= after.get("UnitFileState", "").startswith("masked") or after.get(
+            "LoadState") == "masked"
+    if "disable" in verbs and "mask" not in verbs:
+        ok &= after.get("UnitFileState") not in ("enabled", "enabled-runtime")
+    return ok
