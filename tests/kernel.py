@@ -154,3 +154,65 @@ def drop_caches() -> None:
     """Write back dirty pages, then drop clean page cache (value 1)."""
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("1")
+
+
+NEVER_WAITS = r"""
+import os, sys, time
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os._exit(0)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_subreaper(on: bool) -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+@contextlib.contextmanager
+def orphaning_zombies(n: int) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """A parent that never waits and dies on SIGTERM, with ``n`` zombies. PID 1 on these
+    machines does not reap orphans, so this process is a child subreaper meanwhile: the
+    zombies reparent to it when their parent dies, and it reaps them on exit."""
+    need_root()
+    set_subreaper(True)
+    parent = subprocess.Popen([sys.executable, "-c", NEVER_WAITS, str(n)],
+                              stdout=subprocess.PIPE, text=True)
+    zpids: list[int] = []
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while len(zpids) < n and time.monotonic() < deadline:
+            zpids = [int(p) for p in os.listdir("/proc") if p.isdigit()
+                     and is_zombie_of(int(p), parent.pid)]
+            time.sleep(0.01)
+        yield parent, zpids
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait(timeout=10)
+        for z in zpids:  # reparented to us: reap whatever nobody else did
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitpid(z, os.WNOHANG)[0] == z:
+                        break
+                except ChildProcessError:
+                    if not is_zombie_of(z, os.getpid()) and not Path(f"/proc/{z}").exists():
+                        break
+                time.sleep(0.01)
+        set_subreaper(False)
+
+
+def is_zombie_of(pid: int, ppid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] == "Z" and int(fields[1]) == ppid

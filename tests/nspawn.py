@@ -77,11 +77,16 @@ class Container:
         return ["nsenter", "--target", str(self.leader), "--all", "--"]
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
         envs = [f"{k}={v}" for k, v in (env or {}).items()]
         cmd = [*self.enter, "env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", *envs, *argv]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              check=check)
+                              check=check, input=input)
+
+    def write(self, path: str, text: str) -> None:
+        """Write a file inside the container (through tee: argv, no shell)."""
+        self.run("tee", path, input=text)
 
     def wait_running(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

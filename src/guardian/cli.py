@@ -8,18 +8,22 @@ import logging
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from . import __version__
+from .actions import irq as irq_action
 from .collector import Collector
 from .config import DEFAULT_CONFIG, Config, load_config
 from .durations import parse_duration
-from .engine import Budget, Engine
+from .engine import Budget, Decision, Engine
 from .executor import Executor
 from .host import Host
-from .plugins import default_registry
+from .plugins import ActionContext, default_registry
 from .policy.loader import TEST_SUFFIX, RuleError, Ruleset, load_rules
 from .policy.ruletest import run_test_file
 from .policy.schema import json_schema
@@ -79,6 +83,27 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
     _config_option(r)
     r.set_defaults(func=cmd_run)
+
+    a = sub.add_parser("act", help="run one action once on this host, outside any rule "
+                       "(same plan, apply, verify and audit path)")
+    a.add_argument("action", help="a registered action, e.g. reap.zombies")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a parameter; VALUE is read as TOML (5, \"x\", [1, 2], true) "
+                        "or else as a string")
+    a.add_argument("--dry-run", action="store_true", help="plan only")
+    a.add_argument("--root", default="/", help="host root (default /)")
+    a.add_argument("--warmup", default="1s", help="time between the two samples taken")
+    a.add_argument("--audit", metavar="FILE", help="append the plan and outcome to FILE")
+    a.add_argument("--json", action="store_true", help="machine-readable output")
+    _config_option(a)
+    a.set_defaults(func=cmd_act)
+
+    q = sub.add_parser("irq", help="IRQ affinity changes made by irq.move")
+    q.add_argument("verb", choices=["restore", "show"],
+                   help="restore: put every saved affinity back; show: list them")
+    q.add_argument("--state", default=irq_action.DEFAULT_STATE, help="state file")
+    q.add_argument("--root", default="/", help="host root (default /)")
+    q.set_defaults(func=cmd_irq)
 
     s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)
@@ -162,6 +187,79 @@ def cmd_test(args: argparse.Namespace) -> int:
                 print(f"  test {f.test!r} at {f.at}:\n{f.message}")
         print(f"{n_tests} test(s), {n_fail} problem(s)")
     return 0 if n_fail == 0 else 1
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            params[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            params[key.strip()] = value
+    return params
+
+
+def cmd_act(args: argparse.Namespace) -> int:
+    _registry_warnings()
+    reg = default_registry()
+    cls = reg.actions.get(args.action)
+    if cls is None:
+        print(f"guardian act: unknown action {args.action!r} (known: "
+              f"{', '.join(sorted(reg.actions))})", file=sys.stderr)
+        return 2
+    try:
+        params = cls.Params.model_validate(_parse_set(args.set))
+        config = _config(args)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(x) for x in err["loc"]) or "(parameters)"
+            print(f"guardian act: {args.action}: --set {where}: {err['msg']}",
+                  file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"guardian act: {exc}", file=sys.stderr)
+        return 2
+    except RuleError as exc:
+        return _print_errors(exc)
+    coll = _collector(args.root, config)
+    coll.collect(time.monotonic())
+    time.sleep(parse_duration(args.warmup))
+    snap = coll.collect(time.monotonic())
+    audit = None
+    if args.audit:
+        from .audit import AuditLog
+        audit = AuditLog(args.audit)
+    executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
+    decision = Decision(snap.time, "manual", "manual", "info",
+                        f"guardian act {args.action}", {}, [])
+    ctx = ActionContext("manual", snap, coll.host, args.dry_run)
+    ex = executor.execute(decision, args.action, cls(params), ctx)
+    coll.close()
+    if args.json:
+        print(json.dumps(ex.to_dict(), indent=2, default=str))
+    else:
+        _print_plan(ex.to_dict())
+    if ex.error or (ex.outcome is not None and not ex.outcome.ok):
+        return 1
+    return 0
+
+
+def cmd_irq(args: argparse.Namespace) -> int:
+    host = Host(Path(args.root))
+    if args.verb == "show":
+        for irq, cpus in sorted(irq_action.load_state(args.state).items()):
+            print(f"irq {irq}: saved smp_affinity_list {cpus}")
+        return 0
+    results = irq_action.restore(host, args.state)
+    for r in results:
+        state = "restored to " + r["new"] if r["ok"] else "FAILED: " + r["error"]
+        print(f"irq {r['irq']}: {state}")
+    if not results:
+        print("nothing to restore")
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 def _print_errors(exc: RuleError) -> int:
@@ -282,7 +380,6 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
             entry["condition"] = "disabled"
         elif result:
             fired = [d for d in decisions if d.rule == rule.name and d.actions]
-            from .engine import Decision
             d = fired[0] if fired else Decision(
                 snap.time, rule.name, "would-fire", rule.spec.severity, rule.spec.summary,
                 entry["values"], [a.spec for a in rule.actions])
@@ -330,8 +427,13 @@ def _print_plan(p: dict[str, Any]) -> None:
         print(f"           - {step['target']}: {step['change']}")
     for r in plan["refused"]:
         print(f"           ! refused: {r}")
-    if p.get("outcome"):
-        print(f"           => {p['outcome']}")
+    out = p.get("outcome")
+    if out:
+        verified = {True: " (verified)", False: " (NOT verified)"}.get(out["verified"], "")
+        head = f"ok{verified}: {out['detail']}" if out["ok"] else f"FAILED: {out['error']}"
+        print(f"           => {head}")
+        if out["data"]:
+            print(f"              {json.dumps(out['data'], sort_keys=True, default=str)}")
 
 
 def _print_executed(ex: Any) -> None:

@@ -62,10 +62,11 @@ class Executor:
                 continue
             ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values)
             for bound in rule.actions:
-                results.append(self._one(d, bound.spec.use, bound.action, ctx))
+                results.append(self.execute(d, bound.spec.use, bound.action, ctx))
         return results
 
-    def _one(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
+    def execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
+        """Plan one action, audit the plan, apply it unless dry-run, audit the outcome."""
         try:
             plan = action.plan(ctx)
         except Exception as exc:

@@ -1,0 +1,426 @@
+"""Actions applied for real on this VM and verified: zombies reaped through real parents,
+real dying memcgs released, a real IRQ moved and restored, programs run with timeouts,
+units stopped under a real systemd (nspawn)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from guardian.actions.command import CommandAction, CommandParams
+from guardian.actions.irq import IrqMove, IrqParams, interface_irqs, parse_cpu_list
+from guardian.actions.memcg import MemcgParams, MemcgRelease
+from guardian.actions.reap import LadderStep, ReapParams, ReapZombies
+from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.host import Host
+from guardian.plugins import ActionContext
+from guardian.signals.systemd import SystemdSource
+from guardian.snapshot import Snapshot
+
+from .kernel import (
+    _zombie_children,
+    dying_memcgs,
+    is_zombie_of,
+    need_memcg_v1,
+    need_root,
+    orphaning_zombies,
+    zombies,
+)
+from .nspawn import booted
+
+
+def ctx(values: dict[str, object] | None = None, host: Host | None = None) -> ActionContext:
+    return ActionContext("test-rule", Snapshot(0.0, dict(values or {})), host or Host(),
+                         dry_run=False, values={"x": 1})
+
+
+# -- command -------------------------------------------------------------------------------
+
+def test_command_passes_shell_metacharacters_literally(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    text = f"$(touch {canary}); `id` | cat > /dev/null && echo $HOME *"
+    act = CommandAction(CommandParams(argv=["printf", "%s|%s", text, "$GUARDIAN_RULE"]))
+    c = ctx()
+    out = act.apply(act.plan(c), c)
+    assert out.ok and out.data["stdout"] == f"{text}|$GUARDIAN_RULE"
+    assert not canary.exists()
+
+
+def test_command_gets_a_minimal_environment_and_the_rule() -> None:
+    act = CommandAction(CommandParams(argv=["env"], env={"EXTRA": "1"}))
+    c = ctx()
+    out = act.apply(act.plan(c), c)
+    env = dict(line.split("=", 1) for line in str(out.data["stdout"]).splitlines())
+    assert env["GUARDIAN_RULE"] == "test-rule" and json.loads(env["GUARDIAN_VALUES"]) == {
+        "x": 1}
+    assert env["EXTRA"] == "1" and "HOME" not in env and "PYTHONPATH" not in env
+
+
+def test_command_timeout_kills_the_child_and_its_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    script = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.fork() or 0)); " \
+             "time.sleep(60)"
+    act = CommandAction(CommandParams(argv=[sys.executable, "-c", script], timeout=0.5))
+    c = ctx()
+    t0 = time.monotonic()
+    out = act.apply(act.plan(c), c)
+    assert time.monotonic() - t0 < 5
+    assert not out.ok and "timed out after 0.5s" in out.error
+    grandchild = int(pidfile.read_text() or 0)
+    deadline = time.monotonic() + 5
+    while grandchild and Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not grandchild or not Path(f"/proc/{grandchild}").exists()
+
+
+def test_command_that_cannot_start_is_reported() -> None:
+    act = CommandAction(CommandParams(argv=["/nonexistent/tool"]))
+    c = ctx()
+    out = act.apply(act.plan(c), c)
+    assert not out.ok and "cannot run /nonexistent/tool" in out.error
+
+
+# -- reap ----------------------------------------------------------------------------------
+
+REAPS_ON_SIGCHLD = r"""
+import os, signal, sys, time
+n = int(sys.argv[1])
+for _ in range(n):
+    if os.fork() == 0:
+        os._exit(0)
+time.sleep(0.3)  # the children are zombies now; their SIGCHLDs were discarded (SIG_DFL)
+def reap(*_):
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] <= 0: break
+        except ChildProcessError:
+            break
+signal.signal(signal.SIGCHLD, reap)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def _reap_params(**kw: object) -> ReapParams:
+    return ReapParams.model_validate({"ladder": [{"signal": "SIGCHLD", "wait": "1s"},
+                                                 {"signal": "SIGTERM", "wait": "2s"}], **kw})
+
+
+def test_a_parent_that_reaps_on_sigchld_is_done_at_step_one() -> None:
+    need_root()
+    parent = subprocess.Popen([sys.executable, "-c", REAPS_ON_SIGCHLD, "5"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        assert _zombie_children(parent.pid) == 5
+        act = ReapZombies(_reap_params(parents=[parent.pid]))
+        c = ctx()
+        plan = act.plan(c)
+        assert [s.target for s in plan.steps] == [f"pid {parent.pid} (python3)"] or \
+            plan.steps[0].target.startswith(f"pid {parent.pid} (")
+        out = act.apply(plan, c)
+        assert out.ok and out.verified, out
+        [res] = out.data["parents"]
+        assert res["signals"] == ["SIGCHLD"] and res["reaped"] == 5
+        assert parent.poll() is None  # the parent lives on
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+
+
+def test_a_parent_that_never_waits_is_escalated_and_zombies_reaped() -> None:
+    """PID 1 here does not reap orphans, so this test process is a child subreaper and
+    reaps what reparents to it, as init would, in a thread while the action runs."""
+    with orphaning_zombies(4) as (parent, zpids):
+        stop = threading.Event()
+
+        def init_like_reaper() -> None:
+            left = set(zpids)
+            while left and not stop.is_set():
+                for z in list(left):
+                    try:
+                        if os.waitpid(z, os.WNOHANG)[0] == z:
+                            left.discard(z)
+                    except ChildProcessError:
+                        pass  # not reparented to us yet
+                time.sleep(0.01)
+
+        reaper = threading.Thread(target=init_like_reaper)
+        reaper.start()
+        try:
+            act = ReapZombies(_reap_params(parents=[parent.pid]))
+            c = ctx()
+            out = act.apply(act.plan(c), c)
+        finally:
+            stop.set()
+            reaper.join()
+        assert out.ok and out.verified, out
+        [res] = out.data["parents"]
+        assert res["signals"] == ["SIGCHLD", "SIGTERM"] and res["reaped"] == 4
+
+
+def test_zombies_that_only_move_to_a_non_reaping_parent_are_reported() -> None:
+    with orphaning_zombies(3) as (parent, _):
+        act = ReapZombies(_reap_params(parents=[parent.pid]))
+        c = ctx()
+        out = act.apply(act.plan(c), c)
+        assert not out.ok and out.verified is False
+        [res] = out.data["parents"]
+        assert res["signals"] == ["SIGCHLD", "SIGTERM"]
+        assert res["moved_to"] == {os.getpid(): 3}
+        assert f"3 moved to pid {os.getpid()}, which did not reap" in out.error
+
+
+def test_pid1_kernel_threads_and_guardian_itself_are_refused(tmp_path: Path) -> None:
+    """Recorded tree (PID 1 and kthreadd with zombies, which must never be made on a real
+    host) plus a real zombie whose parent is this very process (guardian)."""
+    proc = tmp_path / "proc"
+    for pid, comm, state, ppid, flags in [
+            (1, "init", "S", 0, 0x400100), (2, "kthreadd", "S", 0, 0x208040),
+            (500, "orphan", "Z", 1, 0x400000), (600, "kworker", "Z", 2, 0x4208060)]:
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(
+            f"{pid} ({comm}) {state} {ppid} 0 0 0 -1 {flags} " + "0 " * 10 + "5 " + "0 " * 20)
+    (proc / "uptime").write_text("1000.0 100.0\n")
+    act = ReapZombies(_reap_params())
+    plan = act.plan(ctx(host=Host(tmp_path)))
+    assert plan.steps == []
+    assert any("pid 1 (init)" in r and "PID 1 is never a target" in r for r in plan.refused)
+    # pid 600's parent is kthreadd, a kernel thread; its zombie is a kernel thread too
+    assert not any("pid 2 " in s.target for s in plan.steps)
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 5
+        while not is_zombie_of(child, os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        real = act.plan(ctx())
+        assert any("guardian itself is never a target" in r for r in real.refused)
+        assert not any(f"pid {os.getpid()} " in s.target for s in real.steps)
+    finally:
+        os.waitpid(child, 0)
+
+
+def test_a_parent_gone_between_plan_and_apply_is_a_recorded_no_op() -> None:
+    need_root()
+    with zombies(2) as parent:
+        act = ReapZombies(_reap_params(parents=[parent.pid]))
+        c = ctx()
+        plan = act.plan(c)
+    out = act.apply(plan, c)  # the helper reaped them and exited
+    assert out.ok
+    [res] = out.data["parents"]
+    assert res["signals"] == [] and "parent exited" in res["note"] and res["reaped"] == 2
+
+
+def test_reap_params_are_validated() -> None:
+    with pytest.raises(ValueError):
+        ReapParams.model_validate({"ladder": [{"signal": "SIGFOO"}]})
+    with pytest.raises(ValueError):
+        ReapParams.model_validate({"ladder": []})
+    assert LadderStep(signal="SIGKILL", wait="1s").wait == 1.0
+
+
+# -- memcg ---------------------------------------------------------------------------------
+
+def test_dying_memcgs_fall_after_drop_caches() -> None:
+    need_memcg_v1()
+    with dying_memcgs(30):
+        act = MemcgRelease(MemcgParams(sync_first=True, settle=0.5))
+        c = ctx()
+        plan = act.plan(c)
+        assert plan.steps[-1].change == "write 1: free clean page cache"
+        before = plan.data["dying_before"]
+        out = act.apply(plan, c)
+        assert out.ok and out.verified, out
+        assert out.data["dying_after"] <= before - 25
+        assert out.data["released"] >= 25
+
+
+def test_reclaim_is_refused_without_cgroup_v2() -> None:
+    need_memcg_v1()
+    act = MemcgRelease(MemcgParams(method="reclaim", cgroup="system.slice"))
+    plan = act.plan(ctx())
+    assert plan.refused and "cgroup v2" in plan.refused[0]
+    assert not act.apply(plan, ctx()).ok
+
+
+def test_reclaim_writes_the_amount_on_a_v2_tree(tmp_path: Path) -> None:
+    """Recorded cgroup v2 tree (this VM has no v2 memory controller); memory.reclaim is a
+    plain file here, so the test sees exactly what was written."""
+    import shutil
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "cgroup2", root)
+    target = root / "sys/fs/cgroup/system.slice/memory.reclaim"
+    target.parent.mkdir(parents=True)
+    target.write_text("")
+    act = MemcgRelease(MemcgParams(method="reclaim", cgroup="system.slice", amount="512M",
+                                   settle=0))
+    c = ctx(host=Host(root))
+    plan = act.plan(c)
+    assert plan.steps[0].change == "write 512M" and plan.data["dying_before"] == 68441
+    out = act.apply(plan, c)
+    assert out.ok and target.read_text() == "512M"
+    assert out.verified is False  # the recorded count does not change
+
+
+# -- irq -----------------------------------------------------------------------------------
+
+def test_a_real_irq_is_moved_and_restored(tmp_path: Path) -> None:
+    need_root()
+    irqs = interface_irqs(Host(), "eth0")
+    online = parse_cpu_list(Path("/sys/devices/system/cpu/online").read_text())
+    if not irqs or len(online) < 2:
+        pytest.skip("needs eth0 with MSI IRQs and two cores")
+    originals = {i: Path(f"/proc/irq/{i}/smp_affinity_list").read_text().strip()
+                 for i in irqs}
+    state = str(tmp_path / "irq.json")
+    try:
+        act = IrqMove(IrqParams(interface="eth0", from_cores=[online[0]],
+                                to_cores=[online[1]], state_file=state))
+        c = ctx()
+        plan = act.plan(c)
+        moved = plan.data["moves"]
+        assert moved, plan
+        out = act.apply(plan, c)
+        assert out.ok and out.verified, out
+        for m in moved:
+            now = Path(f"/proc/irq/{m['irq']}/smp_affinity_list").read_text().strip()
+            assert now == str(online[1])
+        # a second run does not overwrite the saved original
+        act.apply(act.plan(c), c)
+        saved = json.loads(Path(state).read_text())
+        assert {int(k): v for k, v in saved.items()} == {
+            m["irq"]: m["old"] for m in moved}
+        proc = subprocess.run([sys.executable, "-m", "guardian", "irq", "restore",
+                               "--state", state], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        for m in moved:
+            now = Path(f"/proc/irq/{m['irq']}/smp_affinity_list").read_text().strip()
+            assert now == m["old"]
+        assert json.loads(Path(state).read_text()) == {}
+    finally:
+        for irq, cpus in originals.items():
+            Path(f"/proc/irq/{irq}/smp_affinity_list").write_text(cpus + "\n")
+
+
+def test_irq_move_refuses_while_irqbalance_runs(tmp_path: Path) -> None:
+    """A stand-in irqbalance: a real process of ours whose comm is 'irqbalance' (a copy of
+    sleep under that name)."""
+    need_root()
+    import shutil
+    binary = tmp_path / "irqbalance"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", binary)
+    fake = subprocess.Popen([str(binary), "30"])
+    try:
+        act = IrqMove(IrqParams(interface="eth0", from_cores=[0],
+                                state_file=str(tmp_path / "s.json")))
+        plan = act.plan(ctx())
+        assert plan.refused and f"irqbalance runs (pid {fake.pid})" in plan.refused[0]
+        assert not act.apply(plan, ctx()).ok
+        ignore = IrqMove(IrqParams(interface="eth0", from_cores=[0], irqbalance="ignore",
+                                   state_file=str(tmp_path / "s.json")))
+        assert "may undo" in ignore.plan(ctx()).note
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def test_irq_move_takes_hot_cores_from_the_snapshot() -> None:
+    need_root()
+    from guardian.snapshot import labels_of
+    values = {"cpu.core.sys_pct": {labels_of({"cpu": "0"}): 97.0, labels_of({"cpu": "1"}): 3.0},
+              "cpu.core.softirq_pct": {labels_of({"cpu": "0"}): 2.0}}
+    plan = IrqMove(IrqParams(interface="eth0", irqbalance="ignore")).plan(ctx(values))
+    assert all(m["new"] == "1" for m in plan.data.get("moves", []))
+    calm = {"cpu.core.sys_pct": {labels_of({"cpu": "0"}): 5.0}}
+    assert IrqMove(IrqParams(interface="eth0")).plan(ctx(calm)).note == \
+        "no hot core: nothing to move"
+
+
+# -- systemd unit --------------------------------------------------------------------------
+
+CRASHY = """[Unit]
+Description=a unit that crash-loops, like the incident's
+StartLimitIntervalSec=0
+
+[Service]
+ExecStart=/bin/false
+Restart=always
+RestartSec=100ms
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_crash_looping_unit_is_stopped_and_masked_under_real_systemd() -> None:
+    with booted() as c:
+        c.write("/usr/lib/systemd/system/crashy.service", CRASHY)
+        c.run("systemctl", "daemon-reload")
+        c.run("systemctl", "enable", "--now", "crashy.service")
+        c.run("systemd-run", "--unit=steady", "/bin/sleep", "600")
+        systemctl = [*c.enter, "systemctl"]
+        src = SystemdSource(Host(), SystemdSource.Config(systemctl=systemctl,
+                                                         restart_window="1m"))
+        src.collect(0.0)
+        time.sleep(1.5)
+        snap = Snapshot(1.5, {"systemd.unit_restarts_recent":
+                              src.collect(1.5)["systemd.unit_restarts_recent"]})
+        act = SystemdUnit(UnitParams(allow=["*"], deny=["steady*"], verbs=["stop", "mask"],
+                                     systemctl=systemctl, min_restarts=3))
+        actx = ActionContext("r", snap, Host(), dry_run=False)
+        plan = act.plan(actx)
+        assert plan.data["units"] == ["crashy.service"], plan
+        assert [s.change.split(" (")[0].split()[-2:] for s in plan.steps] == [
+            ["stop", "crashy.service"], ["mask", "crashy.service"]]
+        assert "restarts in the window)" in plan.steps[0].change
+        out = act.apply(plan, actx)
+        assert out.ok and out.verified, out
+        state = c.run("systemctl", "show", "-p", "ActiveState,UnitFileState",
+                      "crashy.service").stdout
+        assert "ActiveState=inactive" in state or "ActiveState=failed" in state
+        assert "UnitFileState=masked" in state
+        assert c.run("systemctl", "is-active", "steady.service").stdout.strip() == "active"
+        # a unit gone between plan and apply is a recorded no-op
+        gone = SystemdUnit(UnitParams(allow=["*"], units=["vanished.service"],
+                                      systemctl=systemctl))
+        out2 = gone.apply(gone.plan(actx), actx)
+        assert out2.ok and out2.data["units"][0]["note"] == "unit is gone: no-op"
+
+
+def test_units_guardian_must_never_touch_are_refused() -> None:
+    from guardian.snapshot import labels_of
+    fam = {labels_of({"unit": u}): 50.0 for u in
+           ("systemd-journald.service", "kubelet.service", "guardian.service", "ecs.service")}
+    act = SystemdUnit(UnitParams(allow=["*"]))
+    plan = act.plan(ActionContext("r", Snapshot(0, {"systemd.unit_restarts_recent": fam}),
+                                  Host(), dry_run=True))
+    assert plan.data["units"] == ["ecs.service"]
+    assert len(plan.refused) == 3
+
+
+def test_no_systemd_data_means_no_unit_is_targeted() -> None:
+    act = SystemdUnit(UnitParams(allow=["*"]))
+    plan = act.plan(ctx())
+    assert plan.data == {} and "systemd source is unavailable" in plan.refused[0]
+
+
+def test_signals_never_reach_pid1_even_if_asked() -> None:
+    act = ReapZombies(_reap_params(parents=[1], protect=[]))
+    out = act.apply(type(act.plan(ctx()))(  # a hand-made plan naming PID 1
+        "reap.zombies", "r", data={"targets": [{"ppid": 1, "comm": "x", "start": int(
+            Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]),
+            "zombies": [(999999, 1)]}]}), ctx())
+    assert out.data["parents"][0]["signals"] == []
+    assert "refused at apply: PID 1 is never a target" in out.data["parents"][0]["note"]
+
