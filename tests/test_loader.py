@@ -182,3 +182,30 @@ def test_schema_command_prints_a_json_schema() -> None:
     assert {"name", "summary", "when", "for", "keep_firing_for", "cooldown", "severity",
             "labels", "enabled", "action", "limit"} <= set(rule)
     assert rule["severity"]["enum"] == ["info", "warning", "critical"]
+
+
+def test_action_parameter_errors_have_positions(tmp_path: Path) -> None:
+    text = GOOD + '''
+  [[rule.action]]
+  use = "reap.zombies"
+  ladder = [{ signal = "SIGFOO", wait = "2s" }]
+  min_zombies = "many"
+
+  [[rule.action]]
+  use = "systemd.unit"
+  verbs = ["restart"]
+
+  [[rule.action]]
+  use = "command"
+  argv = "rm -rf /"
+'''
+    got = errors(tmp_path, text)
+    assert got[0].startswith("r.toml:10:24: action 'reap.zombies': ladder.0.signal: Input "
+                             "should be 'SIGCHLD'")
+    assert got[1].startswith("r.toml:11:17: action 'reap.zombies': min_zombies: Input "
+                             "should be a valid integer")
+    assert got[2] == "r.toml:13:3: action 'systemd.unit': missing required key 'allow'"
+    assert got[3].startswith("r.toml:15:12: action 'systemd.unit': verbs.0: Input should be")
+    assert got[4].startswith("r.toml:19:10: action 'command': argv: Input should be a valid "
+                             "list")
+    assert len(got) == 5
