@@ -9,6 +9,7 @@ overlay, so every boot starts clean. Commands run inside through nsenter.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -21,8 +22,8 @@ from pathlib import Path
 import pytest
 
 CACHE = Path(os.environ.get("GUARDIAN_TEST_CACHE", "/var/cache/guardian-test"))
-ROOT = CACHE / "rootfs-bookworm"
-PACKAGES = "systemd,systemd-sysv,dbus,python3"
+PACKAGES = "systemd,systemd-sysv,dbus,python3,python3-venv"
+ROOT = CACHE / f"rootfs-bookworm-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:8]}"
 
 
 def apt_mirror() -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
-import threading
 import time
 import tomllib
 from collections.abc import Sequence
@@ -27,6 +27,7 @@ from .plugins import ActionContext, default_registry
 from .policy.loader import TEST_SUFFIX, RuleError, Ruleset, load_rules
 from .policy.ruletest import run_test_file
 from .policy.schema import json_schema
+from .service import EX_CONFIG, Daemon, ServiceOptions
 from .signals.kmsg import KmsgConfig
 from .snapshot import format_labels
 
@@ -38,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # the journal stamps each line; without systemd, a time helps
+    if not os.environ.get("JOURNAL_STREAM"):
+        logging.getLogger().handlers[0].setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     try:
         rc: int = args.func(args)
     except BrokenPipeError:
@@ -68,9 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     _config_option(t)
     t.set_defaults(func=cmd_test)
 
-    r = sub.add_parser("run", help="evaluate rules against this host (loop, or --once)")
-    r.add_argument("--rules", nargs="+", default=[DEFAULT_RULES], metavar="PATH",
-                   help=f"rule files or directories (default {DEFAULT_RULES})")
+    r = sub.add_parser("run", help="the service loop (or one evaluation with --once)")
+    r.add_argument("--rules", nargs="+", metavar="PATH",
+                   help=f"rule files or directories (default: the config's, else "
+                        f"{DEFAULT_RULES})")
     r.add_argument("--once", action="store_true",
                    help="one evaluation (after a short warm-up sample for rates), then exit")
     r.add_argument("--dry-run", action="store_true",
@@ -80,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --once: time between the warm-up sample and the evaluation")
     r.add_argument("--root", default="/", help="host root to read (default /)")
     r.add_argument("--audit", metavar="FILE", help="append decisions and outcomes to FILE")
+    r.add_argument("--state", metavar="FILE", help="persisted engine state (service)")
+    r.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="metrics endpoint port on the configured address; 0 turns it off")
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
     _config_option(r)
     r.set_defaults(func=cmd_run)
@@ -328,7 +337,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     _registry_warnings()
     try:
         config = _config(args)
-        rules = load_rules(args.rules)
+    except RuleError as exc:
+        _print_errors(exc)
+        return EX_CONFIG
+    if not args.once:
+        return _serve(args, config)
+    try:
+        rules = load_rules(args.rules or config.service.rules)
     except RuleError as exc:
         return _print_errors(exc)
     coll = _collector(args.root, config)
@@ -339,24 +354,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         audit = AuditLog(args.audit)
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     engine = Engine(rules, Budget(config.engine.budget.runs, config.engine.budget.within))
-    if args.once:
-        return _run_once(args, rules, coll, engine, executor)
-    interval = parse_duration(args.interval) if args.interval else config.engine.interval
-    mode = "dry run" if args.dry_run else "LIVE"
-    wake = threading.Event()
-    followers = coll.follow(lambda reason: wake.set())
-    print(f"guardian: {mode}, {len(rules.rules)} rule(s), every {interval:g}s; "
-          f"event sources: {', '.join(followers) or 'none'}", file=sys.stderr)
-    while True:
-        started = time.monotonic()
-        snap = coll.collect(started)
-        decisions = engine.evaluate(snap)
-        for ex in executor.run(rules, decisions, snap):
-            _print_executed(ex)
-        for decision in decisions:
-            print(f"{decision.kind:<10} {decision.rule} {decision.reason}", flush=True)
-        wake.wait(max(0.0, interval - (time.monotonic() - started)))
-        wake.clear()
+    return _run_once(args, rules, coll, engine, executor)
+
+
+def _serve(args: argparse.Namespace, config: Config) -> int:
+    svc = config.service
+    state_dir = os.environ.get("STATE_DIRECTORY", "/var/lib/guardian").split(":")[0]
+    logs_dir = os.environ.get("LOGS_DIRECTORY", "/var/log/guardian").split(":")[0]
+    port: int | None = svc.metrics.port if svc.metrics.enabled else None
+    if args.metrics_port is not None:
+        port = args.metrics_port or None
+    opts = ServiceOptions(
+        rules=args.rules or svc.rules,
+        dry_run=args.dry_run or svc.dry_run,
+        interval=parse_duration(args.interval) if args.interval else config.engine.interval,
+        state_path=Path(args.state or svc.state_file or f"{state_dir}/state.json"),
+        audit_path=Path(args.audit or svc.audit_log or f"{logs_dir}/audit.jsonl"),
+        metrics_address=svc.metrics.address, metrics_port=port,
+        textfile=svc.metrics.textfile or None, apply_timeout=svc.apply_timeout,
+        root=Path(args.root))
+    return Daemon(opts, config).run()
 
 
 def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine: Engine,

@@ -42,11 +42,32 @@ class EngineConfig(BaseModel):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
 
+class MetricsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    address: str = Field("127.0.0.1", description="listen address (loopback by default)")
+    port: int = Field(9847, ge=1, le=65535)
+    textfile: str = Field("", description="also write a node_exporter textfile here")
+
+
+class ServiceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rules: list[str] = Field(["/etc/guardian/rules"], min_length=1)
+    dry_run: bool = False
+    state_file: str = Field("", description="default: $STATE_DIRECTORY/state.json, else "
+                            "/var/lib/guardian/state.json")
+    audit_log: str = Field("", description="default: $LOGS_DIRECTORY/audit.jsonl, else "
+                           "/var/log/guardian/audit.jsonl")
+    apply_timeout: Duration = Field(300.0, gt=0)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+
 class Config(BaseModel):
     """The validated configuration; ``sources`` holds each source's validated model."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
     disabled_sources: list[str] = Field(default_factory=list)
     sources: dict[str, BaseModel] = Field(default_factory=dict)
     path: str = ""
@@ -73,13 +94,18 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
                                 p.value_col if value else p.col, message))
 
     for key in data:
-        if key not in ("engine", "sources"):
-            report((key,), f"unknown key {key!r} (known keys: engine, sources)")
+        if key not in ("engine", "service", "sources"):
+            report((key,), f"unknown key {key!r} (known keys: engine, service, sources)")
     engine = EngineConfig()
     try:
         engine = EngineConfig.model_validate(data.get("engine", {}))
     except ValidationError as exc:
         report_validation(exc, ("engine",), EngineConfig, report)
+    service = ServiceConfig()
+    try:
+        service = ServiceConfig.model_validate(data.get("service", {}))
+    except ValidationError as exc:
+        report_validation(exc, ("service",), ServiceConfig, report)
     raw_sources: dict[str, Any] = dict(data.get("sources", {}))
     disabled = raw_sources.pop("disabled", [])
     if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
@@ -103,4 +129,5 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
                               prefix=f"source {name!r}: ")
     if diags:
         raise RuleError(diags)
-    return Config(engine=engine, disabled_sources=disabled, sources=validated, path=str(path))
+    return Config(engine=engine, service=service, disabled_sources=disabled,
+                  sources=validated, path=str(path))

@@ -223,6 +223,42 @@ class Engine:
             out["matched"] = _plain(result)
         return out
 
+    # -- persistence ---------------------------------------------------------------------
+    def export_state(self, offset: float = 0.0) -> dict[str, Any]:
+        """Rule states and action history, times shifted by ``offset`` (e.g. from the
+        monotonic clock to wall-clock time, so they survive a reboot)."""
+        def t(x: float | None) -> float | None:
+            return None if x is None else x + offset
+        return {
+            "rules": {name: {"phase": st.phase, "since": t(st.since),
+                             "last_true": t(st.last_true), "last_run": t(st.last_run),
+                             "runs": [x + offset for x in st.runs],
+                             "said_suppressed": st.said_suppressed}
+                      for name, st in self.states.items()},
+            "global_runs": [x + offset for x in self.global_runs],
+        }
+
+    def import_state(self, data: dict[str, Any], offset: float = 0.0) -> list[str]:
+        """Restore what :meth:`export_state` wrote (times shifted back by ``offset``) for
+        rules that still exist; their names."""
+        def t(x: Any) -> float | None:
+            return None if x is None else float(x) - offset
+        restored = []
+        for name, saved in (data.get("rules") or {}).items():
+            st = self.states.get(name)
+            if st is None or not isinstance(saved, dict):
+                continue
+            phase = saved.get("phase")
+            st.phase = phase if phase in ("inactive", "pending", "firing") else "inactive"
+            st.since, st.last_true = t(saved.get("since")), t(saved.get("last_true"))
+            st.last_run = t(saved.get("last_run"))
+            st.runs = [float(x) - offset for x in saved.get("runs", [])]
+            st.said_suppressed = bool(saved.get("said_suppressed"))
+            restored.append(name)
+        self.global_runs = deque(sorted(float(x) - offset
+                                        for x in data.get("global_runs", [])))
+        return restored
+
     # -- introspection -------------------------------------------------------------------
     def firing(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "firing"]

@@ -4,6 +4,7 @@ the outcome. Dry-run is this same path with the apply step left out."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Executor:
     audit: AuditLog | None = None
     clock: Callable[[], float] = time.time
     on_result: list[Callable[[Executed], None]] = field(default_factory=list)
+    apply_timeout: float = 300.0
+    heartbeat: Callable[[], None] = lambda: None  # called while an apply runs
 
     def record(self, record: dict[str, Any]) -> None:
         if self.audit is not None:
@@ -79,16 +82,37 @@ class Executor:
         if self.dry_run:
             return self._done(Executed(d, use, plan, None))
         started = time.monotonic()
-        try:
-            outcome = action.apply(plan, ctx)
-        except Exception as exc:
-            outcome = Outcome(ok=False, error=f"apply raised {exc!r}")
+        outcome = self._apply(action, plan, ctx)
         outcome.data.setdefault("seconds", round(time.monotonic() - started, 6))
         self.record({"type": "outcome", "rule": d.rule, "use": use,
                      "outcome": outcome.to_dict()})
         if not outcome.ok:
             log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
         return self._done(Executed(d, use, plan, outcome))
+
+    def _apply(self, action: Any, plan: Plan, ctx: ActionContext) -> Outcome:
+        """Run apply in a worker thread, so a stuck action costs the loop at most
+        ``apply_timeout`` and the loop keeps its heartbeat (the systemd watchdog) meanwhile.
+        A Python thread cannot be killed: one that overruns is reported and left to end."""
+        box: list[Outcome] = []
+
+        def work() -> None:
+            try:
+                box.append(action.apply(plan, ctx))
+            except Exception as exc:
+                box.append(Outcome(ok=False, error=f"apply raised {exc!r}"))
+
+        worker = threading.Thread(target=work, name=f"guardian-apply-{plan.action}",
+                                  daemon=True)
+        worker.start()
+        deadline = time.monotonic() + self.apply_timeout
+        while worker.is_alive() and time.monotonic() < deadline:
+            worker.join(min(0.5, max(deadline - time.monotonic(), 0.0)))
+            self.heartbeat()
+        if box:
+            return box[0]
+        return Outcome(ok=False, error=f"apply did not finish within "
+                                       f"{self.apply_timeout:g}s (left running)")
 
     def _done(self, ex: Executed) -> Executed:
         for cb in self.on_result:

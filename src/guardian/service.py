@@ -1,0 +1,329 @@
+"""The daemon behind `guardian run`: a tick loop woken early by event sources, speaking
+the systemd notify protocol (READY, STATUS, WATCHDOG from the loop itself, RELOADING,
+STOPPING), reloading rules on change or SIGHUP, persisting state and serving metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from . import state as state_file
+from .audit import AuditLog
+from .collector import Collector
+from .config import Config
+from .engine import Budget, Engine
+from .executor import Executed, Executor
+from .host import Host
+from .metrics import STATES, Metrics
+from .notify import Notifier
+from .plugins import Registry, default_registry
+from .policy.loader import RuleError, Ruleset, load_rules, rule_files
+
+log = logging.getLogger("guardian.service")
+
+EX_CONFIG = 78  # sysexits: configuration error; the unit does not restart on it
+RELOAD_SETTLE = 0.3  # an editor writes in bursts: reload once they are done
+
+
+def unsafe_rule_paths(paths: list[str]) -> list[str]:
+    """Rule files and directories that someone other than root could change."""
+    problems = []
+    checked: set[Path] = set()
+    for f in rule_files(paths):
+        for p in (f, f.resolve().parent):
+            if p in checked:
+                continue
+            checked.add(p)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue  # the loader reports unreadable files
+            if st.st_uid != 0:
+                problems.append(f"{p}: owned by uid {st.st_uid}, not root")
+            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                problems.append(f"{p}: writable by group or others "
+                                f"(mode {stat.S_IMODE(st.st_mode):o})")
+    return problems
+
+
+@dataclass
+class ServiceOptions:
+    rules: list[str]
+    dry_run: bool = False
+    interval: float = 15.0
+    state_path: Path | None = None
+    audit_path: Path | None = None
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int | None = 9847
+    textfile: str | None = None
+    apply_timeout: float = 300.0
+    require_root_owned_rules: bool = True
+    root: Path = field(default_factory=lambda: Path("/"))
+
+
+class _RuleChange(FileSystemEventHandler):
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    # reading the rules opens them too: only changes count
+    CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        path = str(event.src_path) + " " + str(getattr(event, "dest_path", ""))
+        if event.event_type in self.CHANGES and ".toml" in path:
+            self.daemon.request_reload("rule files changed")
+
+
+class Daemon:
+    """One guardian service process."""
+
+    def __init__(self, opts: ServiceOptions, config: Config,
+                 registry: Registry | None = None, notifier: Notifier | None = None) -> None:
+        self.opts = opts
+        self.config = config
+        self.registry = registry or default_registry()
+        self.notifier = notifier or Notifier()
+        self.metrics = Metrics()
+        self.wake = threading.Event()
+        self.stop_requested = False
+        self.reload_reason = ""
+        self.reload_at = 0.0
+        self.status_extra = ""
+        self.last_action = "none"
+        self.ruleset: Ruleset | None = None
+        self.engine: Engine | None = None
+        self.collector: Collector | None = None
+        self.executor: Executor | None = None
+        self.observer: Observer | None = None  # type: ignore[valid-type]
+        self.ready = False
+        self.next_ping = 0.0
+
+    # -- control from signal handlers and watchers --------------------------------------
+    def request_stop(self, *_: object) -> None:
+        self.stop_requested = True
+        self.wake.set()
+
+    def request_reload(self, reason: str) -> None:
+        if not self.reload_reason:
+            self.reload_at = time.monotonic() + RELOAD_SETTLE
+        self.reload_reason = self.reload_reason or reason
+        self.wake.set()
+
+    def _on_sighup(self, signum: int, frame: FrameType | None) -> None:
+        self.request_reload("SIGHUP")
+
+    # -- life cycle ------------------------------------------------------------------------
+    def run(self) -> int:
+        """Start, loop until SIGTERM/SIGINT, stop. The process exit code."""
+        code = self.start()
+        if code:
+            return code
+        try:
+            self.loop()
+        finally:
+            self.shutdown()
+        return 0
+
+    def load(self) -> Ruleset:
+        if self.opts.require_root_owned_rules:
+            problems = unsafe_rule_paths(self.opts.rules)
+            if problems:
+                raise PermissionError(
+                    "refusing rule files others can change: " + "; ".join(problems))
+        return load_rules(self.opts.rules, self.registry)
+
+    def start(self) -> int:
+        try:
+            self.ruleset = self.load()
+        except RuleError as exc:
+            for d in exc.diagnostics:
+                log.error("%s", d)
+            self.notifier.status(f"not started: {len(exc.diagnostics)} rule error(s); "
+                                 f"first: {exc.diagnostics[0] if exc.diagnostics else '?'}")
+            return EX_CONFIG
+        except PermissionError as exc:
+            log.error("%s", exc)
+            self.notifier.status(f"not started: {exc}")
+            return EX_CONFIG
+        budget = self.config.engine.budget
+        self.engine = Engine(self.ruleset, Budget(budget.runs, budget.within))
+        if self.opts.state_path is not None:
+            restored = state_file.load(self.engine, self.opts.state_path)
+            if restored:
+                log.info("restored state of %d rule(s) from %s", len(restored),
+                         self.opts.state_path)
+        self.collector = Collector.from_registry(Host(self.opts.root), self.registry,
+                                                 self.config)
+        for name, why in sorted(self.collector.unavailable.items()):
+            log.warning("source %s unavailable: %s", name, why)
+        audit = AuditLog(self.opts.audit_path) if self.opts.audit_path else None
+        self.executor = Executor(self.collector.host, dry_run=self.opts.dry_run, audit=audit,
+                                 apply_timeout=self.opts.apply_timeout,
+                                 heartbeat=self.ping_if_due)
+        self.executor.on_result.append(self._count)
+        self.metrics.signals.names = sorted({ref.name for r in self.ruleset.rules
+                                             for ref in r.condition.refs})
+        self.metrics.rules_loaded.set(len(self.ruleset.rules))
+        self.metrics.last_reload_ok.set(1)
+        if self.opts.metrics_port is not None:
+            self.status_extra = self.metrics.serve(self.opts.metrics_address,
+                                                   self.opts.metrics_port) or ""
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self._on_sighup)
+        followers = self.collector.follow(lambda reason: self.wake.set())
+        self._watch_rules()
+        log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",
+                 "dry run" if self.opts.dry_run else "live", len(self.ruleset.rules),
+                 ", ".join(self.opts.rules), self.opts.interval,
+                 ", ".join(s.name for s in self.collector.sources) or "none",
+                 ", ".join(followers) or "none")
+        return 0
+
+    def _watch_rules(self) -> None:
+        dirs = {Path(p) if Path(p).is_dir() else Path(p).parent for p in self.opts.rules}
+        observer = Observer()
+        handler = _RuleChange(self)
+        for d in dirs:
+            observer.schedule(handler, str(d), recursive=False)
+        observer.daemon = True
+        observer.start()
+        self.observer = observer
+
+    def loop(self) -> None:
+        next_tick = time.monotonic()
+        while not self.stop_requested:
+            now = time.monotonic()
+            if self.reload_reason and now >= self.reload_at:
+                self.reload()
+            if now >= next_tick or self.wake.is_set():
+                self.wake.clear()
+                self.tick()
+                if time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + self.opts.interval
+            self.ping_if_due()
+            deadline = next_tick
+            if self.notifier.watchdog_interval:
+                deadline = min(deadline, self.next_ping)
+            if self.reload_reason:
+                deadline = min(deadline, self.reload_at)
+            self.wake.wait(max(0.0, deadline - time.monotonic()))
+
+    def ping_if_due(self) -> None:
+        interval = self.notifier.watchdog_interval
+        if interval and time.monotonic() >= self.next_ping:
+            self.notifier.watchdog()
+            self.next_ping = time.monotonic() + interval
+
+    def tick(self) -> list[Executed]:
+        assert self.engine and self.collector and self.executor and self.ruleset
+        started = time.monotonic()
+        snap = self.collector.collect(started)
+        decisions = self.engine.evaluate(snap)
+        if decisions and self.opts.state_path is not None:
+            # before acting: a crash after this never runs an action twice
+            try:
+                state_file.save(self.engine, self.opts.state_path)
+            except OSError as exc:
+                log.error("cannot save state to %s: %s", self.opts.state_path, exc)
+        for d in decisions:
+            self.metrics.decisions.labels(d.rule, d.kind).inc()
+            log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
+                    "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
+        results = self.executor.run(self.ruleset, decisions, snap)
+        self._update_metrics(snap)
+        self.metrics.tick.observe(time.monotonic() - started)
+        if self.opts.textfile:
+            self.metrics.write_textfile(self.opts.textfile)
+        if not self.ready:
+            self.ready = True
+            self.notifier.ready(self.status())
+        else:
+            self.notifier.status(self.status())
+        return results
+
+    def _count(self, ex: Executed) -> None:
+        if ex.error:
+            outcome = "error"
+        elif ex.outcome is None:
+            outcome = "planned"
+        else:
+            outcome = "ok" if ex.outcome.ok else "failed"
+        self.metrics.actions.labels(ex.decision.rule, ex.use, outcome).inc()
+        self.last_action = f"{ex.use} for {ex.decision.rule}: {outcome}"
+
+    def _update_metrics(self, snap: object) -> None:
+        assert self.engine and self.collector
+        self.metrics.signals.snapshot = snap  # type: ignore[assignment]
+        for name, st in self.engine.states.items():
+            current = "unknown" if st.unknown else st.phase
+            for s in STATES:
+                self.metrics.rule_state.labels(name, s).set(1.0 if s == current else 0.0)
+        for src, n in self.collector.error_counts.items():
+            self.metrics.source_errors.labels(src).set(n)
+
+    def status(self) -> str:
+        assert self.engine and self.ruleset
+        firing = self.engine.firing()
+        parts = [f"{len(self.ruleset.rules)} rules",
+                 f"{len(firing)} firing" + (f" ({', '.join(firing[:3])})" if firing else ""),
+                 f"last action: {self.last_action}"]
+        if self.opts.dry_run:
+            parts.insert(0, "dry run")
+        if self.status_extra:
+            parts.append(self.status_extra)
+        return "; ".join(parts)
+
+    def reload(self) -> bool:
+        """Load the rules again; keep the running ones if the new set does not check."""
+        assert self.engine
+        reason, self.reload_reason = self.reload_reason, ""
+        self.notifier.reloading(time.monotonic_ns() // 1000)
+        try:
+            ruleset = self.load()
+        except (RuleError, PermissionError) as exc:
+            errors = [str(d) for d in exc.diagnostics] if isinstance(exc, RuleError) \
+                else [str(exc)]
+            for e in errors:
+                log.error("reload (%s) rejected: %s", reason, e)
+            self.metrics.reloads.labels("failed").inc()
+            self.metrics.last_reload_ok.set(0)
+            self.status_extra = f"reload rejected, {len(errors)} error(s), " \
+                                f"running the last good rules; first: {errors[0]}"
+            self.notifier.send("READY=1", f"STATUS={self.status()}")
+            return False
+        self.engine.replace_rules(ruleset)
+        self.ruleset = ruleset
+        self.metrics.signals.names = sorted({ref.name for r in ruleset.rules
+                                             for ref in r.condition.refs})
+        self.metrics.reloads.labels("ok").inc()
+        self.metrics.last_reload_ok.set(1)
+        self.metrics.rules_loaded.set(len(ruleset.rules))
+        self.status_extra = ""
+        log.info("reloaded (%s): %d rule(s)", reason, len(ruleset.rules))
+        self.notifier.send("READY=1", f"STATUS={self.status()}")
+        return True
+
+    def shutdown(self) -> None:
+        self.notifier.stopping()
+        if self.observer is not None:
+            self.observer.stop()
+        if self.engine is not None and self.opts.state_path is not None:
+            try:
+                state_file.save(self.engine, self.opts.state_path)
+            except OSError as exc:
+                log.error("cannot save state: %s", exc)
+        if self.collector is not None:
+            self.collector.close()
+        self.metrics.close()
+        log.info("stopped")

@@ -1,0 +1,245 @@
+"""The daemon without systemd: the notify protocol against a datagram socket the test
+listens on (path and abstract addresses), readiness, watchdog pings from the loop, reload
+rejection and pick-up, persisted state, start-up refusals, the metrics endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from guardian.notify import Notifier
+
+from .conftest import RULES, write
+
+
+class NotifySocket:
+    """A datagram socket standing in for systemd's notify socket."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.address = address
+        self.messages: list[dict[str, str]] = []
+
+    def read(self, timeout: float) -> dict[str, str] | None:
+        self.sock.settimeout(timeout)
+        try:
+            raw = self.sock.recv(65536).decode()
+        except TimeoutError:
+            return None
+        msg = dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
+        self.messages.append(msg)
+        return msg
+
+    def wait_for(self, key: str, timeout: float = 10.0, value: str | None = None,
+                 contains: str = "") -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.read(max(deadline - time.monotonic(), 0.01))
+            if msg and key in msg and (value is None or msg[key] == value) and \
+                    contains in msg.get("STATUS", contains):
+                return msg
+        raise AssertionError(f"no {key} (status containing {contains!r}) within {timeout}s; "
+                             f"got {self.messages[-5:]}")
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.address.startswith("@"):
+            Path(self.address).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_notify_protocol(tmp_path: Path, abstract: bool) -> None:
+    addr = f"@guardian-test-{os.getpid()}" if abstract else str(tmp_path / "notify")
+    listener = NotifySocket(addr)
+    try:
+        n = Notifier({"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "3000000",
+                      "WATCHDOG_PID": str(os.getpid())})
+        assert n.enabled and n.watchdog_interval == 1.5
+        n.ready("3 rules")
+        assert listener.read(2) == {"READY": "1", "STATUS": "3 rules"}
+        n.watchdog()
+        assert listener.read(2) == {"WATCHDOG": "1"}
+        n.reloading(123456)
+        assert listener.read(2) == {"RELOADING": "1", "MONOTONIC_USEC": "123456"}
+        n.stopping()
+        assert listener.read(2) == {"STOPPING": "1"}
+    finally:
+        listener.close()
+
+
+def test_no_notify_socket_is_a_no_op() -> None:
+    n = Notifier({})
+    assert not n.enabled and n.watchdog_interval is None
+    n.ready("x")  # does not raise
+
+
+def test_watchdog_meant_for_another_process_is_ignored() -> None:
+    assert Notifier({"WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
+
+
+RULE = '''version = 1
+[[rule]]
+name = "{name}"
+summary = "s"
+when = "processes.total > 0"
+cooldown = "1h"
+  [[rule.action]]
+  use = "log"
+'''
+
+
+@contextmanager
+def daemon(tmp_path: Path, *extra: str, watchdog_usec: int = 1_000_000,
+           rules: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], NotifySocket]]:
+    rules_dir = rules or tmp_path / "rules"
+    if rules is None:
+        rules_dir.mkdir(exist_ok=True)
+        write(rules_dir, "one.toml", RULE.format(name="always"))
+    listener = NotifySocket(str(tmp_path / "notify"))
+    env = dict(os.environ, NOTIFY_SOCKET=listener.address,
+               WATCHDOG_USEC=str(watchdog_usec))
+    env.pop("WATCHDOG_PID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "guardian", "run", "--rules", str(rules_dir), "--interval",
+         "1s", "--state", str(tmp_path / "state.json"), "--audit",
+         str(tmp_path / "audit.jsonl"), "--metrics-port", "0", *extra],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc, listener
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait(timeout=10)
+        listener.close()
+
+
+def test_ready_status_watchdog_and_clean_stop(tmp_path: Path) -> None:
+    with daemon(tmp_path) as (proc, notify):
+        ready = notify.wait_for("READY", value="1")
+        assert "1 rules" in ready["STATUS"] and "1 firing (always)" in ready["STATUS"]
+        assert "last action: log for always: ok" in ready["STATUS"]
+        # pings at half of WATCHDOG_USEC (1 s): count them over 2 s
+        pings = 0
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            msg = notify.read(deadline - time.monotonic())
+            pings += bool(msg and msg.get("WATCHDOG") == "1")
+        assert 3 <= pings <= 6, pings
+        # a stopped loop stops pinging
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        while notify.read(0.05):
+            pass
+        assert notify.read(1.5) is None
+        proc.send_signal(signal.SIGCONT)
+        notify.wait_for("WATCHDOG", timeout=3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING", timeout=2)
+        assert proc.wait(timeout=5) == 0
+        assert time.monotonic() - t0 < 1.0
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [a["type"] for a in audit][:3] == ["decision", "plan", "outcome"]
+
+
+def test_reload_rejects_a_broken_file_and_picks_up_a_good_one(tmp_path: Path) -> None:
+    with daemon(tmp_path) as (proc, notify):
+        notify.wait_for("READY")
+        write(tmp_path / "rules", "two.toml", 'version = 1\n[[rule]]\nname = "x"\n')
+        notify.wait_for("RELOADING", value="1")
+        msg = notify.messages[-1]
+        assert int(msg["MONOTONIC_USEC"]) > 0
+        bad = notify.wait_for("READY", contains="reload rejected")
+        assert "two.toml:2:1: missing required key 'summary'" in bad["STATUS"]
+        assert "1 rules" in bad["STATUS"] and proc.poll() is None
+        write(tmp_path / "rules", "two.toml", RULE.format(name="second"))
+        good = notify.wait_for("READY", contains="2 rules")
+        assert "reload rejected" not in good["STATUS"]
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING", value="1")
+        notify.wait_for("READY", contains="2 rules")
+        proc.terminate()
+        assert proc.wait(timeout=5) == 0
+        assert proc.stderr is not None
+        log = proc.stderr.read()
+    assert "reload (rule files changed) rejected" in log and "reloaded (SIGHUP): 2 rule(s)" in log
+
+
+def test_restart_keeps_cooldowns_and_does_not_refire(tmp_path: Path) -> None:
+    with daemon(tmp_path) as (_, notify):
+        notify.wait_for("READY", contains="last action: log for always: ok")
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert saved["rules"]["always"]["phase"] == "firing"
+    assert abs(saved["rules"]["always"]["last_run"] - time.time()) < 30  # wall clock
+    with daemon(tmp_path) as (_, notify):
+        ready = notify.wait_for("READY")
+        assert "last action: none" in ready["STATUS"] and "1 firing" in ready["STATUS"]
+        time.sleep(1.5)
+    plans = [line for line in (tmp_path / "audit.jsonl").read_text().splitlines()
+             if '"type":"plan"' in line]
+    assert len(plans) == 1  # the 1h cooldown survived the restart
+
+
+def test_missing_rules_directory_fails_start_cleanly(tmp_path: Path) -> None:
+    with daemon(tmp_path, rules=tmp_path / "nope") as (proc, notify):
+        assert proc.wait(timeout=30) == 78
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        assert "nope:1:1: cannot read rule file" in err and "No such file or directory" in err
+        status = notify.wait_for("STATUS", contains="not started")
+        assert "READY" not in status
+
+
+def test_rules_others_can_write_are_refused(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    f = write(rules, "one.toml", RULE.format(name="always"))
+    f.chmod(0o666)
+    with daemon(tmp_path, rules=rules) as (proc, _):
+        assert proc.wait(timeout=30) == 78
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    assert "refusing rule files others can change" in err and "mode 666" in err
+
+
+def test_metrics_endpoint_and_a_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        rules = tmp_path / "rules"
+        rules.mkdir()
+        write(rules, "one.toml", RULE.format(name="always"))
+        s.listen()
+        with daemon(tmp_path, "--metrics-port", str(port), rules=rules) as (proc, notify):
+            busy = notify.wait_for("READY")
+            assert f"metrics off (127.0.0.1:{port}: Address already in use)" in busy["STATUS"]
+            assert proc.poll() is None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    with daemon(tmp_path, "--metrics-port", str(free), rules=rules) as (proc, notify):
+        notify.wait_for("READY")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{free}/metrics", timeout=5).read()
+    text = body.decode()
+    assert 'guardian_rule_state{rule="always",state="firing"} 1.0' in text
+    assert "guardian_signal_processes_total " in text
+    assert "guardian_tick_seconds_count" in text
+
+
+def test_shipped_rules_run_in_the_service(tmp_path: Path) -> None:
+    with daemon(tmp_path, "--dry-run", rules=RULES) as (_, notify):
+        ready = notify.wait_for("READY")
+        assert ready["STATUS"].startswith("dry run; 12 rules; ")
