@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 CACHE = Path(os.environ.get("GUARDIAN_TEST_CACHE", "/var/cache/guardian-test"))
-PACKAGES = "systemd,systemd-sysv,dbus,python3,python3-venv"
+PACKAGES = "systemd,systemd-sysv,dbus,procps,python3,python3-venv"
 ROOT = CACHE / f"rootfs-bookworm-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:8]}"
 
 

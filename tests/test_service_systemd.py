@@ -1,0 +1,113 @@
+"""guardian as a systemd service, end to end, under a real systemd (252, booted in
+systemd-nspawn: this VM has no systemd as PID 1). The package is installed in the
+container from wheels built from this checkout, with the shipped unit and rules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, RULES
+from .nspawn import Container, booted, nspawn_unavailable
+
+NEW_RULE = '''version = 1
+[[rule]]
+name = "added-later"
+summary = "a rule dropped in while the service runs"
+when = "processes.total > 100000"
+'''
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    why = nspawn_unavailable()
+    if why:
+        pytest.skip(f"systemd-nspawn test skipped: {why}")
+    d = tmp_path_factory.mktemp("wheels")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(d),
+                    str(REPO)], check=True, timeout=900, capture_output=True)
+    return d
+
+
+def props(c: Container, *names: str) -> dict[str, str]:
+    out = c.run("systemctl", "show", "guardian.service", "-p", ",".join(names)).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def wait_props(c: Container, timeout: float, **want: str) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    got: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        got = props(c, "ActiveState", "SubState", "StatusText", "MainPID", "NRestarts",
+                    "Result")
+        if all(v in got.get(k, "") for k, v in want.items()):
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"service never reached {want}; last: {got}")
+
+
+def install(c: Container) -> None:
+    c.run("python3", "-m", "venv", "/opt/guardian", timeout=180)
+    c.run("/opt/guardian/bin/pip", "install", "-q", "--no-index", "--find-links", "/wheels",
+          "guardian", timeout=600)
+    c.run("ln", "-sf", "/opt/guardian/bin/guardian", "/usr/local/bin/guardian")
+    c.run("mkdir", "-p", "/etc/guardian/rules", "/etc/systemd/system/guardian.service.d")
+    for f in sorted(RULES.glob("*.toml")):
+        if not f.name.endswith(".test.toml"):
+            c.write(f"/etc/guardian/rules/{f.name}", f.read_text())
+    c.write("/etc/guardian/guardian.toml", '[engine]\ninterval = "1s"\n')
+    c.write("/etc/systemd/system/guardian.service",
+            (REPO / "systemd" / "guardian.service").read_text())
+    # the watchdog test needs a short interval; everything else is the shipped unit
+    c.write("/etc/systemd/system/guardian.service.d/test.conf", "[Service]\nWatchdogSec=3s\n")
+    c.run("systemctl", "daemon-reload")
+
+
+def test_the_service_under_real_systemd(wheels: Path) -> None:
+    with booted(binds=[(str(wheels), "/wheels")]) as c:
+        install(c)
+        verify = c.run("systemd-analyze", "verify", "/etc/systemd/system/guardian.service",
+                       check=False)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+
+        # Type=notify: `systemctl start` returns once READY=1 arrived
+        c.run("systemctl", "start", "guardian.service", timeout=60)
+        up = wait_props(c, 10, ActiveState="active", SubState="running")
+        assert "12 rules" in up["StatusText"], up
+        status = c.run("systemctl", "status", "--no-pager", "guardian.service",
+                       check=False).stdout
+        assert 'Status: "12 rules;' in status
+        first_pid = up["MainPID"]
+
+        # a broken rule file is rejected; the service keeps running on the last good rules
+        c.write("/etc/guardian/rules/zz-broken.toml", 'version = 1\n[[rule]]\nname = "x"\n')
+        bad = wait_props(c, 15, StatusText="reload rejected")
+        assert "zz-broken.toml:2:1: missing required key" in bad["StatusText"]
+        assert bad["ActiveState"] == "active" and bad["MainPID"] == first_pid
+
+        # a good one is picked up
+        c.run("rm", "/etc/guardian/rules/zz-broken.toml")
+        c.write("/etc/guardian/rules/zz-new.toml", NEW_RULE)
+        good = wait_props(c, 15, StatusText="13 rules")
+        assert "reload rejected" not in good["StatusText"]
+
+        # a stalled loop stops the pings: the watchdog kills it and systemd restarts it
+        c.run("kill", "-STOP", first_pid)
+        again = wait_props(c, 30, NRestarts="1", ActiveState="active", SubState="running")
+        assert again["MainPID"] != first_pid
+        journal = c.run("journalctl", "--no-pager", "-u", "guardian.service",
+                        check=False).stdout
+        assert "Watchdog timeout" in journal, journal[-3000:]
+        # a clean stop
+        t0 = time.monotonic()
+        c.run("systemctl", "stop", "guardian.service", timeout=30)
+        assert time.monotonic() - t0 < 3.0
+        done = props(c, "ActiveState", "Result")
+        assert done == {"ActiveState": "inactive", "Result": "success"}
+        # persisted state and the audit log live in the unit's own directories
+        c.run("test", "-s", "/var/lib/guardian/state.json")
+        c.run("test", "-f", "/var/log/guardian/audit.jsonl")
