@@ -102,7 +102,8 @@ class Container:
 
 @contextlib.contextmanager
 def booted(binds: list[tuple[str, str]] | None = None,
-           name: str = "guardian-test") -> Iterator[Container]:
+           name: str = "guardian-test",
+           rw_binds: list[tuple[str, str]] | None = None) -> Iterator[Container]:
     """Boot a clean container (volatile overlay), yield it, power it off."""
     why = nspawn_unavailable()
     if why:
@@ -113,6 +114,8 @@ def booted(binds: list[tuple[str, str]] | None = None,
             "--volatile=overlay"]
     for src, dst in binds or []:
         args.append(f"--bind-ro={src}:{dst}")
+    for src, dst in rw_binds or []:
+        args.append(f"--bind={src}:{dst}")
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         leader = 0

@@ -215,6 +215,8 @@ class Engine:
         out: dict[str, Any] = {}
         for ref in rule.condition.refs:
             v = ref.value(values)
+            if isinstance(result, dict) and isinstance(v, dict):
+                v = {k: x for k, x in v.items() if k in result}  # only what matched
             exact = ref.matchers and not any(is_glob for _, _, is_glob in ref.matchers)
             if exact and isinstance(v, dict) and len(v) == 1:
                 v = next(iter(v.values()))  # the key already names the one member

@@ -238,7 +238,7 @@ def _compile_when(when: str, cat: Mapping[str, SignalSpec], pos: Pos, text: str,
 
 def _expr_position(pos: Pos, text: str, exc: ExprError) -> tuple[int, int]:
     """Map a position inside the `when` string back to the rule file."""
-    src_line = text.splitlines()[pos.value_line - 1] if text else ""
+    src_line = text.split("\n")[pos.value_line - 1] if text else ""
     opener = src_line[pos.value_col - 1:pos.value_col + 2]
     if opener in ('"""', "'''"):
         starts_next_line = src_line[pos.value_col + 2:].strip() == ""

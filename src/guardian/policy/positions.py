@@ -7,6 +7,7 @@ and of its value. It assumes the text already parsed with ``tomllib``.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 
 Path = tuple[str | int, ...]
@@ -22,7 +23,9 @@ class Pos:
 
 class _Scanner:
     def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
+        # TOML breaks lines only at \n (or \r\n); str.splitlines() would also break at
+        # \x85, \u2028 and others, which may sit inside strings
+        self.lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
         self.i = 0  # line index
         self.j = 0  # column index
 
@@ -90,9 +93,11 @@ class _Scanner:
         start = self.j
         while self.j < len(line) and line[self.j] != quote:
             self.j += 2 if quote == '"' and line[self.j] == "\\" else 1
-        text = line[start:self.j]
+        literal = line[start - 1:self.j + 1]
         self.j += 1
-        return text
+        if quote == "'" or "\\" not in literal:
+            return literal[1:-1]
+        return str(tomllib.loads(f"k = {literal}")["k"])  # a basic string's escapes
 
     def skip_value(self, path: Path, out: dict[Path, Pos]) -> None:
         """Skip one value (string, array, inline table or bare scalar), noting the
@@ -174,7 +179,9 @@ def key_positions(text: str) -> dict[Path, Pos]:
                 table = (*base, arrays[base])
             else:
                 table = resolve(keys)
-            out.setdefault(table, Pos(line_no, col_no, line_no, col_no))
+            here = Pos(line_no, col_no, line_no, col_no)
+            for n in range(1, len(table) + 1):  # [a.b] defines a too, where not yet seen
+                out.setdefault(table[:n], here)
         else:
             keys = sc.read_key()
             sc.skip_ws()

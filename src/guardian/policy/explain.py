@@ -1,0 +1,94 @@
+"""Why a rule is where it is: its condition as a tree with the value of every
+sub-expression, and what is missing."""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..snapshot import SignalSpec, format_labels
+from .expr import _GLOBALS, TimeFunctions, _braces_to_parens, _Compiler, _dotted
+
+MAX_MEMBERS = 6
+
+
+@dataclass
+class ExplainNode:
+    text: str
+    value: Any
+    children: list[ExplainNode] = field(default_factory=list)
+
+    def lines(self, depth: int = 0) -> list[str]:
+        out = [f"{'  ' * depth}{self.text}  =  {format_value(self.value)}"]
+        for c in self.children:
+            out.extend(c.lines(depth + 1))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"expr": self.text, "value": format_value(self.value),
+                "children": [c.to_dict() for c in self.children]}
+
+
+def format_value(v: Any) -> str:
+    if v is None:
+        return "no value"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        if not v:
+            return "{} (no members)"
+        items = sorted(v.items())
+        shown = ", ".join(f"{format_labels(k)}: {_num(x)}" for k, x in items[:MAX_MEMBERS])
+        more = f", … {len(items) - MAX_MEMBERS} more" if len(items) > MAX_MEMBERS else ""
+        return "{" + shown + more + "}"
+    if isinstance(v, float):
+        return _num(v)
+    return str(v)
+
+
+def _num(x: float) -> str:
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:.6g}"
+
+
+def explain_condition(text: str, catalogue: Mapping[str, SignalSpec],
+                      values: Mapping[str, Any], history: TimeFunctions) -> ExplainNode:
+    """Evaluate every sub-expression of a (valid) condition against ``values``."""
+    source = "(" + text + "\n)"
+    tree = ast.parse("(" + _braces_to_parens(text) + "\n)", mode="eval")
+
+    def value(node: ast.AST) -> Any:
+        comp = _Compiler(catalogue)
+        compiled = comp.visit(node)
+        fn = eval(compile(f"lambda S, T: {compiled.code}", "<explain>", "eval"),  # generated
+                  dict(_GLOBALS, K=tuple(comp.consts)))
+        return fn(values, history)
+
+    def build(node: ast.AST) -> ExplainNode:
+        text_of = ast.get_source_segment(source, node) or ast.unparse(node)
+        if isinstance(node, ast.Call) and _dotted(node.func) in catalogue:
+            return ExplainNode(text_of, value(node))  # a selector is one signal
+        kids: list[ast.AST] = []
+        if isinstance(node, ast.BoolOp):
+            kids = list(node.values)
+        elif isinstance(node, ast.Compare):
+            kids = [node.left, *node.comparators]
+        elif isinstance(node, ast.BinOp):
+            kids = [node.left, node.right]
+        elif isinstance(node, ast.UnaryOp):
+            kids = [node.operand]
+        elif isinstance(node, ast.Call):
+            kids = [a for a in node.args
+                    if not (isinstance(a, ast.Constant) and isinstance(a.value, str))]
+        children = [build(k) for k in kids if not isinstance(k, ast.Constant)]
+        return ExplainNode(" ".join(text_of.split()), value(node), children)
+
+    return build(tree.body)
+
+
+def missing_signals(refs: list[Any], values: Mapping[str, Any]) -> list[str]:
+    return [ref.key for ref in refs if ref.value(values) is None]

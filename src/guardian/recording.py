@@ -1,0 +1,192 @@
+"""Recordings: snapshots of every signal over time, for replay on another machine.
+
+A recording is a gzip stream of JSON lines: a header (format version, host metadata,
+sources, the signal catalogue with label names), then one line per snapshot with its time
+(seconds since the start), values and source errors. Families are stored compactly as
+``[[label values…, value], …]`` in the label order the header gives. The gzip stream is
+flushed (Z_SYNC_FLUSH) after every snapshot, so everything written survives Ctrl-C or a
+kill; a reader replays up to any damage and says where it stopped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .collector import SOURCE_ERRORS, Collector
+from .snapshot import Family, SignalSpec, Snapshot
+
+FORMAT = "guardian-recording"
+VERSION = 1
+
+
+class RecordingError(Exception):
+    """A recording that cannot be read at all (not one, or from a newer guardian)."""
+
+
+def header(collector: Collector, interval: float) -> dict[str, Any]:
+    specs = {spec.name: spec for src in collector.sources for spec in src.specs}
+    specs[SOURCE_ERRORS.name] = SOURCE_ERRORS
+    return {
+        "format": FORMAT, "version": VERSION, "host": socket.gethostname(),
+        "kernel": platform.release(), "started": time.time(), "interval": interval,
+        "sources": [s.name for s in collector.sources], "unavailable": collector.unavailable,
+        "signals": {n: {"labels": list(s.labels), "unit": s.unit, "counter": s.counter,
+                        "help": s.help} for n, s in sorted(specs.items())},
+    }
+
+
+class Writer:
+    """Appends snapshots to a recording."""
+
+    def __init__(self, path: str | Path, head: dict[str, Any]) -> None:
+        self.raw: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed in close())
+        self.gz = gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0)
+        self.labels = {n: s["labels"] for n, s in head["signals"].items()}
+        self.start: float | None = None
+        self.count = 0
+        self._line(head)
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        self.gz.write(json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n")
+        self.gz.flush(zlib.Z_SYNC_FLUSH)  # decodable up to here, whatever happens next
+        self.raw.flush()
+
+    def write(self, snap: Snapshot) -> None:
+        if self.start is None:
+            self.start = snap.time
+        values: dict[str, Any] = {}
+        for name, v in snap.values.items():
+            if isinstance(v, dict):
+                order = self.labels.get(name) or sorted({k for lb in v for k, _ in lb})
+                values[name] = [[dict(lb).get(k, "") for k in order] + [x]
+                                for lb, x in sorted(v.items())]
+            else:
+                values[name] = v
+        rec: dict[str, Any] = {"t": round(snap.time - self.start, 3), "v": values}
+        if snap.errors:
+            rec["e"] = snap.errors
+        self._line(rec)
+        self.count += 1
+
+    def size(self) -> int:
+        return self.raw.tell()
+
+    def close(self) -> None:
+        self.gz.close()
+        self.raw.flush()
+        os.fsync(self.raw.fileno())
+        self.raw.close()
+
+
+@dataclass
+class Recording:
+    """A recording read back: header, snapshots, and where reading stopped if damaged."""
+
+    header: dict[str, Any]
+    snapshots: list[Snapshot] = field(default_factory=list)
+    damage: str = ""
+
+    @property
+    def catalogue(self) -> dict[str, SignalSpec]:
+        return {n: SignalSpec(n, s.get("help", ""), s.get("unit", ""),
+                              tuple(s.get("labels", ())), bool(s.get("counter")))
+                for n, s in self.header.get("signals", {}).items()}
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes | Exception]]:
+    """Decompressed lines, then the error that stopped decompression, if any."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    buf = b""
+    n = 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(65536)
+            if not chunk:
+                break
+            try:
+                buf += d.decompress(chunk)
+            except zlib.error as exc:
+                parts = buf.split(b"\n")
+                for line in parts[:-1]:
+                    n += 1
+                    yield n, line
+                yield n + 1, exc
+                return
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                n += 1
+                yield n, line
+    if buf:
+        yield n + 1, ValueError("the last line is incomplete (recording cut off)")
+
+
+def read(path: str | Path) -> Recording:
+    """Read a recording; stops at damage (``Recording.damage`` says where and why).
+    Raises RecordingError when not even the header can be read or it is too new."""
+    path = Path(path)
+    rec: Recording | None = None
+    try:
+        for n, item in _lines(path):
+            if isinstance(item, Exception):
+                if rec is None:
+                    raise RecordingError(f"{path}: not a readable recording: {item}")
+                rec.damage = f"damaged at line {n} (after {len(rec.snapshots)} snapshots): " \
+                             f"{item}"
+                break
+            try:
+                obj = json.loads(item)
+            except ValueError as exc:
+                if rec is None:
+                    raise RecordingError(f"{path}: not a guardian recording") from None
+                rec.damage = f"damaged at line {n} (after {len(rec.snapshots)} snapshots): " \
+                             f"{exc}"
+                break
+            if rec is None:
+                rec = Recording(_check_header(path, obj))
+                continue
+            try:
+                rec.snapshots.append(_snapshot(obj, rec.header))
+            except (KeyError, TypeError, ValueError) as exc:
+                rec.damage = f"damaged at line {n} (after {len(rec.snapshots)} snapshots): " \
+                             f"bad record: {exc!r}"
+                break
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read: {exc}") from None
+    if rec is None:
+        raise RecordingError(f"{path}: empty, not a guardian recording")
+    return rec
+
+
+def _check_header(path: Path, obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise RecordingError(f"{path}: not a guardian recording")
+    version = obj.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise RecordingError(f"{path}: recording format version {version} is newer than "
+                             f"this guardian reads ({VERSION}); upgrade guardian to replay it")
+    return obj
+
+
+def _snapshot(obj: dict[str, Any], head: dict[str, Any]) -> Snapshot:
+    values: dict[str, float | Family] = {}
+    for name, v in obj["v"].items():
+        if isinstance(v, list):
+            order = head["signals"].get(name, {}).get("labels", [])
+            fam: Family = {}
+            for row in v:
+                *labels, x = row
+                fam[tuple(sorted(zip(order, labels, strict=True)))] = float(x)
+            values[name] = fam
+        else:
+            values[name] = float(v)
+    return Snapshot(float(obj["t"]), values, dict(obj.get("e", {})))

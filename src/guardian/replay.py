@@ -1,0 +1,56 @@
+"""Replay a recording through the engine: the same decisions, byte for byte, every time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .durations import format_duration
+from .engine import Decision, Engine
+from .policy.loader import Ruleset
+from .recording import Recording
+from .snapshot import Snapshot
+
+
+@dataclass
+class Replay:
+    engine: Engine
+    decisions: list[Decision] = field(default_factory=list)
+    firing: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    last: Snapshot | None = None
+
+
+def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Replay:
+    """Run the engine over the recording (up to ``until`` seconds from its start)."""
+    r = Replay(Engine(ruleset))
+    for snap in rec.snapshots:
+        if until is not None and snap.time > until:
+            break
+        for d in r.engine.evaluate(snap):
+            r.decisions.append(d)
+            windows = r.firing.setdefault(d.rule, [])
+            if d.kind == "firing":
+                windows.append((d.time, None))
+            elif d.kind == "resolved" and windows and windows[-1][1] is None:
+                windows[-1] = (windows[-1][0], d.time)
+        r.last = snap
+    return r
+
+
+def timeline(r: Replay) -> list[str]:
+    """One line per decision, and one per action it would run."""
+    lines = []
+    for d in r.decisions:
+        values = json.dumps(d.values, sort_keys=True, separators=(", ", ": "))
+        reason = f"  ({d.reason})" if d.reason else ""
+        lines.append(f"+{format_duration(d.time):>9}  {d.rule:<28} {d.kind:<10} "
+                     f"{values}{reason}")
+        for a in d.actions:
+            params = json.dumps(a.params, sort_keys=True) if a.params else ""
+            lines.append(f"{'':>12}would run: {a.use} {params}".rstrip())
+    return lines
+
+
+def decisions_json(r: Replay) -> list[dict[str, Any]]:
+    return [d.to_dict() for d in r.decisions]

@@ -1,0 +1,179 @@
+"""The incident's first links, reproduced for real on this VM.
+
+A systemd unit (``ecs.service``, as on the incident's nodes) crash-loops under a real
+systemd booted in systemd-nspawn. Each of its lives makes a fresh memory cgroup in the
+host's cgroup v1 memory hierarchy (a test-owned subtree bind-mounted into the container),
+moves itself in, writes a file to a disk-backed directory (page cache charged to that
+cgroup), moves out, removes the cgroup and exits 1: so every restart leaves one dying
+memcg behind, as the incident's unit did. guardian runs on the host and reaches the
+container's systemd through the systemd source's argv prefix.
+
+    python -m tests.incident record  OUT [--minutes 9]   # the incident, recorded
+    python -m tests.incident healthy OUT [--minutes 3]   # a busy, healthy node, recorded
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .kernel import MEMCG_V1, drop_caches, need_memcg_v1
+from .nspawn import Container, booted
+
+LIFE = (
+    "test -e /spill/enough || { mkdir /incident-memcg/life-$$ && "
+    "echo 0 > /incident-memcg/life-$$/cgroup.procs && "
+    "head -c 16384 /dev/urandom > /spill/life-$$ && echo 0 > /incident-memcg/cgroup.procs "
+    "&& rmdir /incident-memcg/life-$$; }; exit 1"
+)
+# systemd expands "$" in ExecStart=; "$$" is a literal "$" for the shell
+UNIT = f"""[Unit]
+Description=an agent that does not belong on this node, crash-looping
+StartLimitIntervalSec=0
+
+[Service]
+ExecStart=/bin/sh -c '{LIFE.replace("$", "$$")}'
+Restart=always
+RestartSec=0
+"""
+
+
+@contextlib.contextmanager
+def crash_loop() -> Iterator[tuple[Container, Path]]:
+    """Boot the container with the crash-looping unit running; yield it and the host
+    directory holding the page cache that pins the dying memcgs. On exit the unit stops,
+    the files go (releasing the memcgs) and the test cgroup is removed."""
+    need_memcg_v1()
+    parent = MEMCG_V1 / f"guardian-incident-{os.getpid()}"
+    spill = Path(tempfile.mkdtemp(prefix="guardian-incident-", dir="/var/tmp"))
+    parent.mkdir()
+    try:
+        with booted(rw_binds=[(str(parent), "/incident-memcg"), (str(spill), "/spill")],
+                    name="guardian-incident") as c:
+            c.write("/usr/lib/systemd/system/ecs.service", UNIT)
+            c.run("systemctl", "daemon-reload")
+            c.run("systemctl", "start", "ecs.service")
+            yield c, spill
+            c.run("systemctl", "stop", "ecs.service", check=False)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+        for _ in range(100):
+            try:
+                for child in parent.iterdir():
+                    if child.is_dir():
+                        child.rmdir()
+                parent.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def config_for(c: Container, path: Path) -> Path:
+    """A guardian config whose systemd source talks to the container's systemd."""
+    argv = ", ".join(f'"{a}"' for a in [*c.enter, "systemctl"])
+    path.write_text(f"[sources.systemd]\nsystemctl = [{argv}]\nunits = [\"*.service\"]\n"
+                    f"restart_window = \"1m\"\n")
+    return path
+
+
+def cap_leak(spill: Path, at: int) -> threading.Thread:
+    """Stop making cgroups once ``at`` are dying (the unit keeps crash-looping), so the
+    host's kernel memory stays bounded however long the recording runs."""
+    from guardian.host import Host
+    from guardian.signals.cgroups import CgroupsSource
+
+    def watch() -> None:
+        src = CgroupsSource(Host())
+        while spill.exists() and not (spill / "enough").exists():
+            dying = src.collect(0.0)["memcg.dying"]
+            if isinstance(dying, int) and dying >= at:
+                (spill / "enough").touch()
+            time.sleep(0.5)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def record(out: Path, minutes: float, interval: str = "5s", cap: int = 20_000) -> None:
+    with crash_loop() as (c, spill), tempfile.TemporaryDirectory() as tmp:
+        cap_leak(spill, cap)
+        cfg = config_for(c, Path(tmp) / "guardian.toml")
+        subprocess.run([sys.executable, "-m", "guardian", "record", "-o", str(out),
+                        "--interval", interval, "--duration", f"{minutes * 60:g}s",
+                        "--config", str(cfg)], check=True)
+    drop_caches()
+
+
+BUSY = r"""
+import os, sys, time
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    pass
+"""
+CHURN = r"""
+import os, subprocess, sys, time
+end = time.monotonic() + float(sys.argv[1])
+parent = sys.argv[2]
+i = 0
+while time.monotonic() < end:
+    # short-lived processes, and cgroups made and removed cleanly (no page cache left)
+    p = subprocess.Popen(["true"]); p.wait()
+    cg = os.path.join(parent, f"job{i}")
+    os.mkdir(cg)
+    child = subprocess.Popen(["sleep", "0.01"])
+    with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+        f.write(str(child.pid))
+    child.wait()
+    os.rmdir(cg)
+    i += 1
+    with open(sys.argv[3], "wb") as f:  # I/O load, synced and then dropped from cache
+        f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())
+    os.unlink(sys.argv[3])
+"""
+
+
+def healthy(out: Path, minutes: float, interval: str = "2s") -> None:
+    need_memcg_v1()
+    seconds = minutes * 60
+    parent = MEMCG_V1 / f"guardian-healthy-{os.getpid()}"
+    parent.mkdir()
+    scratch = Path(tempfile.mkdtemp(prefix="guardian-healthy-", dir="/var/tmp"))
+    load = [subprocess.Popen([sys.executable, "-c", BUSY, str(seconds + 10)])]
+    load.append(subprocess.Popen([sys.executable, "-c", CHURN, str(seconds + 10), str(parent),
+                                  str(scratch / "io")]))
+    try:
+        subprocess.run([sys.executable, "-m", "guardian", "record", "-o", str(out),
+                        "--interval", interval, "--duration", f"{seconds:g}s"], check=True)
+    finally:
+        for p in load:
+            p.kill()
+            p.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+        for child in parent.iterdir():
+            if child.is_dir():
+                child.rmdir()
+        parent.rmdir()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["record", "healthy"])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--minutes", type=float, default=9.0)
+    args = ap.parse_args()
+    (record if args.mode == "record" else healthy)(args.out, args.minutes)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

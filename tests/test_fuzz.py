@@ -1,0 +1,139 @@
+"""Property-based fuzzing (hypothesis) of everything that parses untrusted text: the rule
+loader, the condition compiler, TOML positions, rule-test series, and every /proc, /sys,
+kmsg and systemctl parser. Garbage ends in a clean error (ValueError and kin), never
+another exception or a hang."""
+
+from __future__ import annotations
+
+import string
+
+import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from guardian.actions.irq import parse_cpu_list
+from guardian.durations import parse_duration
+from guardian.history import History
+from guardian.policy.expr import ExprError, compile_condition
+from guardian.policy.loader import RuleError, load_text
+from guardian.policy.positions import key_positions
+from guardian.policy.ruletest import parse_series
+from guardian.signals.cpu import parse_proc_stat_cpus
+from guardian.signals.ethtool import parse_gstats, parse_gstrings
+from guardian.signals.kmsg import parse_record
+from guardian.signals.net import parse_net_dev, parse_softirqs, parse_softnet_stat
+from guardian.signals.pressure import parse_pressure
+from guardian.signals.procfs import parse_proc_stat
+from guardian.signals.systemd import parse_list_units, parse_show
+from guardian.snapshot import SignalSpec, labels_of, parse_series_key
+
+FUZZ = settings(max_examples=int(__import__("os").environ.get("GUARDIAN_FUZZ_EXAMPLES", "300")), deadline=2000,
+                suppress_health_check=[HealthCheck.too_slow])
+CAT = {s.name: s for s in (SignalSpec("a.x", ""), SignalSpec("a.y", ""),
+                           SignalSpec("c.core", "", labels=("cpu",)))}
+CLEAN = (ValueError, LookupError, UnicodeError)
+
+TOKENS = st.sampled_from([
+    "a.x", "a.y", "c.core", 'c.core{cpu="1"}', 'c.core{cpu="*"}', "1", "0", "2.5", "1e9",
+    "+", "-", "*", "/", "%", ">", "<", ">=", "==", "!=", "and", "or", "not", "(", ")", ",",
+    "max(", "min(", "sum(", "avg(", "count(", "abs(", "absent(", 'rate(', 'increase(',
+    'delta(', '"5m"', '"0s"', "max_over_time(", "{", "}", "=", "[", "]", "lambda", ":",
+])
+
+
+@FUZZ
+@given(st.text(max_size=200))
+def test_conditions_from_any_text(text: str) -> None:
+    try:
+        compile_condition(text, CAT)
+    except ExprError:
+        pass
+
+
+@FUZZ
+@given(st.lists(TOKENS, max_size=25), st.floats(allow_nan=True), st.floats(),
+       st.dictionaries(st.sampled_from("0123"), st.floats(), max_size=4))
+def test_conditions_from_tokens_compile_and_evaluate(tokens: list[str], x: float, y: float,
+                                                     core: dict[str, float]) -> None:
+    try:
+        cond = compile_condition(" ".join(tokens), CAT)
+    except ExprError:
+        return
+    hist = History(cond.windows)
+    values = {"a.x": x, "a.y": y, "c.core": {labels_of({"cpu": k}): v for k, v in
+                                             core.items()}}
+    for t in (0.0, 30.0, 60.0):
+        hist.record(t, values)
+        result = cond.fn(values, hist)
+        assert result is None or isinstance(result, bool | dict)
+
+
+@FUZZ
+@given(st.text(max_size=400))
+def test_rule_files_from_any_text(text: str) -> None:
+    try:
+        load_text(text)
+    except RuleError as exc:
+        assert all(d.line >= 1 and d.col >= 1 for d in exc.diagnostics)
+
+
+TOML_KEYS = st.text(alphabet=string.ascii_letters + string.digits + "_-. \"'", min_size=1,
+                    max_size=8)
+TOML_VALUES = st.recursive(
+    st.one_of(st.integers(), st.text(max_size=20), st.booleans(), st.floats(allow_nan=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(TOML_KEYS, inner, max_size=3)),
+    max_leaves=10)
+
+
+@FUZZ
+@given(st.dictionaries(TOML_KEYS, TOML_VALUES, max_size=5),
+       st.lists(st.dictionaries(TOML_KEYS, TOML_VALUES, max_size=4), max_size=3))
+def test_positions_of_any_valid_toml(top: dict[str, object], rules: list[dict[str, object]]
+                                     ) -> None:
+    doc = dict(top)
+    doc["rule"] = rules
+    text = tomli_w.dumps(doc)
+    positions = key_positions(text)
+    lines = text.split("\n")
+    for key in top:
+        pos = positions[(key,)]
+        assert 1 <= pos.line <= len(lines)
+    for i in range(len(rules)):
+        assert ("rule", i) in positions
+
+
+@FUZZ
+@given(st.text(max_size=300))
+def test_text_parsers(text: str) -> None:
+    for parse in (parse_proc_stat, parse_proc_stat_cpus, parse_softirqs, parse_softnet_stat,
+                  parse_net_dev, parse_pressure, parse_show, parse_list_units, parse_series,
+                  parse_duration, parse_series_key, parse_cpu_list):
+        try:
+            parse(text)  # type: ignore[operator]
+        except CLEAN:
+            pass
+
+
+@FUZZ
+@given(st.binary(max_size=600))
+def test_binary_parsers(raw: bytes) -> None:
+    for parse in (parse_record, parse_gstrings, parse_gstats):
+        try:
+            parse(raw)  # type: ignore[operator]
+        except (*CLEAN, __import__("struct").error):
+            pass
+
+
+@FUZZ
+@given(st.integers(min_value=0, max_value=10**7), st.sampled_from("RSDZTXI"),
+       st.text(max_size=40), st.lists(st.integers(min_value=0, max_value=2**64),
+                                      min_size=0, max_size=50))
+def test_proc_stat_with_any_comm(pid: int, state: str, comm: str, rest: list[int]) -> None:
+    text = f"{pid} ({comm}) {state} " + " ".join(map(str, rest))
+    try:
+        st_ = parse_proc_stat(text)
+    except CLEAN:
+        assert len(rest) < 20
+        return
+    assert st_.comm == comm and st_.pid == pid and st_.state == state

@@ -1,0 +1,173 @@
+"""Record, replay and explain: on recordings of this VM (tests/data, made by
+tests/incident.py: the incident reproduced for real, and a busy healthy node)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.host import Host
+from guardian.plugins import ActionContext, default_registry
+from guardian.policy.loader import load_rules
+from guardian.recording import RecordingError, read
+from guardian.replay import replay
+
+from .conftest import RULES
+
+DATA = Path(__file__).parent / "data"
+INCIDENT = DATA / "incident.rec"
+HEALTHY = DATA / "healthy.rec"
+
+
+def guardian(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "guardian", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def shipped(rec_path: Path) -> tuple[object, object]:
+    rec = read(rec_path)
+    rules = load_rules([RULES], catalogue={**default_registry().catalogue(), **rec.catalogue})
+    return rec, rules
+
+
+def test_the_incident_fires_the_dying_memcg_rule_at_the_right_time() -> None:
+    rec, rules = shipped(INCIDENT)
+    r = replay(rec, rules)  # type: ignore[arg-type]
+    snaps = rec.snapshots  # type: ignore[attr-defined]
+    # when the condition first held, computed here from the raw recording
+    first = next(s for s in snaps if s.values["memcg.dying"] > 10000
+                 and s.values["memcg.dying"] > 20 * s.values["memcg.live"])
+    fire_at = next(s.time for s in snaps if s.time >= first.time + 300)
+    mine = [d for d in r.decisions if d.rule == "dying-memcgs"]
+    assert [(d.kind, d.time) for d in mine[:2]] == [("pending", first.time),
+                                                    ("firing", fire_at)]
+    firing = mine[1]
+    assert [a.use for a in firing.actions] == ["log", "systemd.unit", "memcg.release"]
+    # the plan of the first remediation, from the recorded snapshot: stop the unit
+    at = next(s for s in snaps if s.time == fire_at)
+    unit = next(a for a in rules.by_name("dying-memcgs").actions  # type: ignore[attr-defined]
+                if a.spec.use == "systemd.unit")
+    plan = unit.action.plan(ActionContext("dying-memcgs", at, Host(), dry_run=True))
+    assert plan.data["units"] == ["ecs.service"]
+    assert plan.steps[0].change.startswith("systemctl stop ecs.service (")
+    # the crash loop itself was visible too
+    assert any(d.rule == "unit-crashloop" and d.kind == "firing" for d in r.decisions)
+
+
+def test_a_busy_healthy_node_yields_no_decision() -> None:
+    rec, rules = shipped(HEALTHY)
+    assert len(rec.snapshots) >= 60  # type: ignore[attr-defined]
+    r = replay(rec, rules)  # type: ignore[arg-type]
+    assert r.decisions == []
+    busy = [s for s in rec.snapshots  # type: ignore[attr-defined]
+            if isinstance(s.values.get("cpu.core.user_pct"), dict)
+            and max(s.values["cpu.core.user_pct"].values()) > 50]
+    assert busy, "the healthy recording should show a busy CPU"
+
+
+def test_replay_is_deterministic_byte_for_byte() -> None:
+    a = guardian("replay", str(INCIDENT), "--rules", str(RULES))
+    b = guardian("replay", str(INCIDENT), "--rules", str(RULES))
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout and "dying-memcgs" in a.stdout
+    assert "would run: systemd.unit" in a.stdout
+    j1 = guardian("replay", str(INCIDENT), "--rules", str(RULES), "--json")
+    assert j1.stdout == guardian("replay", str(INCIDENT), "--rules", str(RULES),
+                                 "--json").stdout
+
+
+def test_a_truncated_recording_replays_up_to_the_damage(tmp_path: Path) -> None:
+    raw = INCIDENT.read_bytes()
+    cut = tmp_path / "cut.rec"
+    cut.write_bytes(raw[: len(raw) * 2 // 3])
+    rec = read(cut)
+    assert 0 < len(rec.snapshots) < len(read(INCIDENT).snapshots)
+    assert rec.damage.startswith("damaged at line")
+    out = guardian("replay", str(cut), "--rules", str(RULES))
+    assert out.returncode == 1 and "damaged at line" in out.stderr
+    assert "replaying what came before" in out.stderr and "snapshots every" in out.stdout
+
+
+def test_a_corrupt_recording_stops_at_the_damage(tmp_path: Path) -> None:
+    raw = bytearray(INCIDENT.read_bytes())
+    mid = len(raw) // 2
+    raw[mid:mid + 64] = b"\xff" * 64
+    bad = tmp_path / "bad.rec"
+    bad.write_bytes(bytes(raw))
+    rec = read(bad)
+    assert rec.damage and 0 < len(rec.snapshots) < len(read(INCIDENT).snapshots)
+
+
+def test_a_newer_format_is_refused_and_junk_is_not_a_recording(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.rec"
+    with gzip.open(newer, "wt") as f:
+        f.write(json.dumps({"format": "guardian-recording", "version": 99}) + "\n")
+    with pytest.raises(RecordingError, match="version 99 is newer than this guardian"):
+        read(newer)
+    out = guardian("replay", str(newer), "--rules", str(RULES))
+    assert out.returncode == 2 and "upgrade guardian" in out.stderr
+    junk = tmp_path / "junk.rec"
+    junk.write_text("hello\n")
+    with pytest.raises(RecordingError, match="not a readable recording"):
+        read(junk)
+
+
+def test_explain_at_a_point_of_the_recording() -> None:
+    rec = read(INCIDENT)
+    first = next(s for s in rec.snapshots if s.values["memcg.dying"] > 10000)
+    at = f"{first.time + 60:g}s"
+    out = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",
+                   str(INCIDENT), "--at", at)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("dying-memcgs: PENDING: holds since 60s; fires in 240s")
+    assert "memcg.dying > 10000  =  true" in out.stdout
+    assert "its actions: log" in out.stdout and "systemd.unit" in out.stdout
+    early = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",
+                     str(INCIDENT), "--at", "0s", "--json")
+    doc = json.loads(early.stdout)
+    assert doc["state"].startswith("INACTIVE") and doc["condition"]["value"] == "false"
+
+
+def test_explain_names_the_missing_signal(tmp_path: Path) -> None:
+    out = guardian("explain", "unit-crashloop", "--rules", str(RULES), "--recording",
+                   str(HEALTHY))
+    assert "UNKNOWN" in out.stdout and "systemd.unit_restarts_recent" in out.stdout
+
+
+def test_plot_draws_a_png(tmp_path: Path) -> None:
+    png = tmp_path / "incident.png"
+    out = guardian("replay", str(INCIDENT), "--rules", str(RULES), "--plot", str(png))
+    assert out.returncode == 0, out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_record_writes_a_readable_recording_and_survives_a_kill(tmp_path: Path) -> None:
+    out = tmp_path / "live.rec"
+    proc = subprocess.Popen([sys.executable, "-m", "guardian", "record", "-o", str(out),
+                             "--interval", "0.2s", "--duration", "1h"],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or len(
+            read(out).snapshots) < 5):
+        time.sleep(0.2)
+    proc.kill()  # no chance to close the gzip stream
+    proc.wait(timeout=10)
+    rec = read(out)
+    assert len(rec.snapshots) >= 5 and "processes.total" in rec.snapshots[0].values
+    assert rec.header["sources"] and rec.header["host"]
+    assert proc.stderr is not None and "recorded " in proc.stderr.read()
+
+
+def test_systemd_unit_plan_is_pure_on_a_recorded_snapshot() -> None:
+    rec = read(INCIDENT)
+    last = rec.snapshots[-1]
+    act = SystemdUnit(UnitParams(allow=["kubelet*"]))
+    plan = act.plan(ActionContext("r", last, Host(), dry_run=True))
+    assert plan.data["units"] == [] and plan.note == "no unit matches: nothing to do"
