@@ -436,7 +436,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"rule": rule.name, "state": state, "missing": missing,
                           "condition": tree.to_dict(), "plans": plans,
-                          "actions": [{"use": a.spec.use, **a.spec.params}
+                          "actions": [{"use": a.spec.use, **a.spec.public_params}
                                       for a in rule.actions]}, indent=2, default=str))
         return 0
     print(f"{rule.name}: {state}")
@@ -450,7 +450,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for p in plans:
             _print_plan(p)
     elif rule.actions:
-        print("its actions: " + "; ".join(f"{a.spec.use} {json.dumps(a.spec.params)}"
+        print("its actions: " + "; ".join(f"{a.spec.use} {json.dumps(a.spec.public_params)}"
                                           for a in rule.actions))
     return 0
 

@@ -53,7 +53,7 @@ class Decision:
         return {
             "time": self.time, "rule": self.rule, "kind": self.kind,
             "severity": self.severity, "summary": self.summary, "values": self.values,
-            "actions": [{"use": a.use, **a.params} for a in self.actions],
+            "actions": [{"use": a.use, **a.public_params} for a in self.actions],
             "reason": self.reason,
         }
 

@@ -47,7 +47,7 @@ def timeline(r: Replay) -> list[str]:
         lines.append(f"+{format_duration(d.time):>9}  {d.rule:<28} {d.kind:<10} "
                      f"{values}{reason}")
         for a in d.actions:
-            params = json.dumps(a.params, sort_keys=True) if a.params else ""
+            params = json.dumps(a.public_params, sort_keys=True) if a.params else ""
             lines.append(f"{'':>12}would run: {a.use} {params}".rstrip())
     return lines
 

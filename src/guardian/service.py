@@ -107,6 +107,7 @@ class Daemon:
         self.observer: Observer | None = None  # type: ignore[valid-type]
         self.ready = False
         self.next_ping = 0.0
+        self.failing: dict[str, str] = {}  # sources failing at the last tick
 
     # -- control from signal handlers and watchers --------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -229,6 +230,7 @@ class Daemon:
         assert self.engine and self.collector and self.executor and self.ruleset
         started = time.monotonic()
         snap = self.collector.collect(started)
+        self._source_health(snap.errors)
         decisions = self.engine.evaluate(snap)
         if decisions and self.opts.state_path is not None:
             # before acting: a crash after this never runs an action twice
@@ -251,6 +253,19 @@ class Daemon:
         else:
             self.notifier.status(self.status())
         return results
+
+    def _source_health(self, errors: dict[str, str]) -> None:
+        """Log and audit a source that starts failing (its signals have no value until it
+        recovers) and one that recovers; not every failing tick."""
+        assert self.executor
+        for name in sorted(set(errors) - set(self.failing)):
+            log.error("source %s failed: %s; its signals have no value", name, errors[name])
+            self.executor.record({"type": "source_error", "source": name,
+                                  "error": errors[name]})
+        for name in sorted(set(self.failing) - set(errors)):
+            log.info("source %s recovered", name)
+            self.executor.record({"type": "source_recovered", "source": name})
+        self.failing = dict(errors)
 
     def _count(self, ex: Executed) -> None:
         if ex.error:
