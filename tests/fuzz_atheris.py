@@ -1,0 +1,58 @@
+"""Coverage-guided fuzz target (atheris/libFuzzer) for everything that parses untrusted
+text: rule files, conditions, rule-test series, and the /proc, kmsg and systemctl parsers.
+
+    python tests/fuzz_atheris.py -max_total_time=60     # a longer hunt by hand
+
+Any exception other than the clean errors below is a crash; libFuzzer writes the input
+that caused it to ``crash-*`` in the working directory.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    from guardian.policy.expr import ExprError, compile_condition
+    from guardian.policy.loader import RuleError, load_text
+    from guardian.policy.ruletest import parse_series
+    from guardian.signals.cpu import parse_proc_stat_cpus
+    from guardian.signals.kmsg import parse_record
+    from guardian.signals.net import parse_net_dev, parse_softirqs, parse_softnet_stat
+    from guardian.signals.pressure import parse_pressure
+    from guardian.signals.procfs import parse_proc_stat
+    from guardian.signals.systemd import parse_show
+    from guardian.snapshot import SignalSpec
+
+CAT = {s.name: s for s in (SignalSpec("a.x", ""), SignalSpec("c.core", "", labels=("cpu",)))}
+CLEAN = (ValueError, LookupError, UnicodeError, ExprError, RuleError, struct.error)
+TEXT_TARGETS = [
+    load_text,
+    lambda t: compile_condition(t, CAT),
+    parse_series, parse_proc_stat, parse_proc_stat_cpus, parse_softirqs, parse_softnet_stat,
+    parse_net_dev, parse_pressure, parse_show,
+]
+
+
+def one_input(data: bytes) -> None:
+    fdp = atheris.FuzzedDataProvider(data)
+    which = fdp.ConsumeIntInRange(0, len(TEXT_TARGETS))
+    if which == len(TEXT_TARGETS):
+        raw = fdp.ConsumeBytes(2000)
+        try:  # noqa: SIM105 (cheaper than contextlib.suppress in the fuzz loop)
+            parse_record(raw)
+        except CLEAN:
+            pass
+        return
+    text = fdp.ConsumeUnicodeNoSurrogates(2000)
+    try:  # noqa: SIM105
+        TEXT_TARGETS[which](text)  # type: ignore[operator]
+    except CLEAN:
+        pass
+
+
+if __name__ == "__main__":
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
