@@ -122,11 +122,13 @@ def test_a_newer_format_is_refused_and_junk_is_not_a_recording(tmp_path: Path) -
 def test_explain_at_a_point_of_the_recording() -> None:
     rec = read(INCIDENT)
     first = next(s for s in rec.snapshots if s.values["memcg.dying"] > 10000)
-    at = f"{first.time + 60:g}s"
+    later = next(s for s in rec.snapshots if s.time >= first.time + 60)
     out = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",
-                   str(INCIDENT), "--at", at)
+                   str(INCIDENT), "--at", f"{later.time}s")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("dying-memcgs: PENDING: holds since 60s; fires in 240s")
+    held = later.time - first.time
+    assert out.stdout.startswith(f"dying-memcgs: PENDING: holds since {held:g}s; fires in "
+                                 f"{300 - held:g}s (for = 300s)"), out.stdout
     assert "memcg.dying > 10000  =  true" in out.stdout
     assert "its actions: log" in out.stdout and "systemd.unit" in out.stdout
     early = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",
@@ -161,6 +163,7 @@ def test_record_writes_a_readable_recording_and_survives_a_kill(tmp_path: Path) 
     proc.wait(timeout=10)
     rec = read(out)
     assert len(rec.snapshots) >= 5 and "processes.total" in rec.snapshots[0].values
+    assert "cut off" in rec.damage  # killed: no end of stream, said, nothing lost before
     assert rec.header["sources"] and rec.header["host"]
     assert proc.stderr is not None and "recorded " in proc.stderr.read()
 

@@ -110,7 +110,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes | Exception]]:
     n = 0
     with open(path, "rb") as f:
         while True:
-            chunk = f.read(65536)
+            chunk = f.read(4096)  # small: lines before a damaged block still come out
             if not chunk:
                 break
             try:
@@ -128,6 +128,8 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes | Exception]]:
                 yield n, line
     if buf:
         yield n + 1, ValueError("the last line is incomplete (recording cut off)")
+    elif not d.eof:
+        yield n + 1, ValueError("the recording was cut off (no end of stream)")
 
 
 def read(path: str | Path) -> Recording:
