@@ -594,7 +594,7 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
         missing = [ref.key for ref in rule.condition.refs if ref.value(snap.values) is None]
         entry: dict[str, Any] = {
             "rule": rule.name, "severity": rule.spec.severity, "condition": state,
-            "phase": engine.states[rule.name].phase, "values": Engine._values(
+            "phase": engine.states[rule.name].phase, "values": Engine.decision_values(
                 rule, snap.values, result), "missing": missing, "plans": []}
         if not rule.spec.enabled:
             entry["condition"] = "disabled"

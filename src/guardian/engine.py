@@ -206,10 +206,10 @@ class Engine:
                   result: object, actions: list[ActionSpec] | None = None,
                   reason: str = "") -> Decision:
         return Decision(now, rule.name, kind, rule.spec.severity, rule.spec.summary,
-                        self._values(rule, values, result), actions or [], reason)
+                        self.decision_values(rule, values, result), actions or [], reason)
 
     @staticmethod
-    def _values(rule: CompiledRule, values: Any, result: object) -> dict[str, Any]:
+    def decision_values(rule: CompiledRule, values: Any, result: object) -> dict[str, Any]:
         """The signal values behind a decision (and, for family conditions, the members
         that matched), for the audit log and the operator."""
         out: dict[str, Any] = {}

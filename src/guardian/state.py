@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from .atomicfile import write_json
 from .engine import Engine
 
 log = logging.getLogger("guardian.state")
@@ -28,24 +27,9 @@ def _offset() -> float:
 
 
 def save(engine: Engine, path: Path) -> None:
-    """Write the engine's state: temporary file, fsync, rename, fsync the directory."""
-    data = {"format": FORMAT, "saved_at": time.time(), **engine.export_state(_offset())}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the engine's state atomically."""
+    write_json(path, {"format": FORMAT, "saved_at": time.time(),
+                      **engine.export_state(_offset())})
 
 
 def load(engine: Engine, path: Path) -> list[str]:

@@ -11,13 +11,12 @@ irqbalance would undo the change: by default the action then refuses.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..atomicfile import write_json
 from ..host import Host
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..signals.procfs import pids, read_proc_stat
@@ -211,19 +210,7 @@ def load_state(path: str) -> dict[str, str]:
 
 
 def save_state(path: str, saved: dict[str, str]) -> None:
-    """Atomically: write a temporary file, fsync, rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".irq-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(saved, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(path, saved)
 
 
 def restore(host: Host, state_file: str = DEFAULT_STATE) -> list[dict[str, Any]]:
