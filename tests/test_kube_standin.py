@@ -1,0 +1,80 @@
+"""The Kubernetes stand-in's fidelity, checked with kubectl (a real client no one here
+wrote): list nodes and pods, cordon, uncordon, and drain through the Eviction API,
+including a drain that a PodDisruptionBudget blocks with 429."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .kube_standin import serve
+
+
+def kubectl(kubeconfig: Path, *args: str, timeout: float = 60
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def kubeconfig(tmp_path: Path, url: str) -> Path:
+    p = tmp_path / "kubeconfig"
+    p.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+        "clusters": [{"name": "standin", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "u"}}]}))
+    return p
+
+
+def test_kubectl_against_the_standin(tmp_path: Path) -> None:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    with serve() as (url, store):
+        store.add_node("node-a")
+        store.add_node("node-b")
+        store.add_daemonset("kube-system", "guardian")
+        store.add_pod("kube-system", "guardian-x", "node-a", owner=("DaemonSet", "guardian"))
+        store.add_pod("default", "web-1", "node-a", labels={"app": "web"},
+                      owner=("ReplicaSet", "web-6f7d"))
+        store.add_pod("default", "web-2", "node-b", labels={"app": "web"},
+                      owner=("ReplicaSet", "web-6f7d"))
+        store.add_pod("default", "db-1", "node-a", labels={"app": "db"},
+                      owner=("StatefulSet", "db"))
+        store.add_pdb("default", "db", {"app": "db"}, min_available=1)
+        kc = kubeconfig(tmp_path, url)
+
+        out = kubectl(kc, "get", "nodes", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        assert [n["metadata"]["name"] for n in json.loads(out.stdout)["items"]] == [
+            "node-a", "node-b"]
+        out = kubectl(kc, "get", "pods", "-A", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        assert len(json.loads(out.stdout)["items"]) == 4
+
+        out = kubectl(kc, "cordon", "node-b")
+        assert out.returncode == 0, out.stderr
+        assert store.objects["nodes"][("", "node-b")]["spec"]["unschedulable"] is True
+        out = kubectl(kc, "uncordon", "node-b")
+        assert out.returncode == 0, out.stderr
+        assert not store.objects["nodes"][("", "node-b")]["spec"].get("unschedulable")
+
+        # db-1 is protected by its PDB (minAvailable 1 of 1): the drain is refused with 429
+        out = kubectl(kc, "drain", "node-a", "--ignore-daemonsets", "--timeout=4s")
+        assert out.returncode != 0
+        assert "disruption budget" in out.stderr, out.stderr
+        assert ("default", "web-1") not in store.objects["pods"]  # evicted
+        assert ("default", "db-1") in store.objects["pods"]  # protected
+        assert ("kube-system", "guardian-x") in store.objects["pods"]  # DaemonSet pod kept
+        evictions = [p for m, p in store.requests if m == "POST" and p.endswith("/eviction")]
+        assert "/api/v1/namespaces/default/pods/web-1/eviction" in evictions
+
+        # without the PDB the drain completes
+        del store.objects["poddisruptionbudgets"][("default", "db")]
+        out = kubectl(kc, "drain", "node-a", "--ignore-daemonsets", "--timeout=20s")
+        assert out.returncode == 0, out.stderr
+        assert ("default", "db-1") not in store.objects["pods"]
+        assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is True
