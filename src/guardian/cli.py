@@ -431,7 +431,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
         d = Decision(snap.time, rule.name, "explain", rule.spec.severity, rule.spec.summary,
-                     {}, [a.spec for a in rule.actions])
+                     {}, [a.spec for a in rule.actions if a.spec.on != "resolve"])
         plans = [ex.to_dict() for ex in executor.run(rules, [d], snap)]
     if args.json:
         print(json.dumps({"rule": rule.name, "state": state, "missing": missing,
@@ -602,7 +602,7 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
             fired = [d for d in decisions if d.rule == rule.name and d.actions]
             d = fired[0] if fired else Decision(
                 snap.time, rule.name, "would-fire", rule.spec.severity, rule.spec.summary,
-                entry["values"], [a.spec for a in rule.actions])
+                entry["values"], [a.spec for a in rule.actions if a.spec.on != "resolve"])
             for ex in executor.run(rules, [d], snap):
                 entry["plans"].append(ex.to_dict())
         report.append(entry)

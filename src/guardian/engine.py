@@ -155,7 +155,10 @@ class Engine:
                     st.phase = "inactive"
                     st.since = None
                     st.said_suppressed = False
-                    out.append(self._decision(rule, "resolved", now, values, result))
+                    # clean-up actions (on = "resolve"/"both") are not held to the limits
+                    cleanup = [a.spec for a in rule.actions if a.spec.on != "fire"]
+                    out.append(self._decision(rule, "resolved", now, values, result,
+                                              actions=cleanup))
         return out
 
     def _fire(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
@@ -168,7 +171,8 @@ class Engine:
     def _act(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
              result: object, out: list[Decision], kind: str) -> bool:
         """Emit an action run if the bounds allow; True when a decision was emitted."""
-        if not rule.actions:
+        acting = [a.spec for a in rule.actions if a.spec.on != "resolve"]
+        if not acting:
             return False
         spec = rule.spec
         if st.last_run is not None and now - st.last_run < spec.cooldown:
@@ -198,8 +202,7 @@ class Engine:
         st.last_run = now
         st.said_suppressed = False
         self.global_runs.append(now)
-        out.append(self._decision(rule, kind, now, values, result,
-                                  actions=[a.spec for a in rule.actions]))
+        out.append(self._decision(rule, kind, now, values, result, actions=acting))
         return True
 
     def _decision(self, rule: CompiledRule, kind: str, now: float, values: Any,

@@ -63,9 +63,11 @@ class Executor:
             rule = ruleset.by_name(d.rule)
             if rule is None or not d.actions:
                 continue
-            ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values)
+            ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values,
+                                kind=d.kind)
             for bound in rule.actions:
-                results.append(self.execute(d, bound.spec.use, bound.action, ctx))
+                if any(bound.spec is a for a in d.actions):
+                    results.append(self.execute(d, bound.spec.use, bound.action, ctx))
         return results
 
     def execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:

@@ -102,6 +102,7 @@ class ActionContext:
     host: Host
     dry_run: bool
     values: dict[str, Any] = field(default_factory=dict)
+    kind: str = "firing"  # the decision's kind: firing, retry, resolved, manual
     own_pid: int = field(default_factory=os.getpid)
 
 

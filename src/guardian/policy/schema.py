@@ -37,6 +37,9 @@ class ActionSpec(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     use: str = Field(description="name of a registered action, e.g. \"log\"")
+    on: Literal["fire", "resolve", "both"] = Field(
+        "fire", description="run when the rule fires (and again after each cooldown while "
+        "it fires), when it resolves, or both")
 
     @property
     def params(self) -> dict[str, Any]:

@@ -1,0 +1,281 @@
+"""Node-scoped Kubernetes actions: cordon, uncordon, evict (through the Eviction API, so
+PodDisruptionBudgets hold), a node condition, and an Event."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from fnmatch import fnmatchcase
+from string import Template
+from typing import Any, ClassVar, Literal
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Node, Pod
+from pydantic import Field
+
+from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from .client import KubeParams, make_client, node_name
+
+# ValueError: a reply that does not decode as the resource (msgspec raises ValueError)
+API_ERRORS = (ApiError, httpx2.HTTPError, OSError, ValueError)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unschedulable(node: Node) -> bool:
+    return bool(node.spec and node.spec.unschedulable)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ApiError):
+        return f"API {exc.status.code}: {exc.status.message}"
+    return f"API unreachable: {exc.__class__.__name__}: {exc}"
+
+
+class KubeAction(Action):
+    """Shared: the client (one per action, reused) and the node's name."""
+
+    _client: Client | None = None
+
+    @property
+    def kube(self) -> KubeParams:
+        assert isinstance(self.params, KubeParams)
+        return self.params
+
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = make_client(self.kube)
+        return self._client
+
+
+class CordonParams(KubeParams):
+    pass
+
+
+class _Schedulable(KubeAction):
+    unschedulable: ClassVar[bool]
+    Params = CordonParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        node = node_name(self.kube)
+        plan = Plan(self.name, ctx.rule, data={"node": node})
+        try:
+            current = _unschedulable(self.client().get(Node, name=node))
+        except API_ERRORS as exc:
+            plan.refused.append(f"node {node}: {_why(exc)}")
+            return plan
+        plan.steps.append(Step(f"node {node}", f"spec.unschedulable {str(current).lower()} → "
+                                               f"{str(self.unschedulable).lower()}"))
+        return plan
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        if plan.refused:
+            return Outcome(ok=False, error="; ".join(plan.refused))
+        node = plan.data["node"]
+        try:
+            self.client().patch(Node, node, {"spec": {"unschedulable": self.unschedulable}})
+            after = _unschedulable(self.client().get(Node, name=node))
+        except API_ERRORS as exc:
+            return Outcome(ok=False, error=_why(exc))
+        return Outcome(ok=True, verified=after == self.unschedulable,
+                       detail=f"node {node} {'cordoned' if after else 'uncordoned'}")
+
+
+class KubeCordon(_Schedulable):
+    """Mark this node unschedulable."""
+
+    name: ClassVar[str] = "kube.cordon"
+    unschedulable = True
+
+
+class KubeUncordon(_Schedulable):
+    """Mark this node schedulable again."""
+
+    name: ClassVar[str] = "kube.uncordon"
+    unschedulable = False
+
+
+class EvictParams(KubeParams):
+    namespaces: list[str] = Field(["*"], description="namespace globs")
+    selector: dict[str, str] = Field(default_factory=dict, description="pod labels")
+    priority_classes: list[str] | None = None
+    qos: list[Literal["BestEffort", "Burstable", "Guaranteed"]] | None = None
+    protected_namespaces: list[str] = Field(["kube-system"],
+                                            description="never evicted unless allowed")
+    allow_protected: bool = False
+    max_pods: int = Field(5, ge=1, description="pods evicted in one run, lowest priority "
+                          "first")
+    attempts: int = Field(3, ge=1, le=20, description="tries per pod while a PDB says 429")
+    backoff: float = Field(2.0, ge=0, le=300, description="first wait after a 429 (doubles)")
+
+
+class KubeEvict(KubeAction):
+    """Evict pods from this node through the Eviction subresource (policy/v1)."""
+
+    name: ClassVar[str] = "kube.evict"
+    Params = EvictParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        assert isinstance(p, EvictParams)
+        node = node_name(p)
+        plan = Plan(self.name, ctx.rule, data={"pods": []})
+        try:
+            pods = list(self.client().list(Pod, namespace="*",
+                                           fields={"spec.nodeName": node}))
+        except API_ERRORS as exc:
+            plan.refused.append(f"cannot list pods on {node}: {_why(exc)}")
+            return plan
+        chosen = []
+        for pod in pods:
+            meta, spec = pod.metadata or ObjectMeta(), pod.spec
+            if spec is None:
+                continue
+            ns, name = meta.namespace or "", meta.name or ""
+            owners = [o.kind for o in meta.ownerReferences or []]
+            if "DaemonSet" in owners:
+                continue  # it would come straight back: never evicted
+            if (meta.annotations or {}).get("kubernetes.io/config.mirror"):
+                continue  # a static pod's mirror: the API cannot evict it
+            if not any(fnmatchcase(ns, g) for g in p.namespaces):
+                continue
+            labels = meta.labels or {}
+            if any(labels.get(k) != v for k, v in p.selector.items()):
+                continue
+            if p.priority_classes is not None and (spec.priorityClassName or "") not in \
+                    p.priority_classes:
+                continue
+            if p.qos is not None and (pod.status.qosClass if pod.status else None) not in p.qos:
+                continue
+            if ns in p.protected_namespaces and not p.allow_protected:
+                plan.refused.append(f"pod {ns}/{name}: namespace {ns} is protected")
+                continue
+            chosen.append((spec.priority or 0, ns, name))
+        for _, ns, name in sorted(chosen)[:p.max_pods]:
+            plan.data["pods"].append([ns, name])
+            plan.steps.append(Step(f"pod {ns}/{name}", f"evict (policy/v1 Eviction) from {node}"))
+        if not plan.steps and not plan.refused:
+            plan.note = f"no pod on {node} matches: nothing to do"
+        return plan
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        p = self.params
+        assert isinstance(p, EvictParams)
+        results: dict[str, list[str]] = {"evicted": [], "gone": [], "blocked": [],
+                                         "failed": []}
+        errors = []
+        for ns, name in plan.data.get("pods", []):
+            outcome, why = self._evict(ns, name, p)
+            results[outcome].append(f"{ns}/{name}")
+            if why:
+                errors.append(f"{ns}/{name}: {why}")
+        data: dict[str, Any] = dict(results)
+        if results["blocked"] or results["failed"]:
+            return Outcome(ok=False, verified=False, data=data, error="; ".join(errors))
+        return Outcome(ok=True, verified=True, data=data,
+                       detail=f"{len(results['evicted'])} pod(s) evicted")
+
+    def _evict(self, ns: str, name: str, p: EvictParams) -> tuple[str, str]:
+        wait = p.backoff
+        for attempt in range(p.attempts):
+            try:
+                self.client().create(Pod.Eviction(metadata=ObjectMeta(name=name, namespace=ns)),
+                                     name=name, namespace=ns)
+                return "evicted", ""
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return "gone", ""
+                if exc.status.code != 429:
+                    return "failed", _why(exc)
+                if attempt + 1 < p.attempts:
+                    time.sleep(wait)
+                    wait *= 2
+            except API_ERRORS as exc:
+                return "failed", _why(exc)
+        return "blocked", f"a PodDisruptionBudget refused it {p.attempts} time(s) (429)"
+
+
+class ConditionParams(KubeParams):
+    type: str = Field("GuardianProblem", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    reason: str = Field("GuardianRuleFiring", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    message: str = "guardian rule $rule fired: $values"
+
+
+class KubeCondition(KubeAction):
+    """Set a node condition, as node-problem-detector does: True while the rule fires;
+    with ``on = "both"`` it is set back to False when the rule resolves."""
+
+    name: ClassVar[str] = "kube.condition"
+    Params = ConditionParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        assert isinstance(p, ConditionParams)
+        node = node_name(p)
+        resolved = ctx.kind == "resolved"
+        cond = {"type": p.type, "status": "False" if resolved else "True",
+                "reason": f"{p.reason}Resolved" if resolved else p.reason,
+                "message": Template(p.message).safe_substitute(rule=ctx.rule,
+                                                               values=str(ctx.values))[:1000]}
+        return Plan(self.name, ctx.rule,
+                    [Step(f"node {node}", f"condition {p.type}={cond['status']} "
+                                          f"({cond['reason']})")],
+                    data={"node": node, "condition": cond})
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        node, cond = plan.data["node"], dict(plan.data["condition"])
+        cond["lastHeartbeatTime"] = cond["lastTransitionTime"] = _now()
+        try:
+            self.client().patch(Node.Status, node, {"status": {"conditions": [cond]}})
+            got = self.client().get(Node, name=node)
+        except API_ERRORS as exc:
+            return Outcome(ok=False, error=_why(exc))
+        have = {c.type: c.status for c in ((got.status and got.status.conditions) or [])}
+        return Outcome(ok=True, verified=have.get(cond["type"]) == cond["status"],
+                       detail=f"node {node}: {cond['type']}={cond['status']}")
+
+
+class EventParams(KubeParams):
+    reason: str = Field("GuardianRuleFired", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    message: str = "guardian rule $rule fired: $values"
+    type: Literal["Normal", "Warning"] = "Warning"
+    namespace: str = "default"
+
+
+class KubeEvent(KubeAction):
+    """Emit an Event about this node."""
+
+    name: ClassVar[str] = "kube.event"
+    Params = EventParams
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        assert isinstance(p, EventParams)
+        node = node_name(p)
+        text = Template(p.message).safe_substitute(rule=ctx.rule, values=str(ctx.values))
+        return Plan(self.name, ctx.rule, [Step(f"node {node}", f"{p.type} event {p.reason}: "
+                                                               f"{text[:200]}")],
+                    data={"node": node, "message": text[:1000]})
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        p = self.params
+        assert isinstance(p, EventParams)
+        node = plan.data["node"]
+        now = _now()
+        event = Event(
+            metadata=ObjectMeta(name=f"{node}.guardian.{time.time_ns():x}",
+                                namespace=p.namespace),
+            involvedObject=ObjectReference(kind="Node", name=node, apiVersion="v1"),
+            reason=p.reason, message=plan.data["message"], type=p.type, count=1,
+            firstTimestamp=now, lastTimestamp=now,  # type: ignore[arg-type]
+            source=EventSource(component="guardian", host=node))
+        try:
+            self.client().create(event, namespace=p.namespace)
+        except API_ERRORS as exc:
+            return Outcome(ok=False, error=_why(exc))
+        return Outcome(ok=True, verified=True, detail=f"event {p.reason} on node {node}")

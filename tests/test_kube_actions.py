@@ -1,0 +1,180 @@
+"""The kube.* actions through lightkube, over HTTP on loopback, against the API stand-in
+(tests/kube_standin.py, whose fidelity kubectl checks): no Kubernetes API server can be
+installed on these machines."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from guardian import Engine, Executor, Host, Snapshot, load_text
+from guardian.kube.actions import (
+    CordonParams,
+    EventParams,
+    EvictParams,
+    KubeCordon,
+    KubeEvent,
+    KubeEvict,
+    KubeUncordon,
+)
+from guardian.plugins import ActionContext
+
+from .kube_standin import Store, serve
+from .test_kube_standin import kubeconfig
+
+
+def ctx(kind: str = "firing") -> ActionContext:
+    return ActionContext("r", Snapshot(0.0, {}), Host(), dry_run=False, values={"x": 1},
+                         kind=kind)
+
+
+def cluster(store: Store) -> None:
+    store.add_node("node-a")
+    store.add_daemonset("kube-system", "guardian")
+    store.add_pod("kube-system", "guardian-x", "node-a", owner=("DaemonSet", "guardian"))
+    store.add_pod("kube-system", "coredns-1", "node-a", owner=("ReplicaSet", "coredns"))
+    store.add_pod("default", "web-1", "node-a", labels={"app": "web"},
+                  owner=("ReplicaSet", "web"), priority=10)
+    store.add_pod("default", "batch-1", "node-a", labels={"app": "batch"},
+                  owner=("Job", "batch"), priority=1)
+    store.add_pod("default", "db-1", "node-a", labels={"app": "db"},
+                  owner=("StatefulSet", "db"), priority=100)
+    store.add_pod("default", "elsewhere", "node-b", owner=("ReplicaSet", "x"))
+    store.add_pdb("default", "db", {"app": "db"}, min_available=1)
+    store.put("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "static-node-a", "namespace": "kube-system",
+        "annotations": {"kubernetes.io/config.mirror": "abc"}},
+        "spec": {"nodeName": "node-a", "containers": []}, "status": {"phase": "Running"}})
+
+
+def test_cordon_and_uncordon(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        cordon = KubeCordon(CordonParams(kubeconfig=kc, node="node-a"))
+        plan = cordon.plan(ctx())
+        assert plan.steps[0].change == "spec.unschedulable false → true"
+        out = cordon.apply(plan, ctx())
+        assert out.ok and out.verified
+        assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is True
+        un = KubeUncordon(CordonParams(kubeconfig=kc, node="node-a"))
+        assert un.apply(un.plan(ctx()), ctx()).verified
+        assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is False
+
+
+def test_evict_plans_exact_pods_and_honours_the_pdb(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        act = KubeEvict(EvictParams(kubeconfig=kc, node="node-a", backoff=0.05, attempts=3))
+        plan = act.plan(ctx())
+        # lowest priority first; never the DaemonSet pod, the mirror pod, kube-system
+        assert plan.data["pods"] == [["default", "batch-1"], ["default", "web-1"],
+                                     ["default", "db-1"]]
+        assert plan.refused == ["pod kube-system/coredns-1: namespace kube-system is "
+                                "protected"]
+        t0 = time.monotonic()
+        out = act.apply(plan, ctx())
+        assert not out.ok and out.data["evicted"] == ["default/batch-1", "default/web-1"]
+        assert out.data["blocked"] == ["default/db-1"] and "429" in out.error
+        assert time.monotonic() - t0 >= 0.05 + 0.1  # backed off between the 429s
+        posts = [p for m, p in store.requests if p.endswith("/db-1/eviction")]
+        assert len(posts) == 3
+        assert ("default", "db-1") in store.objects["pods"]
+
+
+def test_evict_selection_by_label_and_qos(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        plan = KubeEvict(EvictParams(kubeconfig=kc, node="node-a", selector={"app": "web"})
+                         ).plan(ctx())
+        assert plan.data["pods"] == [["default", "web-1"]]
+        plan = KubeEvict(EvictParams(kubeconfig=kc, node="node-a", qos=["Guaranteed"])
+                         ).plan(ctx())
+        assert plan.data["pods"] == [] and "nothing to do" in plan.note
+
+
+def test_condition_set_while_firing_and_cleared_on_resolve(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        rules = load_text(f'''version = 1
+[[rule]]
+name = "dying-memcgs"
+summary = "s"
+when = "memcg.dying > 10"
+  [[rule.action]]
+  use = "kube.condition"
+  on = "both"
+  type = "DyingMemcgs"
+  reason = "TooManyDyingMemcgs"
+  kubeconfig = "{kc}"
+  node = "node-a"
+''')
+        engine = Engine(rules)
+        ex = Executor(Host(), dry_run=False)
+        for t, v in ((0.0, 50.0), (15.0, 1.0)):
+            snap = Snapshot(t, {"memcg.dying": v})
+            results = ex.run(rules, engine.evaluate(snap), snap)
+            assert [r.outcome.ok for r in results if r.outcome] == [True]
+            conds = {c["type"]: c for c in
+                     store.objects["nodes"][("", "node-a")]["status"]["conditions"]}
+            assert conds["Ready"]["status"] == "True"  # the others are kept
+            want = ("True", "TooManyDyingMemcgs") if v > 10 else \
+                ("False", "TooManyDyingMemcgsResolved")
+            assert (conds["DyingMemcgs"]["status"], conds["DyingMemcgs"]["reason"]) == want
+
+
+def test_event_about_the_node(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        act = KubeEvent(EventParams(kubeconfig=str(kubeconfig(tmp_path, url)), node="node-a"))
+        out = act.apply(act.plan(ctx()), ctx())
+        assert out.ok
+        [event] = store.objects["events"].values()
+        assert event["involvedObject"] == {"kind": "Node", "name": "node-a",
+                                           "apiVersion": "v1"}
+        assert event["reason"] == "GuardianRuleFired" and event["type"] == "Warning"
+
+
+def test_api_down_slow_or_5xx_means_no_action_and_a_reported_failure(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        store.fail_next = [503]
+        plan = KubeCordon(CordonParams(kubeconfig=kc, node="node-a")).plan(ctx())
+        assert plan.refused and "API 503" in plan.refused[0]
+        store.delay = 2.0
+        slow = KubeCordon(CordonParams(kubeconfig=kc, node="node-a", timeout=0.5))
+        t0 = time.monotonic()
+        plan = slow.plan(ctx())
+        assert time.monotonic() - t0 < 2.0 and "API unreachable" in plan.refused[0]
+        store.delay = 0.0
+        assert not store.objects["nodes"][("", "node-a")]["spec"].get("unschedulable")
+    down = KubeCordon(CordonParams(kubeconfig=kc, node="node-a"))  # server gone
+    out = down.apply(down.plan(ctx()), ctx())
+    assert not out.ok and "API unreachable" in out.error
+
+
+def test_the_token_never_reaches_the_audit_log(tmp_path: Path) -> None:
+    from guardian.audit import AuditLog
+    with serve() as (url, store):
+        cluster(store)
+        kc = kubeconfig(tmp_path, url)
+        rules = load_text(f'''version = 1
+[[rule]]
+name = "r"
+summary = "s"
+when = "memcg.dying > 10"
+  [[rule.action]]
+  use = "kube.cordon"
+  kubeconfig = "{kc}"
+  node = "node-a"
+''')
+        ex = Executor(Host(), dry_run=False, audit=AuditLog(tmp_path / "a.jsonl"))
+        snap = Snapshot(0.0, {"memcg.dying": 50.0})
+        ex.run(rules, Engine(rules).evaluate(snap), snap)
+    text = (tmp_path / "a.jsonl").read_text()
+    assert "not-a-real-token" not in text and json.loads(text.splitlines()[-1])["outcome"]["ok"]
