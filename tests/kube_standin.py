@@ -5,6 +5,7 @@ use is implemented; kubectl, written by others, checks its fidelity."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -129,10 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        try:
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout test)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)  # the client may have given up (a timeout test)
 
     def _body(self) -> Any:
         return json.loads(self.raw or b"{}")
