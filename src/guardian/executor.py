@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .audit import AuditLog
 from .engine import Decision
@@ -18,6 +18,14 @@ from .policy.loader import Ruleset
 from .snapshot import Snapshot
 
 log = logging.getLogger("guardian.executor")
+
+
+class FleetGate(Protocol):
+    """A fleet-wide budget (see guardian.kube.fleet.FleetBudget)."""
+
+    def acquire(self) -> tuple[str | None, str]: ...
+
+    def release(self, slot: str) -> None: ...
 
 
 @dataclass
@@ -50,6 +58,7 @@ class Executor:
     on_result: list[Callable[[Executed], None]] = field(default_factory=list)
     apply_timeout: float = 300.0
     heartbeat: Callable[[], None] = lambda: None  # called while an apply runs
+    fleet: FleetGate | None = None
 
     def record(self, record: dict[str, Any]) -> None:
         if self.audit is not None:
@@ -65,9 +74,22 @@ class Executor:
                 continue
             ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values,
                                 kind=d.kind)
-            for bound in rule.actions:
-                if any(bound.spec is a for a in d.actions):
-                    results.append(self.execute(d, bound.spec.use, bound.action, ctx))
+            slot = None
+            if rule.spec.fleet and not self.dry_run and d.kind != "resolved":
+                slot, why = self.fleet.acquire() if self.fleet else (
+                    None, "the rule needs the fleet budget, and [fleet] is not configured")
+                if slot is None:
+                    self.record({"type": "fleet_refused", "rule": d.rule, "reason": why})
+                    log.warning("rule %s: not acting: %s", d.rule, why)
+                    results.append(self._done(Executed(d, "(fleet budget)", None, None, why)))
+                    continue
+            try:
+                for bound in rule.actions:
+                    if any(bound.spec is a for a in d.actions):
+                        results.append(self.execute(d, bound.spec.use, bound.action, ctx))
+            finally:
+                if slot is not None and self.fleet is not None:
+                    self.fleet.release(slot)
         return results
 
     def execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:

@@ -94,6 +94,8 @@ class Rule(BaseModel):
     severity: Severity = "warning"
     labels: dict[str, str] = Field(default_factory=dict)
     enabled: bool = True
+    fleet: bool = Field(False, description="take a slot of the fleet-wide disruption budget "
+                        "(Kubernetes Leases, [fleet] in guardian.toml) before acting")
     action: list[ActionSpec] = Field(default_factory=list)
 
 
