@@ -23,12 +23,19 @@ CORE = [("nodes", "Node", False, ["get", "list", "patch", "update"]),
         ("pods", "Pod", True, ["get", "list", "delete"]),
         ("pods/eviction", "Eviction", True, ["create"]),
         ("events", "Event", True, ["create", "list"]),
-        ("namespaces", "Namespace", False, ["get", "list"])]
+        ("namespaces", "Namespace", False, ["get", "list"]),
+        ("configmaps", "ConfigMap", True, ["get", "list", "create"]),
+        ("serviceaccounts", "ServiceAccount", True, ["get", "list", "create"])]
 GROUPS = {
     ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
     ("apps", "v1"): [("daemonsets", "DaemonSet", True, ["get", "list"])],
     ("coordination.k8s.io", "v1"): [("leases", "Lease", True,
                                      ["get", "list", "create", "update", "delete"])],
+    ("rbac.authorization.k8s.io", "v1"): [
+        (r, k, nsd, ["get", "list", "create"]) for r, k, nsd in (
+            ("clusterroles", "ClusterRole", False), ("clusterrolebindings",
+                                                     "ClusterRoleBinding", False),
+            ("roles", "Role", True), ("rolebindings", "RoleBinding", True))],
 }
 
 

@@ -66,3 +66,23 @@ hot_pct = 500
     assert got[3].startswith("10:1: unknown source 'cpuu'")
     assert got[4].startswith("14:11: source 'cpu': hot_pct: Input should be less than")
     assert len(got) == 5
+
+
+def test_fleet_section(tmp_path: Path) -> None:
+    p = write(tmp_path, "g.toml", '[fleet]\nmax_nodes = 3\nmin_healthy = "90%"\nttl = 60\n')
+    cfg = load_config(p, default_registry())
+    assert cfg.fleet is not None and cfg.fleet.max_nodes == 3  # type: ignore[attr-defined]
+    bad = write(tmp_path, "b.toml", '[fleet]\nmin_healthy = "most"\nmax_nodes = 0\n')
+    with pytest.raises(RuleError) as info:
+        load_config(bad, default_registry())
+    got = [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics]
+    assert got[0].startswith("2:15: min_healthy: min_healthy 'most': expected a count")
+    assert got[1].startswith("3:13: max_nodes: Input should be greater than or equal to 1")
+
+
+def test_the_daemonset_configmap_config_loads(tmp_path: Path) -> None:
+    text = (REPO / "deploy" / "kubernetes" / "configmap.yaml").read_text()
+    body = text.split("guardian.toml: |\n", 1)[1].split("\n---", 1)[0]
+    toml_text = "\n".join(line[4:] for line in body.splitlines())
+    cfg = load_config(write(tmp_path, "g.toml", toml_text), default_registry())
+    assert cfg.fleet is not None and cfg.sources["systemd"].systemctl[0] == "nsenter"  # type: ignore[attr-defined]

@@ -78,3 +78,33 @@ def test_kubectl_against_the_standin(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stderr
         assert ("default", "db-1") not in store.objects["pods"]
         assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is True
+
+
+def test_deploy_manifests_parse_and_grant_least_privilege(tmp_path: Path) -> None:
+    """kubectl reads the manifests (client-side; the stand-in serves only discovery)."""
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    deploy = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+    with serve() as (url, _):
+        out = kubectl(kubeconfig(tmp_path, url), "create", "--dry-run=client",
+                      "--validate=false", "-o", "json", "-f", str(deploy))
+    assert out.returncode == 0, out.stderr
+    items, pos, dec = [], 0, json.JSONDecoder()
+    while pos < len(out.stdout.rstrip()):  # one JSON document per object, back to back
+        doc, end = dec.raw_decode(out.stdout, pos)
+        items.extend(doc["items"] if doc.get("kind") == "List" else [doc])
+        pos = end + len(out.stdout[end:]) - len(out.stdout[end:].lstrip())
+    by_kind = {(i["kind"], i["metadata"]["name"]): i for i in items}
+    ds = by_kind[("DaemonSet", "guardian")]["spec"]["template"]["spec"]
+    assert ds["hostPID"] is True and ds["serviceAccountName"] == "guardian"
+    env = ds["containers"][0]["env"][0]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath":
+                                                                   "spec.nodeName"}}}
+    rules = by_kind[("ClusterRole", "guardian")]["rules"]
+    granted = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
+    assert ("pods/eviction", "create") in granted
+    assert not any(v in ("delete", "deletecollection", "*") for _, v in granted)
+    assert not any(r == "*" for r, _ in granted)
+    fleet = by_kind[("Role", "guardian-fleet")]
+    assert fleet["metadata"]["namespace"] == "kube-system"
+    assert fleet["rules"][0]["resources"] == ["leases"]

@@ -70,6 +70,7 @@ class Config(BaseModel):
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     disabled_sources: list[str] = Field(default_factory=list)
     sources: dict[str, BaseModel] = Field(default_factory=dict)
+    fleet: BaseModel | None = None  # guardian.kube.fleet.FleetParams, when [fleet] is set
     path: str = ""
 
 
@@ -94,8 +95,21 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
                                 p.value_col if value else p.col, message))
 
     for key in data:
-        if key not in ("engine", "service", "sources"):
-            report((key,), f"unknown key {key!r} (known keys: engine, service, sources)")
+        if key not in ("engine", "service", "sources", "fleet"):
+            report((key,), f"unknown key {key!r} (known keys: engine, service, sources, "
+                           "fleet)")
+    fleet: BaseModel | None = None
+    if "fleet" in data:
+        try:
+            from .kube.fleet import FleetParams
+        except ImportError:
+            report(("fleet",), "[fleet] needs the Kubernetes extra: pip install "
+                               "'guardian[k8s]'")
+        else:
+            try:
+                fleet = FleetParams.model_validate(data["fleet"])
+            except ValidationError as exc:
+                report_validation(exc, ("fleet",), FleetParams, report)
     engine = EngineConfig()
     try:
         engine = EngineConfig.model_validate(data.get("engine", {}))
@@ -130,4 +144,4 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if diags:
         raise RuleError(diags)
     return Config(engine=engine, service=service, disabled_sources=disabled,
-                  sources=validated, path=str(path))
+                  sources=validated, fleet=fleet, path=str(path))

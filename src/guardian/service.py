@@ -80,7 +80,8 @@ class _RuleChange(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         path = str(event.src_path) + " " + str(getattr(event, "dest_path", ""))
-        if event.event_type in self.CHANGES and ".toml" in path:
+        # a Kubernetes ConfigMap volume swaps a "..data" symlink rather than the files
+        if event.event_type in self.CHANGES and (".toml" in path or "..data" in path):
             self.daemon.request_reload("rule files changed")
 
 
@@ -172,6 +173,10 @@ class Daemon:
                                  apply_timeout=self.opts.apply_timeout,
                                  heartbeat=self.ping_if_due)
         self.executor.on_result.append(self._count)
+        if self.config.fleet is not None:
+            from .kube.fleet import FleetBudget, FleetParams
+            assert isinstance(self.config.fleet, FleetParams)
+            self.executor.fleet = FleetBudget(self.config.fleet)
         self.metrics.signals.names = sorted({ref.name for r in self.ruleset.rules
                                              for ref in r.condition.refs})
         self.metrics.rules_loaded.set(len(self.ruleset.rules))
