@@ -9,6 +9,7 @@ import contextlib
 import copy
 import itertools
 import json
+import ssl
 import threading
 import time
 import uuid
@@ -76,6 +77,7 @@ class Store:
         self.fail_next: list[int] = []  # status codes to answer the next requests with
         self.delay = 0.0
         self.requests: list[tuple[str, str]] = []
+        self.authorization: list[str] = []
 
     def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
@@ -166,6 +168,7 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.store
         url = urlparse(self.path)
         st.requests.append((method, url.path))
+        st.authorization.append(self.headers.get("Authorization", ""))
         if st.delay:
             time.sleep(st.delay)
         with st.lock:
@@ -303,15 +306,22 @@ def _resource_list(group_version: str, resources: list[tuple[str, str, bool, lis
 
 
 @contextmanager
-def serve() -> Iterator[tuple[str, Store]]:
-    """Serve a fresh stand-in on a free loopback port; yields (URL, store)."""
+def serve(tls: tuple[str, str] | None = None) -> Iterator[tuple[str, Store]]:
+    """Serve a fresh stand-in on a free loopback port; yields (URL, store). With ``tls``
+    (certificate, key) it speaks HTTPS, as a real API server does."""
     store = Store()
     handler = type("Handler", (_Handler,), {"store": store})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    scheme = "http"
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", store
+        yield f"{scheme}://127.0.0.1:{server.server_address[1]}", store
     finally:
         server.shutdown()
         server.server_close()

@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.kube.actions import (
     CordonParams,
@@ -178,3 +180,34 @@ when = "memcg.dying > 10"
         ex.run(rules, Engine(rules).evaluate(snap), snap)
     text = (tmp_path / "a.jsonl").read_text()
     assert "not-a-real-token" not in text and json.loads(text.splitlines()[-1])["outcome"]["ok"]
+
+
+def test_in_cluster_service_account_over_tls(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod's credentials (token, ca.crt, namespace) and KUBERNETES_SERVICE_HOST/PORT,
+    against the stand-in speaking HTTPS with a certificate made for the test."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("in-cluster-token")
+    (sa / "namespace").write_text("kube-system")
+    (sa / "ca.crt").write_bytes(cert.read_bytes())
+    with serve(tls=(str(cert), str(key))) as (url, store):
+        cluster(store)
+        port = url.rsplit(":", 1)[1]
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+        monkeypatch.setenv("NODE_NAME", "node-a")  # the downward API
+        act = KubeCordon(CordonParams(service_account=str(sa)))
+        out = act.apply(act.plan(ctx()), ctx())
+        assert out.ok and out.verified, out
+        assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is True
+        assert set(store.authorization) == {"Bearer in-cluster-token"}

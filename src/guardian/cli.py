@@ -29,7 +29,7 @@ from .policy.ruletest import run_test_file
 from .policy.schema import json_schema
 from .service import EX_CONFIG, Daemon, ServiceOptions
 from .signals.kmsg import KmsgConfig
-from .snapshot import format_labels
+from .snapshot import Snapshot, format_labels
 
 DEFAULT_RULES = "/etc/guardian/rules"
 
@@ -267,9 +267,7 @@ def cmd_act(args: argparse.Namespace) -> int:
     except RuleError as exc:
         return _print_errors(exc)
     coll = _collector(args.root, config)
-    coll.collect(time.monotonic())
-    time.sleep(parse_duration(args.warmup))
-    snap = coll.collect(time.monotonic())
+    snap = _warm_snapshot(coll, args.warmup)
     audit = None
     if args.audit:
         from .audit import AuditLog
@@ -418,10 +416,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print("guardian explain: no snapshot at or before --at", file=sys.stderr)
             return 2
     else:
-        coll = _collector(args.root, config)
-        engine.evaluate(coll.collect(time.monotonic()))
-        time.sleep(parse_duration(args.warmup))
-        snap = coll.collect(time.monotonic())
+        snap = _warm_snapshot(_collector(args.root, config), args.warmup, engine)
         engine.evaluate(snap)
     st = engine.states[rule.name]
     tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
@@ -489,6 +484,16 @@ def _collector(root: str, config: Config) -> Collector:
     return Collector.from_registry(Host(Path(root)), default_registry(), config)
 
 
+def _warm_snapshot(coll: Collector, warmup: str, engine: Engine | None = None) -> Snapshot:
+    """A snapshot taken ``warmup`` after a first one, so per-core percentages and rates
+    have values; the first feeds the engine's history when one is given."""
+    first = coll.collect(time.monotonic())
+    if engine is not None:
+        engine.evaluate(first)
+    time.sleep(parse_duration(warmup))
+    return coll.collect(time.monotonic())
+
+
 def _report_sources(coll: Collector) -> None:
     names = ", ".join(s.name for s in coll.sources) or "none"
     print(f"guardian: sources available: {names}", file=sys.stderr)
@@ -504,9 +509,7 @@ def cmd_signals(args: argparse.Namespace) -> int:
         return _print_errors(exc)
     coll = _collector(args.root, config)
     _report_sources(coll)
-    coll.collect(time.monotonic())
-    time.sleep(parse_duration(args.warmup))
-    snap = coll.collect(time.monotonic())
+    snap = _warm_snapshot(coll, args.warmup)
     reg = default_registry()
     rows = []
     for src_name, src in sorted(reg.sources.items()):
@@ -583,9 +586,7 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
               executor: Executor) -> int:
     """Evaluate once and show, for every rule, whether its condition holds now and, for
     those that hold, the exact plan of each action (never applied with --dry-run)."""
-    engine.evaluate(coll.collect(time.monotonic()))
-    time.sleep(parse_duration(args.warmup))
-    snap = coll.collect(time.monotonic())
+    snap = _warm_snapshot(coll, args.warmup, engine)
     decisions = engine.evaluate(snap)
     report = []
     for rule in rules.rules:

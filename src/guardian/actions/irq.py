@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..atomicfile import write_json
 from ..host import Host
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..signals.procfs import pids, read_proc_stat
+from ..signals.procfs import all_stats
 
 DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
 _MANAGEMENT = ("config", "mgmnt", "mgmt")
@@ -86,13 +86,9 @@ def interface_irqs(host: Host, iface: str) -> list[int]:
 
 
 def irqbalance_running(host: Host) -> int | None:
-    for pid in pids(host.proc):
-        try:
-            st = read_proc_stat(host.proc, pid)
-        except ValueError:
-            continue
-        if st is not None and st.comm == "irqbalance":
-            return pid
+    for st in all_stats(host.proc, strict=False):
+        if st.comm == "irqbalance":
+            return st.pid
     return None
 
 

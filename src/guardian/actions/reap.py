@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..policy.schema import Duration
 from ..safety import DEFAULT_PROTECTED_COMMS, protected_reason
-from ..signals.procfs import CLK_TCK, ProcStat, pids, read_proc_stat, uptime
+from ..signals.procfs import CLK_TCK, ProcStat, all_stats, read_proc_stat, uptime
 
 SignalName = Literal["SIGCHLD", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                      "SIGTERM", "SIGKILL"]
@@ -66,13 +66,8 @@ class Zombie:
 def _zombies_by_parent(proc: Path) -> tuple[dict[int, list[Zombie]], dict[int, ProcStat]]:
     by_parent: dict[int, list[Zombie]] = {}
     stats: dict[int, ProcStat] = {}
-    for pid in pids(proc):
-        try:
-            st = read_proc_stat(proc, pid)
-        except ValueError:
-            continue
-        if st is None:
-            continue
+    for st in all_stats(proc, strict=False):
+        pid = st.pid
         stats[pid] = st
         if st.state == "Z" and not st.is_kernel_thread:
             by_parent.setdefault(st.ppid, []).append(Zombie(pid, st.starttime))

@@ -29,6 +29,8 @@ class KubeParams(BaseModel):
     node: str | None = Field(None, description="this node's name (default: $NODE_NAME from "
                              "the downward API, else the hostname)")
     timeout: float = Field(10.0, gt=0, le=120, description="seconds per API request")
+    service_account: str = Field(str(SERVICE_ACCOUNT.parent), description="in-cluster "
+                                 "credentials directory (token, ca.crt, namespace)")
 
 
 def node_name(params: KubeParams) -> str:
@@ -39,8 +41,8 @@ def make_client(params: KubeParams) -> Client:
     """A client from the kubeconfig, the in-cluster service account, or $KUBECONFIG."""
     if params.kubeconfig:
         config = KubeConfig.from_file(params.kubeconfig)
-    elif SERVICE_ACCOUNT.exists():
-        config = KubeConfig.from_service_account()
+    elif (Path(params.service_account) / "token").exists():
+        config = KubeConfig.from_service_account(params.service_account)
     else:
         config = KubeConfig.from_env()
     return Client(config=config, timeout=httpx2.Timeout(params.timeout), trust_env=False)

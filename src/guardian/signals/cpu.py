@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
-from .procfs import CLK_TCK, pids, read_proc_stat
+from .procfs import CLK_TCK, all_stats, read_proc_stat
 
 # /proc/stat cpuN columns, in order; guest time is already counted in user.
 COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -124,9 +124,8 @@ class CpuSource(Source):
 
     def _find_ksoftirqd(self, proc: Path) -> dict[int, int]:
         ticks: dict[int, int] = {}
-        for pid in pids(proc):
-            st = read_proc_stat(proc, pid)
-            if st is not None and st.is_kernel_thread and st.comm.startswith("ksoftirqd/"):
-                self.ksoftirqd[pid] = st.comm.partition("/")[2]
-                ticks[pid] = st.utime + st.stime
+        for st in all_stats(proc):
+            if st.is_kernel_thread and st.comm.startswith("ksoftirqd/"):
+                self.ksoftirqd[st.pid] = st.comm.partition("/")[2]
+                ticks[st.pid] = st.utime + st.stime
         return ticks

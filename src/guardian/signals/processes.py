@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
-from .procfs import pids, read_proc_stat
+from .procfs import all_stats
 
 
 class ProcessesSource(Source):
@@ -40,10 +40,8 @@ class ProcessesSource(Source):
         total = kthreads = 0
         comms: dict[int, str] = {}
         zombies: list[tuple[int, int, int]] = []  # pid, ppid, starttime
-        for pid in pids(proc):
-            st = read_proc_stat(proc, pid)
-            if st is None:
-                continue
+        for st in all_stats(proc):
+            pid = st.pid
             total += 1
             comms[pid] = st.comm
             if st.is_kernel_thread:

@@ -63,6 +63,20 @@ def read_proc_stat(proc: Path | str, pid: int) -> ProcStat | None:
     return parse_proc_stat(raw.decode("utf-8", errors="replace"))
 
 
+def all_stats(proc: Path, strict: bool = True) -> Iterator[ProcStat]:
+    """The stat of every process; those that exit meanwhile are skipped, and so are
+    malformed ones unless ``strict`` (then they raise ValueError)."""
+    for pid in pids(proc):
+        try:
+            st = read_proc_stat(proc, pid)
+        except ValueError:
+            if strict:
+                raise
+            continue
+        if st is not None:
+            yield st
+
+
 def uptime(proc: Path) -> float:
     with open(proc / "uptime") as f:
         return float(f.read().split()[0])
