@@ -211,3 +211,47 @@ def test_in_cluster_service_account_over_tls(tmp_path: Path,
         assert out.ok and out.verified, out
         assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is True
         assert set(store.authorization) == {"Bearer in-cluster-token"}
+
+
+def test_the_service_keeps_ticking_when_the_api_fails(tmp_path: Path) -> None:
+    """guardian run, live, with a kube rule, against a stand-in answering 503: a failed
+    action in the audit log and the metrics, and the loop goes on."""
+    import socket
+    import urllib.request
+
+    from .test_service import daemon
+
+    with serve() as (url, store):
+        cluster(store)
+        store.fail_next = [503] * 1000
+        kc = kubeconfig(tmp_path, url)
+        rules = tmp_path / "rules"
+        rules.mkdir()
+        (rules / "k.toml").write_text(f'''version = 1
+[[rule]]
+name = "k"
+summary = "s"
+when = "processes.total > 0"
+cooldown = "1h"
+  [[rule.action]]
+  use = "kube.cordon"
+  kubeconfig = "{kc}"
+  node = "node-a"
+''')
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with daemon(tmp_path, "--metrics-port", str(port), rules=rules) as (proc, notify):
+            notify.wait_for("READY", contains="last action: kube.cordon for k: failed")
+            first = notify.messages[-1]
+            notify.wait_for("WATCHDOG", timeout=3)  # still ticking
+            assert proc.poll() is None and first
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                             timeout=5).read().decode()
+        assert 'guardian_actions_total{action="kube.cordon",outcome="failed",rule="k"} 1.0' \
+            in metrics
+        audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text()
+                 .splitlines()]
+        outcome = next(a for a in audit if a["type"] == "outcome")
+        assert not outcome["outcome"]["ok"] and "API 503" in outcome["outcome"]["error"]
+        assert not store.objects["nodes"][("", "node-a")]["spec"].get("unschedulable")
