@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .kernel import MEMCG_V1, drop_caches, need_memcg_v1
+from .kernel import MEMCG_V1, drop_caches, need_memcg_v1, settle_memcgs
 from .nspawn import Container, booted
 
 LIFE = (
@@ -75,6 +75,7 @@ def crash_loop() -> Iterator[tuple[Container, Path]]:
                 break
             except OSError:
                 time.sleep(0.1)
+        settle_memcgs()
 
 
 def config_for(c: Container, path: Path) -> Path:

@@ -118,6 +118,28 @@ def dying_memcgs(n: int) -> Iterator[Path]:
                 break
             except OSError:
                 time.sleep(0.1)
+        settle_memcgs()
+
+
+def memcg_count() -> int:
+    for line in Path("/proc/cgroups").read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0] == "memory":
+            return int(parts[2])
+    return 0
+
+
+def settle_memcgs(timeout: float = 30.0) -> None:
+    """Wait until released memcgs are gone (the kernel frees them asynchronously), so a
+    later test counting dying memcgs does not see this one's clean-up as a fall."""
+    deadline = time.monotonic() + timeout
+    last = memcg_count()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = memcg_count()
+        if now == last:
+            return
+        last = now
 
 
 @contextlib.contextmanager
