@@ -212,7 +212,16 @@ def test_rules_others_can_write_are_refused(tmp_path: Path) -> None:
         assert proc.wait(timeout=30) == 78
         assert proc.stderr is not None
         err = proc.stderr.read()
-    assert "refusing rule files others can change" in err and "mode 666" in err
+    assert "refusing rule or config files others can change" in err and "mode 666" in err
+
+
+def test_a_config_others_can_write_is_refused(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "etc", "guardian.toml", "[engine]\ninterval = \"5s\"\n")
+    cfg.chmod(0o646)
+    with daemon(tmp_path, "--config", str(cfg)) as (proc, _):
+        assert proc.wait(timeout=30) == 78
+        assert proc.stderr is not None
+        assert "guardian.toml: writable by group or others" in proc.stderr.read()
 
 
 def test_metrics_endpoint_and_a_port_in_use(tmp_path: Path) -> None:

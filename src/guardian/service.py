@@ -36,7 +36,8 @@ RELOAD_SETTLE = 0.3  # an editor writes in bursts: reload once they are done
 
 
 def unsafe_rule_paths(paths: list[str]) -> list[str]:
-    """Rule files and directories that someone other than root could change."""
+    """Rule (or config) files and their directories that someone other than root could
+    change."""
     problems = []
     checked: set[Path] = set()
     for f in rule_files(paths):
@@ -138,10 +139,12 @@ class Daemon:
 
     def load(self) -> Ruleset:
         if self.opts.require_root_owned_rules:
-            problems = unsafe_rule_paths(self.opts.rules)
+            # the config can name programs to run (e.g. the systemctl argv): same rule
+            config = [self.config.path] if self.config.path else []
+            problems = unsafe_rule_paths([*self.opts.rules, *config])
             if problems:
                 raise PermissionError(
-                    "refusing rule files others can change: " + "; ".join(problems))
+                    "refusing rule or config files others can change: " + "; ".join(problems))
         return load_rules(self.opts.rules, self.registry)
 
     def start(self) -> int:
