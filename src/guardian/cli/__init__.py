@@ -1,0 +1,144 @@
+"""The ``guardian`` command line: check and test rules offline, dry-run them on a host,
+run the service, record and replay."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..actions import irq as irq_action
+from .common import DEFAULT_RULES, config_option
+from .host import cmd_act, cmd_irq, cmd_run, cmd_signals
+from .replay import cmd_explain, cmd_record, cmd_replay
+from .rules import cmd_check, cmd_schema, cmd_test
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # the journal stamps each line; without systemd, a time helps
+    if not os.environ.get("JOURNAL_STREAM"):
+        logging.getLogger().handlers[0].setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    try:
+        rc: int = args.func(args)
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return rc
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="guardian",
+        description="Watch a Linux node's kernel signals and remediate by TOML rules.",
+    )
+    p.add_argument("--version", action="version", version=f"guardian {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    c = sub.add_parser("check", help="check rule files; report every error as path:line:col")
+    c.add_argument("paths", nargs="*", default=[DEFAULT_RULES],
+                   help=f"rule files or directories (default {DEFAULT_RULES})")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_check)
+
+    t = sub.add_parser("test", help="run rule unit tests (*.test.toml), like promtool test")
+    t.add_argument("paths", nargs="+", help="test files, or directories of *.test.toml")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(t)
+    t.set_defaults(func=cmd_test)
+
+    r = sub.add_parser("run", help="the service loop (or one evaluation with --once)")
+    r.add_argument("--rules", nargs="+", metavar="PATH",
+                   help=f"rule files or directories (default: the config's, else "
+                        f"{DEFAULT_RULES})")
+    r.add_argument("--once", action="store_true",
+                   help="one evaluation (after a short warm-up sample for rates), then exit")
+    r.add_argument("--dry-run", action="store_true",
+                   help="plan actions but never apply them")
+    r.add_argument("--interval", help="tick interval (default: the config's, else 15s)")
+    r.add_argument("--warmup", default="1s",
+                   help="with --once: time between the warm-up sample and the evaluation")
+    r.add_argument("--root", default="/", help="host root to read (default /)")
+    r.add_argument("--audit", metavar="FILE", help="append decisions and outcomes to FILE")
+    r.add_argument("--state", metavar="FILE", help="persisted engine state (service)")
+    r.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="metrics endpoint port on the configured address; 0 turns it off")
+    r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
+    config_option(r)
+    r.set_defaults(func=cmd_run)
+
+    a = sub.add_parser("act", help="run one action once on this host, outside any rule "
+                       "(same plan, apply, verify and audit path)")
+    a.add_argument("action", help="a registered action, e.g. reap.zombies")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a parameter; VALUE is read as TOML (5, \"x\", [1, 2], true) "
+                        "or else as a string")
+    a.add_argument("--dry-run", action="store_true", help="plan only")
+    a.add_argument("--root", default="/", help="host root (default /)")
+    a.add_argument("--warmup", default="1s", help="time between the two samples taken")
+    a.add_argument("--audit", metavar="FILE", help="append the plan and outcome to FILE")
+    a.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(a)
+    a.set_defaults(func=cmd_act)
+
+    q = sub.add_parser("irq", help="IRQ affinity changes made by irq.move")
+    q.add_argument("verb", choices=["restore", "show"],
+                   help="restore: put every saved affinity back; show: list them")
+    q.add_argument("--state", default=irq_action.DEFAULT_STATE, help="state file")
+    q.add_argument("--root", default="/", help="host root (default /)")
+    q.set_defaults(func=cmd_irq)
+
+    rec = sub.add_parser("record", help="record every signal over time into a file")
+    rec.add_argument("-o", "--output", required=True, metavar="FILE",
+                     help="the recording (gzip-compressed JSON lines)")
+    rec.add_argument("--interval", default="1s", help="time between snapshots (default 1s)")
+    rec.add_argument("--duration", default="10m", help="how long (default 10m); Ctrl-C "
+                     "stops early and keeps everything written")
+    rec.add_argument("--root", default="/", help="host root (default /)")
+    config_option(rec)
+    rec.set_defaults(func=cmd_record)
+
+    rp = sub.add_parser("replay", help="run rules over a recording; print the decisions")
+    rp.add_argument("recording", help="a file from guardian record")
+    rp.add_argument("--rules", nargs="+", default=["rules"], metavar="PATH",
+                    help="rule files or directories (default ./rules)")
+    rp.add_argument("--plot", metavar="OUT.png", help="draw signals, thresholds and "
+                    "firing windows (needs matplotlib: guardian[plot])")
+    rp.add_argument("--json", action="store_true", help="decisions as JSON")
+    rp.set_defaults(func=cmd_replay)
+
+    ex = sub.add_parser("explain", help="why a rule is inactive, pending, firing or unknown")
+    ex.add_argument("rule", help="rule name")
+    ex.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
+                    f"(default: the config's, else {DEFAULT_RULES})")
+    ex.add_argument("--recording", metavar="FILE", help="explain at a point of a "
+                    "recording instead of on this host")
+    ex.add_argument("--at", metavar="TIME", help="with --recording: time since its start "
+                    "(default: its end)")
+    ex.add_argument("--warmup", default="1s", help="live: time between the two samples")
+    ex.add_argument("--root", default="/", help="host root (default /)")
+    ex.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(ex)
+    ex.set_defaults(func=cmd_explain)
+
+    s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
+    s.set_defaults(func=cmd_schema)
+
+    g = sub.add_parser("signals", help="list every signal with value, unit, help, source")
+    g.add_argument("--root", default="/", help="host root to read (default /)")
+    g.add_argument("--warmup", default="1s", help="time between two samples (for rates)")
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(g)
+    g.set_defaults(func=cmd_signals)
+    return p

@@ -1,0 +1,91 @@
+"""Helpers the guardian commands share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..collector import Collector
+from ..config import DEFAULT_CONFIG, Config, load_config
+from ..durations import parse_duration
+from ..engine import Engine
+from ..host import Host
+from ..plugins import default_registry
+from ..policy.loader import RuleError
+from ..snapshot import Snapshot
+
+DEFAULT_RULES = "/etc/guardian/rules"
+
+
+def config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help=f"guardian config (default {DEFAULT_CONFIG} when it exists)")
+
+
+def cli_config(args: argparse.Namespace) -> Config:
+    """The config named by --config, else the default file if present. Raises RuleError."""
+    path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    return load_config(path, default_registry())
+
+
+def registry_warnings() -> None:
+    for err in default_registry().load_errors:
+        print(f"guardian: warning: {err}", file=sys.stderr)
+
+
+def print_errors(exc: RuleError) -> int:
+    for d in exc.diagnostics:
+        print(d, file=sys.stderr)
+    return 1
+
+
+def host_collector(root: str, config: Config) -> Collector:
+    return Collector.from_registry(Host(Path(root)), default_registry(), config)
+
+
+def warm_snapshot(coll: Collector, warmup: str, engine: Engine | None = None) -> Snapshot:
+    """A snapshot taken ``warmup`` after a first one, so per-core percentages and rates
+    have values; the first feeds the engine's history when one is given."""
+    first = coll.collect(time.monotonic())
+    if engine is not None:
+        engine.evaluate(first)
+    time.sleep(parse_duration(warmup))
+    return coll.collect(time.monotonic())
+
+
+def report_sources(coll: Collector) -> None:
+    names = ", ".join(s.name for s in coll.sources) or "none"
+    print(f"guardian: sources available: {names}", file=sys.stderr)
+    for name, why in sorted(coll.unavailable.items()):
+        print(f"guardian: source {name} unavailable: {why}", file=sys.stderr)
+
+
+def print_plan(p: dict[str, Any]) -> None:
+    if p.get("error"):
+        print(f"         {p['use']}: ERROR {p['error']}")
+        return
+    plan = p["plan"]
+    print(f"         {p['use']}: {plan.get('note') or ''}".rstrip())
+    for step in plan["steps"]:
+        print(f"           - {step['target']}: {step['change']}")
+    for r in plan["refused"]:
+        print(f"           ! refused: {r}")
+    out = p.get("outcome")
+    if out:
+        verified = {True: " (verified)", False: " (NOT verified)"}.get(out["verified"], "")
+        head = f"ok{verified}: {out['detail']}" if out["ok"] else f"FAILED: {out['error']}"
+        print(f"           => {head}")
+        if out["data"]:
+            print(f"              {json.dumps(out['data'], sort_keys=True, default=str)}")
+
+
+def short(v: Any) -> str:
+    if isinstance(v, dict):
+        items = list(v.items())
+        body = ", ".join(f"{k}: {x}" for k, x in items[:4])
+        return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
+    return str(v)

@@ -1,0 +1,192 @@
+"""`guardian record`, `replay` and `explain`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..durations import parse_duration
+from ..engine import Decision, Engine
+from ..executor import Executor
+from ..host import Host
+from ..plugins import default_registry
+from ..policy.loader import RuleError, load_rules
+from .common import (
+    cli_config,
+    host_collector,
+    print_errors,
+    print_plan,
+    report_sources,
+    warm_snapshot,
+)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from ..recording import Writer, header
+    try:
+        config = cli_config(args)
+        interval, duration = parse_duration(args.interval), parse_duration(args.duration)
+    except RuleError as exc:
+        return print_errors(exc)
+    except ValueError as exc:
+        print(f"guardian record: {exc}", file=sys.stderr)
+        return 2
+    coll = host_collector(args.root, config)
+    report_sources(coll)
+    writer = Writer(args.output, header(coll, interval))
+    start = time.monotonic()
+    tty = sys.stderr.isatty()
+    try:
+        while True:
+            t = time.monotonic()
+            writer.write(coll.collect(t))
+            elapsed = t - start
+            line = (f"recorded {writer.count} snapshots, {writer.size() / 1024:.0f} KiB, "
+                    f"{elapsed:.0f}s of {duration:g}s")
+            print(("\r" + line) if tty else line, end="" if tty else "\n",
+                  file=sys.stderr, flush=True)
+            if elapsed >= duration:
+                break
+            time.sleep(max(0.0, interval - (time.monotonic() - t)))
+    except KeyboardInterrupt:
+        print("\nguardian record: stopped; everything recorded so far is kept",
+              file=sys.stderr)
+    finally:
+        writer.close()
+        coll.close()
+    if tty:
+        print(file=sys.stderr)
+    return 0
+
+
+def _load_recording(path: str) -> Any:
+    from ..recording import RecordingError, read
+    try:
+        rec = read(path)
+    except RecordingError as exc:
+        print(f"guardian: {exc}", file=sys.stderr)
+        return None
+    if rec.damage:
+        print(f"guardian: {path}: {rec.damage}; replaying what came before",
+              file=sys.stderr)
+    return rec
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from ..replay import decisions_json, replay, timeline
+    rec = _load_recording(args.recording)
+    if rec is None:
+        return 2
+    try:
+        rules = load_rules(args.rules, catalogue={**default_registry().catalogue(),
+                                                  **rec.catalogue})
+    except RuleError as exc:
+        return print_errors(exc)
+    r = replay(rec, rules)
+    if args.json:
+        print(json.dumps({"damage": rec.damage, "snapshots": len(rec.snapshots),
+                          "decisions": decisions_json(r)}, indent=2, sort_keys=True))
+    else:
+        h = rec.header
+        print(f"recording of {h.get('host')} (kernel {h.get('kernel')}), "
+              f"{len(rec.snapshots)} snapshots every {h.get('interval')}s; "
+              f"{len(r.decisions)} decision(s)")
+        for line in timeline(r):
+            print(line)
+    if args.plot:
+        from ..plot import plot
+        try:
+            plot(rec, rules, r, Path(args.plot))
+        except RuntimeError as exc:
+            print(f"guardian replay: {exc}", file=sys.stderr)
+            return 1
+    return 1 if rec.damage else 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from ..policy.explain import explain_condition, missing_signals
+    try:
+        config = cli_config(args)
+    except RuleError as exc:
+        return print_errors(exc)
+    rec = None
+    catalogue = default_registry().catalogue()
+    if args.recording:
+        rec = _load_recording(args.recording)
+        if rec is None:
+            return 2
+        catalogue = {**catalogue, **rec.catalogue}
+    try:
+        rules = load_rules(args.rules or config.service.rules, catalogue=catalogue)
+    except RuleError as exc:
+        return print_errors(exc)
+    rule = rules.by_name(args.rule)
+    if rule is None:
+        print(f"guardian explain: no rule {args.rule!r} (rules: "
+              f"{', '.join(r.name for r in rules.rules)})", file=sys.stderr)
+        return 2
+    engine = Engine(rules)
+    if rec is not None:
+        from ..replay import replay
+        r = replay(rec, rules, parse_duration(args.at) if args.at else None)
+        engine = r.engine
+        snap = r.last
+        if snap is None:
+            print("guardian explain: no snapshot at or before --at", file=sys.stderr)
+            return 2
+    else:
+        snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
+        engine.evaluate(snap)
+    st = engine.states[rule.name]
+    tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
+    missing = missing_signals(rule.condition.refs, snap.values)
+    state = _state_words(rule, st, snap.time, missing)
+    plans: list[dict[str, Any]] = []
+    if rec is None and tree.value:
+        executor = Executor(Host(Path(args.root)), dry_run=True)
+        d = Decision(snap.time, rule.name, "explain", rule.spec.severity, rule.spec.summary,
+                     {}, [a.spec for a in rule.actions if a.spec.on != "resolve"])
+        plans = [ex.to_dict() for ex in executor.run(rules, [d], snap)]
+    if args.json:
+        print(json.dumps({"rule": rule.name, "state": state, "missing": missing,
+                          "condition": tree.to_dict(), "plans": plans,
+                          "actions": [{"use": a.spec.use, **a.spec.public_params}
+                                      for a in rule.actions]}, indent=2, default=str))
+        return 0
+    print(f"{rule.name}: {state}")
+    print("condition:")
+    for line in tree.lines(1):
+        print(line)
+    if missing:
+        print(f"no value for: {', '.join(missing)}")
+    if plans:
+        print("it would run:")
+        for p in plans:
+            print_plan(p)
+    elif rule.actions:
+        print("its actions: " + "; ".join(f"{a.spec.use} {json.dumps(a.spec.public_params)}"
+                                          for a in rule.actions))
+    return 0
+
+
+def _state_words(rule: Any, st: Any, now: float, missing: list[str]) -> str:
+    spec = rule.spec
+    if not spec.enabled:
+        return "disabled"
+    if st.unknown:
+        return ("UNKNOWN: the condition has no value (missing: "
+                f"{', '.join(missing) or 'a computed value'}); it neither fires nor clears")
+    if st.phase == "pending":
+        left = spec.for_ - (now - st.since)
+        return (f"PENDING: holds since {now - st.since:g}s; fires in {max(left, 0):g}s "
+                f"(for = {spec.for_:g}s)")
+    if st.phase == "firing":
+        cool = ""
+        if st.last_run is not None and now - st.last_run < spec.cooldown:
+            cool = f"; actions again in {spec.cooldown - (now - st.last_run):g}s (cooldown)"
+        return f"FIRING since {now - st.since:g}s{cool}"
+    return "INACTIVE: the condition does not hold"
