@@ -86,3 +86,17 @@ def test_the_daemonset_configmap_config_loads(tmp_path: Path) -> None:
     toml_text = "\n".join(line[4:] for line in body.splitlines())
     cfg = load_config(write(tmp_path, "g.toml", toml_text), default_registry())
     assert cfg.fleet is not None and cfg.sources["systemd"].systemctl[0] == "nsenter"  # type: ignore[attr-defined]
+
+
+def test_guardian_check_checks_the_config_too(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    bad = write(tmp_path, "g.toml", '[engine]\ninterval = "soon"\n')
+    proc = subprocess.run([sys.executable, "-m", "guardian", "check", "--config", str(bad),
+                           str(REPO / "rules")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"{bad}:2:12: interval: bad duration 'soon'")
+    good = subprocess.run([sys.executable, "-m", "guardian", "check", "--config",
+                           str(REPO / "systemd" / "guardian.toml"), str(REPO / "rules")],
+                          capture_output=True, text=True, timeout=60)
+    assert good.returncode == 0 and good.stdout.startswith("ok: 12 rule(s)")

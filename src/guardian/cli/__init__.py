@@ -46,9 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
 
-    c = sub.add_parser("check", help="check rule files; report every error as path:line:col")
+    c = sub.add_parser("check", help="check rule files (and --config); report every error "
+                       "as path:line:col")
     c.add_argument("paths", nargs="*", default=[DEFAULT_RULES],
                    help=f"rule files or directories (default {DEFAULT_RULES})")
+    c.add_argument("--config", metavar="FILE", help="also check this guardian config file")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_check)
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..config import load_config
+from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, RuleError, load_rules
 from ..policy.ruletest import run_test_file
 from ..policy.schema import json_schema
@@ -19,19 +21,31 @@ from .common import (
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Check rule files and, with --config, guardian's config file too: every error of
+    every file, as path:line:col."""
     registry_warnings()
+    errors = []
+    if args.config:
+        try:
+            load_config(args.config, default_registry())
+        except RuleError as exc:
+            errors.extend(exc.diagnostics)
     try:
         rs = load_rules(args.paths)
     except RuleError as exc:
+        errors.extend(exc.diagnostics)
+    if errors:
         if args.json:
             print(json.dumps({"ok": False, "errors": [
                 {"path": d.path, "line": d.line, "col": d.col, "message": d.message}
-                for d in exc.diagnostics]}, indent=2))
+                for d in errors]}, indent=2))
         else:
-            for d in exc.diagnostics:
+            for d in errors:
                 print(d)
-            print(f"{len(exc.diagnostics)} error(s)", file=sys.stderr)
+            print(f"{len(errors)} error(s)", file=sys.stderr)
         return 1
+    if args.config:
+        rs.files.insert(0, args.config)
     if args.json:
         print(json.dumps({"ok": True, "files": rs.files,
                           "rules": [r.name for r in rs.rules]}, indent=2))
