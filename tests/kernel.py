@@ -61,18 +61,7 @@ def zombies(n: int) -> Iterator[subprocess.Popen[str]]:
 
 
 def _zombie_children(ppid: int) -> int:
-    n = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] == "Z" and int(fields[1]) == ppid:
-            n += 1
-    return n
+    return sum(1 for p in os.listdir("/proc") if p.isdigit() and is_zombie_of(int(p), ppid))
 
 
 def need_memcg_v1() -> None:

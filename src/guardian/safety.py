@@ -35,3 +35,9 @@ def protected_reason(st: ProcStat, own_pid: int | None = None, own_ppid: int | N
         if fnmatchcase(st.comm, glob):
             return f"comm {st.comm!r} is protected ({glob!r})"
     return None
+
+
+def selected(value: str, allow: Iterable[str], deny: Iterable[str] = ()) -> bool:
+    """True when ``value`` matches an allow glob and no deny glob."""
+    return any(fnmatchcase(value, g) for g in allow) and not any(
+        fnmatchcase(value, g) for g in deny)

@@ -28,6 +28,7 @@ from .metrics import STATES, Metrics
 from .notify import Notifier
 from .plugins import Registry, default_registry
 from .policy.loader import RuleError, Ruleset, load_rules, rule_files
+from .snapshot import Snapshot
 
 log = logging.getLogger("guardian.service")
 
@@ -285,9 +286,9 @@ class Daemon:
         self.metrics.actions.labels(ex.decision.rule, ex.use, outcome).inc()
         self.last_action = f"{ex.use} for {ex.decision.rule}: {outcome}"
 
-    def _update_metrics(self, snap: object) -> None:
+    def _update_metrics(self, snap: Snapshot) -> None:
         assert self.engine and self.collector
-        self.metrics.signals.snapshot = snap  # type: ignore[assignment]
+        self.metrics.signals.snapshot = snap
         for name, st in self.engine.states.items():
             current = "unknown" if st.unknown else st.phase
             for s in STATES:

@@ -13,7 +13,6 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..policy.schema import Duration
-from ..safety import DEFAULT_PROTECTED_COMMS, protected_reason
+from ..safety import DEFAULT_PROTECTED_COMMS, protected_reason, selected
 from ..signals.procfs import CLK_TCK, ProcStat, all_stats, read_proc_stat, uptime
 
 SignalName = Literal["SIGCHLD", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
@@ -116,10 +115,10 @@ class ReapZombies(Action):
             age = now_up - min(z.start for z in zombies) / CLK_TCK
             if age < p.min_age:
                 continue
-            if not _selected(parent.comm, p.allow_comm, p.deny_comm):
+            if not selected(parent.comm, p.allow_comm, p.deny_comm):
                 continue
             groups = _cgroups(proc, ppid)
-            if not any(_selected(g, p.allow_cgroup, p.deny_cgroup) for g in groups or ["/"]):
+            if not any(selected(g, p.allow_cgroup, p.deny_cgroup) for g in groups or ["/"]):
                 continue
             why = protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)
             if why:
@@ -202,8 +201,3 @@ def _describe_left(r: dict[str, Any]) -> str:
         return f"parent {r['ppid']} ({r['comm']}): {to}"
     return f"parent {r['ppid']} ({r['comm']}) still holds {len(r['remaining'])} after " \
            f"{', '.join(r['signals']) or 'no signal'}"
-
-
-def _selected(value: str, allow: list[str], deny: list[str]) -> bool:
-    return any(fnmatchcase(value, g) for g in allow) and not any(
-        fnmatchcase(value, g) for g in deny)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..policy.schema import Duration
+from ..safety import selected
 from ..signals.systemd import parse_show
 
 Verb = Literal["stop", "disable", "mask", "reset-failed"]
@@ -64,8 +65,7 @@ class SystemdUnit(Action):
             candidates = {dict(k)["unit"]: v for k, v in fam.items() if v >= p.min_restarts}
         targets = []
         for unit, restarts in sorted(candidates.items()):
-            if not any(fnmatchcase(unit, g) for g in p.allow) or any(
-                    fnmatchcase(unit, g) for g in p.deny):
+            if not selected(unit, p.allow, p.deny):
                 continue
             never = next((g for g in NEVER if fnmatchcase(unit, g)), None)
             if never:
