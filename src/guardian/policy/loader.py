@@ -74,6 +74,7 @@ class Ruleset:
 
     rules: list[CompiledRule] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    _index: dict[str, CompiledRule] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def windows(self) -> dict[str, float]:
@@ -84,7 +85,10 @@ class Ruleset:
         return out
 
     def by_name(self, name: str) -> CompiledRule | None:
-        return next((r for r in self.rules if r.name == name), None)
+        # the executor looks a rule up per decision: index once the list stops growing
+        if len(self._index) != len(self.rules):
+            self._index = {r.name: r for r in self.rules}
+        return self._index.get(name)
 
 
 def rule_files(paths: Iterable[str | Path]) -> list[Path]:
