@@ -19,6 +19,7 @@ from guardian.actions.irq import IrqMove, IrqParams, interface_irqs, parse_cpu_l
 from guardian.actions.memcg import MemcgParams, MemcgRelease
 from guardian.actions.reap import LadderStep, ReapParams, ReapZombies
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.executor import Executor
 from guardian.host import Host
 from guardian.plugins import ActionContext
 from guardian.signals.systemd import SystemdSource
@@ -193,7 +194,7 @@ def test_pid1_kernel_threads_and_guardian_itself_are_refused(tmp_path: Path) -> 
     act = ReapZombies(_reap_params())
     plan = act.plan(ctx(host=Host(tmp_path)))
     assert plan.steps == []
-    assert any("pid 1 (init)" in r and "PID 1 is never a target" in r for r in plan.refused)
+    assert any("pid 1 (init)" in r and "PID 1 is never a target" in r for r in plan.skipped)
     # pid 600's parent is kthreadd, a kernel thread; its zombie is a kernel thread too
     assert not any("pid 2 " in s.target for s in plan.steps)
     child = os.fork()
@@ -204,7 +205,7 @@ def test_pid1_kernel_threads_and_guardian_itself_are_refused(tmp_path: Path) -> 
         while not is_zombie_of(child, os.getpid()) and time.monotonic() < deadline:
             time.sleep(0.01)
         real = act.plan(ctx())
-        assert any("guardian itself is never a target" in r for r in real.refused)
+        assert any("guardian itself is never a target" in r for r in real.skipped)
         assert not any(f"pid {os.getpid()} " in s.target for s in real.steps)
     finally:
         os.waitpid(child, 0)
@@ -326,7 +327,9 @@ def test_irq_move_refuses_while_irqbalance_runs(tmp_path: Path) -> None:
                                 state_file=str(tmp_path / "s.json")))
         plan = act.plan(ctx())
         assert plan.refused and f"irqbalance runs (pid {fake.pid})" in plan.refused[0]
-        assert not act.apply(plan, ctx()).ok
+        # the executor never applies a plan that refuses (the one path to apply())
+        done = Executor(Host(), dry_run=False).act("irq.move", act, Snapshot(0.0))
+        assert done.refused and done.outcome is None and "irqbalance" in done.error
         ignore = IrqMove(IrqParams(interface="eth0", from_cores=[0], irqbalance="ignore",
                                    state_file=str(tmp_path / "s.json")))
         assert "may undo" in ignore.plan(ctx()).note
@@ -406,7 +409,7 @@ def test_units_guardian_must_never_touch_are_refused() -> None:
     plan = act.plan(ActionContext("r", Snapshot(0, {"systemd.unit_restarts_recent": fam}),
                                   Host(), dry_run=True))
     assert plan.data["units"] == ["ecs.service"]
-    assert len(plan.refused) == 3
+    assert len(plan.skipped) == 3
 
 
 def test_no_systemd_data_means_no_unit_is_targeted() -> None:

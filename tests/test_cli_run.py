@@ -64,7 +64,7 @@ for = "10m"
          "--rules", str(rules)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "HOLDS    always" in proc.stdout
-    assert "would fire after holding for 600s, then:" in proc.stdout
+    assert "pending: fires after holding for 600s (600s left), then:" in proc.stdout
     assert "- guardian log: warning: would log for always" in proc.stdout
 
 
@@ -105,7 +105,7 @@ def test_live_apply_audits_plans_and_outcomes_even_failures(
     ex = Executor(Host(), dry_run=False, audit=audit)
     snap = Snapshot(0, {"memcg.dying": 5.0})
     with caplog.at_level(logging.INFO):
-        results = ex.run(rs, Engine(rs).evaluate(snap), snap)
+        results = ex.run(Engine(rs).evaluate(snap), snap)
     assert [r.use for r in results] == ["log", "test.boom"]
     assert results[0].outcome is not None and results[0].outcome.ok
     assert results[1].outcome is not None and not results[1].outcome.ok
@@ -120,7 +120,7 @@ def test_dry_run_never_applies(tmp_path: Path) -> None:
     rs = load_text(RULE, registry=_registry())
     ex = Executor(Host(), dry_run=True, audit=AuditLog(tmp_path / "a.jsonl"))
     snap = Snapshot(0, {"memcg.dying": 5.0})
-    results = ex.run(rs, Engine(rs).evaluate(snap), snap)
+    results = ex.run(Engine(rs).evaluate(snap), snap)
     assert all(r.plan is not None and r.outcome is None for r in results)
     kinds = [r["type"] for r in read_audit(tmp_path / "a.jsonl") if isinstance(r, dict)]
     assert "outcome" not in kinds and kinds.count("plan") == 2

@@ -74,7 +74,7 @@ def test_evict_plans_exact_pods_and_honours_the_pdb(tmp_path: Path) -> None:
         # lowest priority first; never the DaemonSet pod, the mirror pod, kube-system
         assert plan.data["pods"] == [["default", "batch-1"], ["default", "web-1"],
                                      ["default", "db-1"]]
-        assert plan.refused == ["pod kube-system/coredns-1: namespace kube-system is "
+        assert plan.skipped == ["pod kube-system/coredns-1: namespace kube-system is "
                                 "protected"]
         t0 = time.monotonic()
         out = act.apply(plan, ctx())
@@ -119,7 +119,7 @@ when = "memcg.dying > 10"
         ex = Executor(Host(), dry_run=False)
         for t, v in ((0.0, 50.0), (15.0, 1.0)):
             snap = Snapshot(t, {"memcg.dying": v})
-            results = ex.run(rules, engine.evaluate(snap), snap)
+            results = ex.run(engine.evaluate(snap), snap)
             assert [r.outcome.ok for r in results if r.outcome] == [True]
             conds = {c["type"]: c for c in
                      store.objects["nodes"][("", "node-a")]["status"]["conditions"]}
@@ -177,7 +177,7 @@ when = "memcg.dying > 10"
 ''')
         ex = Executor(Host(), dry_run=False, audit=AuditLog(tmp_path / "a.jsonl"))
         snap = Snapshot(0.0, {"memcg.dying": 50.0})
-        ex.run(rules, Engine(rules).evaluate(snap), snap)
+        ex.run(Engine(rules).evaluate(snap), snap)
     text = (tmp_path / "a.jsonl").read_text()
     assert "not-a-real-token" not in text and json.loads(text.splitlines()[-1])["outcome"]["ok"]
 
@@ -214,8 +214,9 @@ def test_in_cluster_service_account_over_tls(tmp_path: Path,
 
 
 def test_the_service_keeps_ticking_when_the_api_fails(tmp_path: Path) -> None:
-    """guardian run, live, with a kube rule, against a stand-in answering 503: a failed
-    action in the audit log and the metrics, and the loop goes on."""
+    """guardian run, live, with a kube rule, against a stand-in answering 503: the plan
+    cannot read the node, so the executor refuses it (never applied), in the audit log and
+    the metrics, and the loop goes on."""
     import socket
     import urllib.request
 
@@ -242,16 +243,16 @@ cooldown = "1h"
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         with daemon(tmp_path, "--metrics-port", str(port), rules=rules) as (proc, notify):
-            notify.wait_for("READY", contains="last action: kube.cordon for k: failed")
+            notify.wait_for("READY", contains="last action: kube.cordon for k: refused")
             first = notify.messages[-1]
             notify.wait_for("WATCHDOG", timeout=3)  # still ticking
             assert proc.poll() is None and first
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                              timeout=5).read().decode()
-        assert 'guardian_actions_total{action="kube.cordon",outcome="failed",rule="k"} 1.0' \
+        assert 'guardian_actions_total{action="kube.cordon",outcome="refused",rule="k"} 1.0' \
             in metrics
         audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text()
                  .splitlines()]
-        outcome = next(a for a in audit if a["type"] == "outcome")
-        assert not outcome["outcome"]["ok"] and "API 503" in outcome["outcome"]["error"]
+        refused = next(a for a in audit if a["type"] == "refused")
+        assert "API 503" in refused["reason"] and not any(a["type"] == "outcome" for a in audit)
         assert not store.objects["nodes"][("", "node-a")]["spec"].get("unschedulable")

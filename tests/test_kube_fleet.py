@@ -5,10 +5,12 @@ the PDB."""
 
 from __future__ import annotations
 
+import datetime as dt
+import random
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.kube.fleet import FleetBudget, FleetParams
@@ -62,9 +64,7 @@ fleet = true
 
 
 def registry() -> Registry:
-    reg = Registry()
-    reg.sources = dict(default_registry().sources)
-    reg.actions = dict(default_registry().actions)
+    reg = default_registry().copy()
     reg.add_action(Hold)
     return reg
 
@@ -88,10 +88,14 @@ def test_fifty_engines_at_once(tmp_path: Path) -> None:
             fleet = FleetBudget(FleetParams(kubeconfig=kc, node=node, max_nodes=3, ttl=60))
             ex = Executor(Host(), dry_run=False, fleet=fleet)
             snap = Snapshot(0.0, {"memcg.dying": 50.0})
-            decisions = Engine(rules).evaluate(snap)
+            engine = Engine(rules)
+            decisions = engine.evaluate(snap)
             start.wait()
-            results = ex.run(rules, decisions, snap)
+            results = ex.run(decisions, snap)
             (refused if results[0].use == "(fleet budget)" else acted).append(node)
+            start.wait()  # every node has tried while the acting ones hold their slots
+            calm = Snapshot(60.0, {"memcg.dying": 0.0})
+            ex.run(engine.evaluate(calm), calm)  # resolved: the slot is given back
 
         Gauge.most = 0
         threads = [threading.Thread(target=engine, args=(i,)) for i in range(N_ENGINES)]
@@ -107,6 +111,7 @@ def test_fifty_engines_at_once(tmp_path: Path) -> None:
         leases = store.objects["leases"]
         assert len(leases) <= 3 and all(not lease["spec"].get("holderIdentity")
                                         for lease in leases.values())  # all released
+        assert len(acted) <= 3  # slots are held until the rule resolves, not per action
 
 
 def test_slots_of_dead_engines_expire_and_min_healthy_holds(tmp_path: Path) -> None:
@@ -124,7 +129,7 @@ def test_slots_of_dead_engines_expire_and_min_healthy_holds(tmp_path: Path) -> N
             assert slot is not None
         alive = budget("node-3", max_nodes=2)
         slot, why = alive.acquire()
-        assert slot is None and "all 2 slot(s) held" in why
+        assert slot is None and "2 other node(s) already disrupted (node-1, node-2)" in why
         time.sleep(1.2)
         slot, why = alive.acquire()
         assert slot is not None, why
@@ -136,7 +141,8 @@ def test_slots_of_dead_engines_expire_and_min_healthy_holds(tmp_path: Path) -> N
             node = store.objects["nodes"][("", f"node-{i}")]
             node["status"]["conditions"][0]["status"] = "False"
         slot, why = budget("node-5", min_healthy="80%").acquire()
-        assert slot is None and "only 7 of 10 nodes Ready, below min_healthy 80%" in why
+        assert slot is None and "only 7 of 10 nodes Ready and undisrupted, below " \
+            "min_healthy 80%" in why
 
 
 def test_unreachable_api_means_no_action(tmp_path: Path) -> None:
@@ -145,7 +151,132 @@ def test_unreachable_api_means_no_action(tmp_path: Path) -> None:
     fleet = FleetBudget(FleetParams(kubeconfig=kc, node="node-0", timeout=1))
     rules = load_text(RULE.format(kc=kc, node="node-0"), registry=registry())
     snap = Snapshot(0.0, {"memcg.dying": 50.0})
-    [res] = Executor(Host(), dry_run=False, fleet=fleet).run(
-        rules, Engine(rules).evaluate(snap), snap)
+    [res] = Executor(Host(), dry_run=False, fleet=fleet).run(Engine(rules).evaluate(snap),
+                                                             snap)
     assert res.use == "(fleet budget)" and "fleet budget unavailable: API unreachable" in \
         res.error
+
+
+def test_cordoned_nodes_count_against_min_healthy_and_the_budget(tmp_path: Path) -> None:
+    """A node cordoned by hand (no Lease) or carrying guardian's condition is disrupted:
+    it uses up the budget and is not healthy."""
+    with serve() as (url, store):
+        for i in range(10):
+            store.add_node(f"node-{i}")
+        kc = str(kubeconfig(tmp_path, url))
+        nodes = store.objects["nodes"]
+        nodes[("", "node-0")]["spec"]["unschedulable"] = True
+        nodes[("", "node-1")]["status"]["conditions"].append(
+            {"type": "GuardianProblem", "status": "True"})
+        two = FleetBudget(FleetParams(kubeconfig=kc, node="node-5", max_nodes=2))
+        slot, why = two.acquire()
+        assert slot is None and "2 other node(s) already disrupted (node-0, node-1)" in why
+        healthy = FleetBudget(FleetParams(kubeconfig=kc, node="node-5", max_nodes=5,
+                                          min_healthy="9"))
+        slot, why = healthy.acquire()
+        assert slot is None and "only 8 of 10 nodes Ready and undisrupted" in why
+        nodes[("", "node-0")]["spec"]["unschedulable"] = False
+        three = FleetBudget(FleetParams(kubeconfig=kc, node="node-5", max_nodes=3))
+        slot, why = three.acquire()
+        assert slot is not None, why
+        # a restarted guardian on the same node finds its own slot instead of a second
+        again = FleetBudget(FleetParams(kubeconfig=kc, node="node-5", max_nodes=3))
+        assert again.acquire() == (slot, "")
+        assert sum(1 for lease in store.objects["leases"].values()
+                   if lease["spec"].get("holderIdentity") == "node-5") == 1
+
+
+STAGGERED = '''version = 1
+[[rule]]
+name = "nic-stall"
+summary = "s"
+when = "memcg.dying > 10"
+for = "1m"
+cooldown = "2m"
+limit = {{ runs = 1000, within = "1h" }}
+fleet = true
+  [[rule.action]]
+  use = "log"
+  [[rule.action]]
+  use = "kube.cordon"
+  kubeconfig = "{kc}"
+  node = "{node}"
+  [[rule.action]]
+  use = "kube.uncordon"
+  on = "resolve"
+  kubeconfig = "{kc}"
+  node = "{node}"
+'''
+
+
+def _live_holders(store: Any, now: dt.datetime, ttl: int) -> set[str]:
+    out = set()
+    for lease in store.objects.get("leases", {}).values():
+        spec = lease["spec"]
+        renewed = dt.datetime.fromisoformat(str(spec.get("renewTime")).replace("Z", "+00:00"))
+        if spec.get("holderIdentity") and renewed + dt.timedelta(seconds=ttl) > now:
+            out.add(spec["holderIdentity"])
+    return out
+
+
+def test_staggered_fleet_never_disrupts_more_than_the_budget(tmp_path: Path) -> None:
+    """30 engines against one API stand-in, on a simulated clock (the engines' snapshots and
+    the Leases' times): each node detects the problem at a random time within an hour, acts
+    through the engine's `for`, cooldowns and retries, and its problem clears 2-10 minutes
+    after it was cordoned; a cleared rule uncordons on resolve. Two crashed guardians hold
+    both slots at the start and never renew them. At no tick are more than `max_nodes`
+    nodes disrupted (cordoned, or holding a live slot), the crashed slots expire after their
+    TTL, and every node is remediated in the end. (Before slots were held until resolve,
+    seven of eight such nodes were cordoned at once with max_nodes = 2.)"""
+    rng = random.Random(20261203)
+    n_nodes, max_nodes, ttl, tick = 30, 2, 600, 20
+    base = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
+    now = [0.0]
+
+    def clock() -> dt.datetime:
+        return base + dt.timedelta(seconds=now[0])
+
+    with serve() as (url, store):
+        names = [f"node-{i:02d}" for i in range(n_nodes)]
+        for name in [*names, "ghost-a", "ghost-b"]:
+            store.add_node(name)
+        kc = str(kubeconfig(tmp_path, url))
+
+        def budget(node: str) -> FleetBudget:
+            return FleetBudget(FleetParams(kubeconfig=kc, node=node, max_nodes=max_nodes,
+                                           ttl=ttl), clock=clock)
+
+        for ghost in ("ghost-a", "ghost-b"):  # crashed right after taking a slot
+            assert budget(ghost).acquire()[0] is not None
+        detect = {n: rng.uniform(0, 3600) for n in names}
+        clears_after = {n: rng.uniform(120, 600) for n in names}
+        cordoned_at: dict[str, float] = {}
+        resolved: set[str] = set()
+        engines = {}
+        for n in names:
+            rules = load_text(STAGGERED.format(kc=kc, node=n))
+            engines[n] = (Engine(rules), Executor(Host(), dry_run=False, fleet=budget(n)))
+        worst = 0
+        while now[0] < 5 * 3600 and len(resolved) < n_nodes:
+            for n in names:
+                engine, ex = engines[n]
+                ill = detect[n] <= now[0] and (
+                    n not in cordoned_at or now[0] < cordoned_at[n] + clears_after[n])
+                snap = Snapshot(now[0], {"memcg.dying": 50.0 if ill else 0.0})
+                for done in ex.run(engine.evaluate(snap), snap):
+                    if done.use == "kube.uncordon" and done.outcome and done.outcome.ok:
+                        resolved.add(n)
+                cordoned = {k[1] for k, o in store.objects["nodes"].items()
+                            if o["spec"].get("unschedulable")}
+                if n in cordoned:
+                    cordoned_at.setdefault(n, now[0])
+                disrupted = cordoned | _live_holders(store, clock(), ttl)
+                worst = max(worst, len(disrupted))
+                assert len(disrupted) <= max_nodes, (now[0], sorted(disrupted))
+            now[0] += tick
+        assert resolved == set(names), sorted(set(names) - resolved)
+        assert worst == max_nodes  # the budget was used, not just respected
+        assert min(cordoned_at.values()) >= ttl  # nobody acted before the ghosts expired
+        assert not any(o["spec"].get("unschedulable") for o in store.objects["nodes"].values())
+        assert not any(lease["spec"].get("holderIdentity")
+                       for lease in store.objects["leases"].values())

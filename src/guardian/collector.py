@@ -2,6 +2,9 @@
 
 A source that raises yields no value for any of its signals, and its error is counted in
 ``guardian.source_errors{source=...}``: a missing number must never fire or clear a rule.
+A source's output is held to its specs (declared names, label names, finite numbers); a
+signal that breaks them has no value, and the collection counts as an error of its
+source, logged once per signal and problem.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable, Iterable
 from .config import Config
 from .host import Host
 from .plugins import Registry, Source
-from .snapshot import SignalSpec, Snapshot, clean_value, labels_of
+from .snapshot import SignalSpec, Snapshot, check_values, labels_of
 
 log = logging.getLogger("guardian.collector")
 
@@ -36,6 +39,7 @@ class Collector:
             else:
                 self.sources.append(src)
         self.error_counts = {s.name: 0 for s in self.sources}
+        self._told: set[tuple[str, str, str]] = set()  # (source, signal, problem) logged
 
     @classmethod
     def from_registry(cls, host: Host, registry: Registry, config: Config | None = None,
@@ -52,20 +56,27 @@ class Collector:
         return [s.name for s in self.sources if s.follow(wake)]
 
     def collect(self, now: float) -> Snapshot:
-        snap = Snapshot(now)
+        snap = Snapshot(now, checked=True)
         for src in self.sources:
             try:
                 raw = src.collect(now)
+                if not isinstance(raw, dict):
+                    raise TypeError(f"collect() returned {type(raw).__name__}, not a dict")
             except Exception as exc:
                 self.error_counts[src.name] += 1
                 snap.errors[src.name] = f"{type(exc).__name__}: {exc}"
                 log.debug("source %s failed: %s", src.name, exc)
                 continue
-            for spec in src.specs:
-                v = clean_value(raw.get(spec.name))
-                if v is None or isinstance(v, dict) != spec.is_family:
-                    continue
-                snap.values[spec.name] = v
+            good, problems = check_values(raw, src.specs)
+            snap.values.update(good)
+            if problems:
+                self.error_counts[src.name] += 1
+                snap.errors[src.name] = "; ".join(f"{n}: {why}" for n, why in problems.items())
+                for name, why in problems.items():
+                    if (src.name, name, why) not in self._told:
+                        self._told.add((src.name, name, why))
+                        log.error("source %s: signal %s has no value: %s", src.name, name,
+                                  why)
         snap.values[SOURCE_ERRORS.name] = {
             labels_of({"source": n}): float(c) for n, c in self.error_counts.items()
         }

@@ -16,11 +16,15 @@ from typing import Any
 
 from .durations import format_duration
 from .history import History
-from .policy.loader import CompiledRule, Ruleset
-from .policy.schema import ActionSpec
-from .snapshot import Family, Snapshot, format_key
+from .policy.loader import BoundAction, CompiledRule, Ruleset
+from .snapshot import Family, Snapshot, check_values, format_key
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+# Decisions the engine emits carry this mark; the executor applies no other decision
+# (a dry run may still plan one). It guards against mistakes, not against code that sets
+# the mark on purpose.
+_ENGINE_MARK = object()
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,15 @@ class Decision:
     severity: str
     summary: str
     values: dict[str, Any] = field(default_factory=dict)
-    actions: list[ActionSpec] = field(default_factory=list)
+    actions: list[BoundAction] = field(default_factory=list)
     reason: str = ""
+    fleet: bool = False  # the rule's disruptive actions need a slot of the fleet budget
+    _mark: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def from_engine(self) -> bool:
+        """True for a decision an :class:`Engine` emitted (the only kind that may act)."""
+        return self._mark is _ENGINE_MARK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,11 +75,13 @@ class RuleState:
 
     phase: str = "inactive"  # inactive | pending | firing
     since: float | None = None  # pending or firing since
+    active_at: float | None = None  # the condition holds since (pending's start)
     last_true: float | None = None
     last_run: float | None = None
     runs: list[float] = field(default_factory=list)  # action runs within the limit window
     said_suppressed: bool = False
     unknown: bool = False  # condition had no value at the last tick
+    changed: bool = False  # reloaded with another condition or timing; not yet evaluated
 
 
 class Engine:
@@ -80,23 +93,36 @@ class Engine:
         self.states: dict[str, RuleState] = {}
         self.ruleset = Ruleset()
         self.history = History({})
+        self.ending: list[tuple[CompiledRule, str]] = []  # firing rules a reload took away
         self.replace_rules(ruleset)
 
     # -- rules -------------------------------------------------------------------------
     def replace_rules(self, ruleset: Ruleset) -> None:
-        """Swap in a new ruleset. Rules that keep their name keep their action history
-        (cooldowns, limits); those whose condition and timing are unchanged also keep
-        their phase, so a reload neither restarts a ``for`` timer nor re-fires."""
+        """Swap in a new ruleset, keeping promises made under the old one.
+
+        Rules that keep their name keep their whole state: a firing rule whose condition
+        or timing changed stays firing while its (new) condition holds, and goes back to
+        pending, keeping its start, when a raised ``for`` has not yet passed (as
+        Prometheus does). A firing rule that is removed or disabled resolves at the next
+        evaluation, with its clean-up actions."""
         old = {r.name: r for r in self.ruleset.rules}
+        kept = {r.name for r in ruleset.rules if r.spec.enabled}
+        for name, gone in old.items():
+            st = self.states.get(name)
+            if st is not None and st.phase == "firing" and name not in kept:
+                how = "removed" if ruleset.by_name(name) is None else "disabled"
+                self.ending.append((gone, f"rule {how} by a reload"))
         states: dict[str, RuleState] = {}
         for rule in ruleset.rules:
             st = self.states.get(rule.name)
             prev = old.get(rule.name)
             if st is not None and prev is not None:
-                same = (prev.spec.when, prev.spec.for_, prev.spec.keep_firing_for) == (
-                    rule.spec.when, rule.spec.for_, rule.spec.keep_firing_for)
-                if not same:
+                if not rule.spec.enabled:
                     st = RuleState(last_run=st.last_run, runs=st.runs)
+                else:
+                    st.changed = (prev.spec.when, prev.spec.for_,
+                                  prev.spec.keep_firing_for) != (
+                        rule.spec.when, rule.spec.for_, rule.spec.keep_firing_for)
             states[rule.name] = st or RuleState()
         self.states = states
         self.ruleset = ruleset
@@ -109,13 +135,25 @@ class Engine:
             dq.extend(old_samples.get(name, ()))
 
     # -- evaluation ----------------------------------------------------------------------
+    def observe(self, snapshot: Snapshot) -> None:
+        """Add a snapshot to the history without evaluating (a warm-up sample for rates)."""
+        self.history.record(snapshot.time, snapshot.values)
+
     def evaluate(self, snapshot: Snapshot) -> list[Decision]:
-        """One tick: evaluate every enabled rule against ``snapshot``."""
+        """One tick: evaluate every enabled rule against ``snapshot``. The signals the
+        rules use are held to their specs first unless the snapshot was checked already
+        (a value that breaks its spec is unknown, and ``snapshot.errors`` says why)."""
+        if not snapshot.checked:
+            self._check(snapshot)
         now = snapshot.time
         values = snapshot.values
         self.history.record(now, values)
         hist = self.history
         out: list[Decision] = []
+        for gone, why in self.ending:
+            cleanup = [a for a in gone.actions if a.spec.on != "fire"]
+            out.append(self._decision(gone, "resolved", now, values, None, cleanup, why))
+        self.ending = []
         for rule, st, fn in self.active:
             try:
                 result = fn(values, hist)
@@ -127,9 +165,21 @@ class Engine:
             st.unknown = False
             holds = bool(result)
             phase = st.phase
+            if st.changed:
+                st.changed = False
+                start = st.active_at if st.active_at is not None else st.since
+                if phase == "firing" and holds and start is not None \
+                        and now - start < rule.spec.for_:
+                    st.phase, st.since = "pending", start
+                    st.last_true = now
+                    out.append(self._decision(rule, "pending", now, values, result,
+                                              reason="reload raised `for`; pending since "
+                                                     "the condition began to hold"))
+                    continue
             if phase == "inactive":
                 if holds:
                     st.since = now
+                    st.active_at = now
                     st.last_true = now
                     if rule.spec.for_ <= 0:
                         self._fire(rule, st, now, values, result, out)
@@ -144,7 +194,7 @@ class Engine:
                         self._fire(rule, st, now, values, result, out)
                 else:
                     st.phase = "inactive"
-                    st.since = None
+                    st.since = st.active_at = None
                     out.append(self._decision(rule, "inactive", now, values, result))
             elif holds:  # firing, still true
                 st.last_true = now
@@ -153,13 +203,22 @@ class Engine:
                 assert st.last_true is not None
                 if now - st.last_true >= rule.spec.keep_firing_for:
                     st.phase = "inactive"
-                    st.since = None
+                    st.since = st.active_at = None
                     st.said_suppressed = False
                     # clean-up actions (on = "resolve"/"both") are not held to the limits
-                    cleanup = [a.spec for a in rule.actions if a.spec.on != "fire"]
+                    cleanup = [a for a in rule.actions if a.spec.on != "fire"]
                     out.append(self._decision(rule, "resolved", now, values, result,
                                               actions=cleanup))
         return out
+
+    def _check(self, snapshot: Snapshot) -> None:
+        used = {n: v for n, v in snapshot.values.items() if n in self.ruleset.signals}
+        good, problems = check_values(used, self.ruleset.signals.values(), undeclared=False)
+        for name in problems:
+            del snapshot.values[name]
+        snapshot.values.update(good)  # canonical label order
+        snapshot.errors.update(problems)
+        snapshot.checked = True
 
     def _fire(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
               result: object, out: list[Decision]) -> None:
@@ -171,7 +230,7 @@ class Engine:
     def _act(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
              result: object, out: list[Decision], kind: str) -> bool:
         """Emit an action run if the bounds allow; True when a decision was emitted."""
-        acting = [a.spec for a in rule.actions if a.spec.on != "resolve"]
+        acting = [a for a in rule.actions if a.spec.on != "resolve"]
         if not acting:
             return False
         spec = rule.spec
@@ -206,10 +265,11 @@ class Engine:
         return True
 
     def _decision(self, rule: CompiledRule, kind: str, now: float, values: Any,
-                  result: object, actions: list[ActionSpec] | None = None,
+                  result: object, actions: list[BoundAction] | None = None,
                   reason: str = "") -> Decision:
         return Decision(now, rule.name, kind, rule.spec.severity, rule.spec.summary,
-                        self.decision_values(rule, values, result), actions or [], reason)
+                        self.decision_values(rule, values, result), actions or [], reason,
+                        fleet=rule.spec.fleet, _mark=_ENGINE_MARK)
 
     @staticmethod
     def decision_values(rule: CompiledRule, values: Any, result: object) -> dict[str, Any]:
@@ -236,6 +296,7 @@ class Engine:
             return None if x is None else x + offset
         return {
             "rules": {name: {"phase": st.phase, "since": t(st.since),
+                             "active_at": t(st.active_at),
                              "last_true": t(st.last_true), "last_run": t(st.last_run),
                              "runs": [x + offset for x in st.runs],
                              "said_suppressed": st.said_suppressed}
@@ -256,6 +317,7 @@ class Engine:
             phase = saved.get("phase")
             st.phase = phase if phase in ("inactive", "pending", "firing") else "inactive"
             st.since, st.last_true = t(saved.get("since")), t(saved.get("last_true"))
+            st.active_at = t(saved.get("active_at", saved.get("since")))
             st.last_run = t(saved.get("last_run"))
             st.runs = [float(x) - offset for x in saved.get("runs", [])]
             st.said_suppressed = bool(saved.get("said_suppressed"))

@@ -14,18 +14,20 @@ from .audit import AuditLog
 from .engine import Decision
 from .host import Host
 from .plugins import ActionContext, Outcome, Plan
-from .policy.loader import Ruleset
 from .snapshot import Snapshot
 
 log = logging.getLogger("guardian.executor")
 
 
 class FleetGate(Protocol):
-    """A fleet-wide budget (see guardian.kube.fleet.FleetBudget)."""
+    """A fleet-wide disruption budget (see guardian.kube.fleet.FleetBudget): a node holds
+    a slot from its first disruptive action until every rule that took it has resolved."""
 
-    def acquire(self) -> tuple[str | None, str]: ...
+    def hold(self, rule: str) -> tuple[str | None, str]: ...
 
-    def release(self, slot: str) -> None: ...
+    def done(self, rule: str) -> None: ...
+
+    def renew(self) -> None: ...
 
 
 @dataclass
@@ -37,19 +39,25 @@ class Executed:
     plan: Plan | None
     outcome: Outcome | None
     error: str = ""
+    refused: bool = False  # not carried out: the plan, the fleet budget or a rail said no
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.decision.rule, "use": self.use,
             "plan": self.plan.to_dict() if self.plan else None,
             "outcome": self.outcome.to_dict() if self.outcome else None,
-            "error": self.error,
+            "error": self.error, "refused": self.refused,
         }
 
 
 @dataclass
 class Executor:
-    """Runs the actions of decisions against one host."""
+    """Runs the actions of decisions against one host: the one path to ``apply()``.
+
+    Only decisions an :class:`~guardian.engine.Engine` emitted are applied (a dry run may
+    plan any); a plan that refuses is never applied; a ``fleet = true`` rule's disruptive
+    actions run only while this node holds a slot of the fleet budget. The operator's
+    ``guardian act`` enters through :meth:`act`, with the same checks, audited as manual."""
 
     host: Host
     dry_run: bool = True
@@ -64,35 +72,52 @@ class Executor:
         if self.audit is not None:
             self.audit.write({"ts": self.clock(), **record})
 
-    def run(self, ruleset: Ruleset, decisions: list[Decision],
-            snapshot: Snapshot) -> list[Executed]:
+    def run(self, decisions: list[Decision], snapshot: Snapshot) -> list[Executed]:
+        """Audit each decision and carry out its actions (plan only when dry-run)."""
         results: list[Executed] = []
         for d in decisions:
             self.record({"type": "decision", **d.to_dict()})
-            rule = ruleset.by_name(d.rule)
-            if rule is None or not d.actions:
-                continue
-            ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values,
-                                kind=d.kind)
-            slot = None
-            if rule.spec.fleet and not self.dry_run and d.kind != "resolved":
-                slot, why = self.fleet.acquire() if self.fleet else (
-                    None, "the rule needs the fleet budget, and [fleet] is not configured")
-                if slot is None:
-                    self.record({"type": "fleet_refused", "rule": d.rule, "reason": why})
-                    log.warning("rule %s: not acting: %s", d.rule, why)
-                    results.append(self._done(Executed(d, "(fleet budget)", None, None, why)))
-                    continue
-            try:
-                for bound in rule.actions:
-                    if any(bound.spec is a for a in d.actions):
-                        results.append(self.execute(d, bound.spec.use, bound.action, ctx))
-            finally:
-                if slot is not None and self.fleet is not None:
-                    self.fleet.release(slot)
+            results.extend(self._carry_out(d, snapshot))
+            if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet:
+                self.fleet.done(d.rule)  # clean-up has run: the node gives its slot back
+        if self.fleet is not None and not self.dry_run:
+            self.fleet.renew()
         return results
 
-    def execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
+    def _carry_out(self, d: Decision, snapshot: Snapshot) -> list[Executed]:
+        if not d.actions:
+            return []
+        if not d.from_engine and not self.dry_run:
+            why = "not a decision of the engine: only engine decisions are applied"
+            return [self._refuse(d, "(decision)", None, why)]
+        results: list[Executed] = []
+        ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values,
+                            kind=d.kind)
+        may_disrupt = True
+        if d.fleet and not self.dry_run and d.kind != "resolved" and \
+                any(a.disruptive for a in d.actions):
+            slot, why = self.fleet.hold(d.rule) if self.fleet else (
+                None, "the rule needs the fleet budget, and [fleet] is not configured")
+            if slot is None:
+                may_disrupt = False
+                self.record({"type": "fleet_refused", "rule": d.rule, "reason": why})
+                log.warning("rule %s: no disruptive action: %s", d.rule, why)
+                results.append(self._done(Executed(d, "(fleet budget)", None, None, why,
+                                                   refused=True)))
+        for bound in d.actions:
+            if may_disrupt or not bound.disruptive:
+                results.append(self._execute(d, bound.use, bound.action, ctx))
+        return results
+
+    def act(self, use: str, action: Any, snapshot: Snapshot) -> Executed:
+        """The operator's manual action (``guardian act``): the same plan, refusal and
+        apply path as a rule's, audited as manual."""
+        d = Decision(snapshot.time, "manual", "manual", "info", f"guardian act {use}")
+        self.record({"type": "decision", "manual": True, **d.to_dict()})
+        ctx = ActionContext("manual", snapshot, self.host, self.dry_run, kind="manual")
+        return self._execute(d, use, action, ctx)
+
+    def _execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
         """Plan one action, audit the plan, apply it unless dry-run, audit the outcome."""
         try:
             plan = action.plan(ctx)
@@ -103,6 +128,8 @@ class Executor:
             return self._done(ex)
         self.record({"type": "plan", "dry_run": self.dry_run, "rule": d.rule, "use": use,
                      "plan": plan.to_dict()})
+        if plan.refused:
+            return self._refuse(d, use, plan, "plan refused: " + "; ".join(plan.refused))
         if self.dry_run:
             return self._done(Executed(d, use, plan, None))
         started = time.monotonic()
@@ -137,6 +164,13 @@ class Executor:
             return box[0]
         return Outcome(ok=False, error=f"apply did not finish within "
                                        f"{self.apply_timeout:g}s (left running)")
+
+    def _refuse(self, d: Decision, use: str, plan: Plan | None, why: str) -> Executed:
+        """Not carried out: said once, in the log and in the audit trail."""
+        self.record({"type": "refused", "dry_run": self.dry_run, "rule": d.rule, "use": use,
+                     "reason": why})
+        log.warning("rule %s: action %s not applied: %s", d.rule, use, why)
+        return self._done(Executed(d, use, plan, None, error=why, refused=True))
 
     def _done(self, ex: Executed) -> Executed:
         for cb in self.on_result:

@@ -8,13 +8,14 @@ agent may also call :func:`register_source` / :func:`register_action` in-process
 from __future__ import annotations
 
 import os
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr
 
 from .host import Host
 from .snapshot import SignalSpec, Snapshot
@@ -64,7 +65,11 @@ class Step:
 
 @dataclass
 class Plan:
-    """What an action would do, computed without changing anything."""
+    """What an action would do, computed without changing anything.
+
+    ``refused`` says why the plan must not be carried out at all: the executor never
+    applies a plan with a refusal. ``skipped`` names targets that were left out (a
+    protected parent, a unit guardian never touches) while the rest may go ahead."""
 
     action: str
     rule: str
@@ -72,6 +77,7 @@ class Plan:
     refused: list[str] = field(default_factory=list)
     note: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -108,10 +114,17 @@ class ActionContext:
 
 class Action(ABC):
     """A remediation. ``plan`` is pure (it may read the host, never change it);
-    ``apply`` carries a plan out. Dry-run is ``plan`` without ``apply``."""
+    ``apply`` carries a plan out. Dry-run is ``plan`` without ``apply``.
+
+    ``disruptive`` says whether running it takes capacity from the fleet (cordon, evict,
+    stop a unit); only disruptive actions need a slot of the fleet budget. An action that
+    does not say is taken to be disruptive. Parameters that are secrets are typed
+    ``SecretStr`` (or marked ``Field(json_schema_extra={"secret": True})``) in ``Params``:
+    they are redacted wherever guardian shows or stores parameters."""
 
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
+    disruptive: ClassVar[bool] = True
 
     def __init__(self, params: BaseModel) -> None:
         self.params = params
@@ -123,24 +136,53 @@ class Action(ABC):
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome: ...
 
 
+class RegistryError(Exception):
+    """Two plugins claim one name, or a plugin's entry point and class disagree. Nothing
+    is replaced silently: guardian refuses to start until one of them is removed."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
 class Registry:
-    """Sources and actions by name, filled from entry points and in-process calls."""
+    """Sources and actions by name, filled from entry points and in-process calls.
+
+    A name is taken once: an action, a source or a signal that a second plugin also claims
+    is a :class:`RegistryError` naming both providers (third-party plugins prefix their
+    names with their own, e.g. ``acme.drain``)."""
 
     def __init__(self) -> None:
         self.sources: dict[str, type[Source]] = {}
         self.actions: dict[str, type[Action]] = {}
         self.load_errors: list[str] = []
+        self.providers: dict[tuple[str, str], str] = {}  # (kind, name) -> who provides it
 
     @classmethod
     def from_entry_points(cls) -> Registry:
+        """Every installed plugin. Raises :class:`RegistryError` on a name collision."""
         reg = cls()
+        problems: list[str] = []
         for group, add in (("guardian.sources", reg.add_source),
                            ("guardian.actions", reg.add_action)):
             for ep in entry_points(group=group):
                 try:
-                    add(ep.load())
+                    loaded = ep.load()
                 except Exception as exc:  # a broken plugin must not take guardian down
                     reg.load_errors.append(f"{group} entry point {ep.name!r}: {exc}")
+                    continue
+                who = _provider(ep)
+                declared = getattr(loaded, "name", None)
+                if declared != ep.name:
+                    problems.append(f"{who}: entry point {ep.name!r} in {group} loads a class "
+                                    f"named {declared!r}; the two must agree")
+                    continue
+                try:
+                    add(loaded, who)
+                except RegistryError as exc:
+                    problems.extend(exc.problems)
+        if problems:
+            raise RegistryError(problems)
         if not reg.actions and not reg.load_errors:
             reg.load_errors.append(
                 "no actions registered: guardian's package metadata is missing "
@@ -148,11 +190,44 @@ class Registry:
             )
         return reg
 
-    def add_source(self, source: type[Source]) -> None:
+    def _claim(self, kind: str, name: str, who: str, same: bool) -> None:
+        first = self.providers.get((kind, name))
+        if first is not None and not same:
+            raise RegistryError([f"{kind} {name!r} is provided twice: by {first} and by {who}"])
+        self.providers[(kind, name)] = first or who
+
+    def add_source(self, source: type[Source], provider: str = "") -> None:
+        """Register a source class. Raises :class:`RegistryError` when its name or one of
+        its signals is already provided by another class."""
+        who = provider or _class_path(source)
+        problems = []
+        same = self.sources.get(source.name) is source
+        try:
+            self._claim("source", source.name, who, same)
+        except RegistryError as exc:
+            problems.extend(exc.problems)
+        for spec in source.specs:
+            try:
+                self._claim("signal", spec.name, f"{who} (source {source.name!r})", same)
+            except RegistryError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            raise RegistryError(problems)
         self.sources[source.name] = source
 
-    def add_action(self, action: type[Action]) -> None:
+    def add_action(self, action: type[Action], provider: str = "") -> None:
+        """Register an action class. Raises :class:`RegistryError` when its name is already
+        provided by another class."""
+        who = provider or _class_path(action)
+        self._claim("action", action.name, who, self.actions.get(action.name) is action)
         self.actions[action.name] = action
+
+    def copy(self) -> Registry:
+        """An independent registry with the same plugins (to add test plugins to)."""
+        reg = Registry()
+        reg.sources, reg.actions = dict(self.sources), dict(self.actions)
+        reg.providers, reg.load_errors = dict(self.providers), list(self.load_errors)
+        return reg
 
     def catalogue(self) -> dict[str, SignalSpec]:
         """Every signal some registered source provides, by name."""
@@ -161,6 +236,50 @@ class Registry:
             for spec in src.specs:
                 out[spec.name] = spec
         return out
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _provider(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    name = f"distribution {dist.name!r}" if dist is not None else "an unknown distribution"
+    return f"{name} ({ep.value})"
+
+
+def secret_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The parameter names of ``model`` that hold secrets: typed ``SecretStr`` or
+    ``SecretBytes`` (also inside a list or dict), or marked ``json_schema_extra=
+    {"secret": True}``. By field name and by alias."""
+    out: set[str] = set()
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if extra.get("secret") or _holds_secret(f.annotation):
+            out.add(name)
+            if f.alias:
+                out.add(f.alias)
+    return frozenset(out)
+
+
+def _holds_secret(annotation: Any) -> bool:
+    if annotation in (SecretStr, SecretBytes):
+        return True
+    return any(_holds_secret(a) for a in typing.get_args(annotation))
+
+
+REDACTED = "<redacted>"
+
+
+def redact(model: type[BaseModel], params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the values of secret fields replaced (a table keeps its keys)."""
+    secret = secret_fields(model)
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if k in secret:
+            v = dict.fromkeys(v, REDACTED) if isinstance(v, dict) else REDACTED
+        out[k] = v
+    return out
 
 
 _default: Registry | None = None

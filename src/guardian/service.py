@@ -251,7 +251,7 @@ class Daemon:
             self.metrics.decisions.labels(d.rule, d.kind).inc()
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
-        results = self.executor.run(self.ruleset, decisions, snap)
+        results = self.executor.run(decisions, snap)
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
         if self.opts.textfile:
@@ -277,7 +277,9 @@ class Daemon:
         self.failing = dict(errors)
 
     def _count(self, ex: Executed) -> None:
-        if ex.error:
+        if ex.refused:
+            outcome = "refused"
+        elif ex.error:
             outcome = "error"
         elif ex.outcome is None:
             outcome = "planned"

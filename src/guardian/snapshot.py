@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 Labels = tuple[tuple[str, str], ...]
@@ -36,14 +36,26 @@ class SignalSpec:
 
 @dataclass
 class Snapshot:
-    """Signal values at one instant. ``time`` is seconds (monotonic or replayed)."""
+    """Signal values at one instant. ``time`` is seconds (monotonic or replayed).
+
+    ``checked`` says the values were held to their signals' specs already (the collector
+    and :meth:`build` do); the engine checks the signals its rules use in any other."""
 
     time: float
     values: dict[str, Value] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    checked: bool = False
 
     def get(self, name: str) -> Value | None:
         return self.values.get(name)
+
+    @classmethod
+    def build(cls, time: float, values: Mapping[str, object],
+              specs: Iterable[SignalSpec]) -> Snapshot:
+        """A snapshot of ``values`` as a source would return them, checked against
+        ``specs``: a signal that breaks its spec has no value, and ``errors`` says why."""
+        good, problems = check_values(values, specs)
+        return cls(time, good, problems, checked=True)
 
 
 def labels_of(mapping: Mapping[str, str]) -> Labels:
@@ -82,18 +94,60 @@ def parse_series_key(text: str) -> tuple[str, Labels]:
     return name, labels_of(labels)
 
 
-def clean_value(value: object) -> Value | None:
-    """Coerce a source's output to a signal value; NaN, None and junk become no value."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float):
-        f = float(value)
-        return None if math.isnan(f) else f
-    if isinstance(value, dict):
-        fam: Family = {}
-        for k, v in value.items():
-            cv = clean_value(v)
-            if isinstance(cv, float) and isinstance(k, tuple):
-                fam[k] = cv
-        return fam
-    return None
+def check_values(raw: Mapping[str, object], specs: Iterable[SignalSpec],
+                 undeclared: bool = True) -> tuple[dict[str, Value], dict[str, str]]:
+    """Hold a source's output to its specs: the values that keep them, and for each
+    signal that does not (or, with ``undeclared``, a name no spec declares) why. ``None``
+    means "no value now" and is no error."""
+    declared = {s.name: s for s in specs}
+    good: dict[str, Value] = {}
+    problems: dict[str, str] = {}
+    for name, value in raw.items():
+        spec = declared.get(name)
+        if spec is None:
+            if undeclared:
+                problems[name] = "not a signal this source declares"
+            continue
+        if value is None:
+            continue
+        checked, why = check_value(spec, value)
+        if checked is None:
+            problems[name] = why
+        else:
+            good[name] = checked
+    return good, problems
+
+
+def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
+    """``value`` as a value of ``spec`` (a finite number, or a family keyed by exactly the
+    spec's label names), or None and why not."""
+    if not spec.is_family:
+        return _number(value)
+    if not isinstance(value, dict):
+        return None, f"a family keyed by {', '.join(spec.labels)} was expected, " \
+                     f"not {type(value).__name__}"
+    want = sorted(spec.labels)
+    fam: Family = {}
+    for key, member in value.items():
+        if not (isinstance(key, tuple) and all(
+                isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                for p in key)):
+            return None, f"member key {key!r} is not a label set ((name, value) pairs)"
+        labels = tuple(sorted(key))
+        if [k for k, _ in labels] != want:
+            return None, f"member {format_labels(labels)} does not have the labels " \
+                         f"{', '.join(want)}"
+        number, why = _number(member)
+        if number is None:
+            return None, f"member {format_labels(labels)}: {why}"
+        fam[labels] = number
+    return fam, ""
+
+
+def _number(value: object) -> tuple[float | None, str]:
+    if not isinstance(value, int | float):  # bool is an int: 0 or 1
+        return None, f"a number was expected, not {type(value).__name__}"
+    f = float(value)
+    if not math.isfinite(f):
+        return None, f"{f} is not a finite number"
+    return f, ""

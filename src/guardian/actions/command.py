@@ -24,7 +24,9 @@ class CommandParams(BaseModel):
 
     argv: list[str] = Field(min_length=1, description="program and arguments; no shell")
     timeout: Duration = Field(30.0, gt=0, description="killed (with its children) after this")
-    env: dict[str, str] = Field(default_factory=dict, description="added to a minimal env")
+    env: dict[str, str] = Field(default_factory=dict, description="added to a minimal env; "
+                                "its values are redacted in logs and the audit trail",
+                                json_schema_extra={"secret": True})
     cwd: str = "/"
 
 
@@ -33,6 +35,7 @@ class CommandAction(Action):
 
     name: ClassVar[str] = "command"
     Params = CommandParams
+    disruptive: ClassVar[bool] = True  # what a program does is not known
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params

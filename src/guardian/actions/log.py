@@ -32,6 +32,7 @@ class LogAction(Action):
 
     name: ClassVar[str] = "log"
     Params = LogParams
+    disruptive: ClassVar[bool] = False
 
     def plan(self, ctx: ActionContext) -> Plan:
         params = self.params

@@ -122,7 +122,7 @@ class ReapZombies(Action):
                 continue
             why = protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)
             if why:
-                plan.refused.append(f"pid {ppid} ({parent.comm}), parent of {len(zombies)} "
+                plan.skipped.append(f"pid {ppid} ({parent.comm}), parent of {len(zombies)} "
                                     f"zombie(s): {why}")
                 continue
             if len(targets) >= p.max_parents:
@@ -136,7 +136,7 @@ class ReapZombies(Action):
                 f"pid {ppid} ({parent.comm})",
                 f"{len(zombies)} zombie(s) [{shown}{more}], oldest {age:.0f}s: {ladder}; "
                 "stop as soon as they are reaped"))
-        if not targets and not plan.refused:
+        if not targets and not plan.skipped:
             plan.note = "no parent matches: nothing to do"
         plan.data["targets"] = targets
         return plan

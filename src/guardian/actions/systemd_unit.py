@@ -69,13 +69,13 @@ class SystemdUnit(Action):
                 continue
             never = next((g for g in NEVER if fnmatchcase(unit, g)), None)
             if never:
-                plan.refused.append(f"{unit}: never touched ({never})")
+                plan.skipped.append(f"{unit}: never touched ({never})")
                 continue
             targets.append(unit)
             why = "" if restarts != restarts else f" ({restarts:g} restarts in the window)"
             for verb in p.verbs:
                 plan.steps.append(Step(unit, f"{' '.join(p.systemctl)} {verb} {unit}{why}"))
-        if not targets and not plan.refused:
+        if not targets and not plan.skipped:
             plan.note = "no unit matches: nothing to do"
         plan.data["units"] = targets
         return plan

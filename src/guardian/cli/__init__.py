@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..actions import irq as irq_action
+from ..plugins import RegistryError
 from .common import DEFAULT_RULES, config_option
 from .host import cmd_act, cmd_irq, cmd_run, cmd_signals
 from .replay import cmd_explain, cmd_record, cmd_replay
@@ -32,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc: int = args.func(args)
     except BrokenPipeError:
         return 1
+    except RegistryError as exc:
+        for problem in exc.problems:
+            print(f"guardian: plugin conflict: {problem}", file=sys.stderr)
+        return 78  # EX_CONFIG: the unit does not restart into the same conflict
     except KeyboardInterrupt:
         return 130
     return rc

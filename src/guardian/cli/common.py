@@ -49,10 +49,11 @@ def host_collector(root: str, config: Config) -> Collector:
 
 def warm_snapshot(coll: Collector, warmup: str, engine: Engine | None = None) -> Snapshot:
     """A snapshot taken ``warmup`` after a first one, so per-core percentages and rates
-    have values; the first feeds the engine's history when one is given."""
+    have values; the first feeds the engine's history (never its decisions) when one is
+    given."""
     first = coll.collect(time.monotonic())
     if engine is not None:
-        engine.evaluate(first)
+        engine.observe(first)
     time.sleep(parse_duration(warmup))
     return coll.collect(time.monotonic())
 
@@ -74,6 +75,8 @@ def print_plan(p: dict[str, Any]) -> None:
         print(f"           - {step['target']}: {step['change']}")
     for r in plan["refused"]:
         print(f"           ! refused: {r}")
+    for r in plan.get("skipped", []):
+        print(f"           ! skipped: {r}")
     out = p.get("outcome")
     if out:
         verified = {True: " (verified)", False: " (NOT verified)"}.get(out["verified"], "")

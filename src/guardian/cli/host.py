@@ -12,15 +12,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import state as state_file
 from ..actions import irq as irq_action
 from ..collector import Collector
 from ..config import Config
 from ..durations import parse_duration
-from ..engine import Budget, Decision, Engine
+from ..engine import Budget, Decision, Engine, RuleState
 from ..executor import Executor
 from ..host import Host
-from ..plugins import ActionContext, default_registry
-from ..policy.loader import RuleError, Ruleset, load_rules
+from ..plugins import default_registry
+from ..policy.loader import CompiledRule, RuleError, Ruleset, load_rules
 from ..service import EX_CONFIG, Daemon, ServiceOptions
 from ..snapshot import format_labels
 from .common import (
@@ -92,15 +93,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.audit:
         from ..audit import AuditLog
         audit = AuditLog(args.audit)
-    executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     engine = Engine(rules, Budget(config.engine.budget.runs, config.engine.budget.within))
-    return _run_once(args, rules, coll, engine, executor)
+    # Live, one evaluation acts only on the engine's decisions, with its state carried
+    # from one invocation to the next, so `for`, cooldowns and limits hold for cron-style
+    # runs as they do in the service. A dry run neither reads nor writes the state.
+    state_path = None if args.dry_run else Path(args.state or _service_paths(config)[0])
+    if state_path is not None:
+        state_file.load(engine, state_path)
+    executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
+    try:
+        return _run_once(args, rules, coll, engine, executor, state_path)
+    finally:
+        coll.close()
+
+
+def _service_paths(config: Config) -> tuple[str, str]:
+    """The state file and audit log the service uses (systemd's directories)."""
+    state_dir = os.environ.get("STATE_DIRECTORY", "/var/lib/guardian").split(":")[0]
+    logs_dir = os.environ.get("LOGS_DIRECTORY", "/var/log/guardian").split(":")[0]
+    svc = config.service
+    return (svc.state_file or f"{state_dir}/state.json",
+            svc.audit_log or f"{logs_dir}/audit.jsonl")
 
 
 def _serve(args: argparse.Namespace, config: Config) -> int:
     svc = config.service
-    state_dir = os.environ.get("STATE_DIRECTORY", "/var/lib/guardian").split(":")[0]
-    logs_dir = os.environ.get("LOGS_DIRECTORY", "/var/log/guardian").split(":")[0]
+    state_path, audit_path = _service_paths(config)
     port: int | None = svc.metrics.port if svc.metrics.enabled else None
     if args.metrics_port is not None:
         port = args.metrics_port or None
@@ -108,8 +126,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         rules=args.rules or svc.rules,
         dry_run=args.dry_run or svc.dry_run,
         interval=parse_duration(args.interval) if args.interval else config.engine.interval,
-        state_path=Path(args.state or svc.state_file or f"{state_dir}/state.json"),
-        audit_path=Path(args.audit or svc.audit_log or f"{logs_dir}/audit.jsonl"),
+        state_path=Path(args.state or state_path),
+        audit_path=Path(args.audit or audit_path),
         metrics_address=svc.metrics.address, metrics_port=port,
         textfile=svc.metrics.textfile or None, apply_timeout=svc.apply_timeout,
         root=Path(args.root))
@@ -117,33 +135,40 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine: Engine,
-              executor: Executor) -> int:
-    """Evaluate once and show, for every rule, whether its condition holds now and, for
-    those that hold, the exact plan of each action (never applied with --dry-run)."""
+              executor: Executor, state_path: Path | None) -> int:
+    """Evaluate once and carry out the engine's decisions (planned only with --dry-run).
+    With --dry-run, a rule whose condition holds but that the engine does not act on yet
+    (pending, cooldown) also shows the plan it would run, from an executor that cannot
+    apply."""
     snap = warm_snapshot(coll, args.warmup, engine)
     decisions = engine.evaluate(snap)
+    if state_path is not None:
+        state_file.save(engine, state_path)  # before acting, as the service does
+    executed = executor.run(decisions, snap)
+    preview = Executor(coll.host, dry_run=True)
     report = []
     for rule in rules.rules:
         result = rule.condition.fn(snap.values, engine.history)
         state = "unknown" if result is None else ("holds" if result else "ok")
         missing = [ref.key for ref in rule.condition.refs if ref.value(snap.values) is None]
+        st = engine.states[rule.name]
         entry: dict[str, Any] = {
             "rule": rule.name, "severity": rule.spec.severity, "condition": state,
-            "phase": engine.states[rule.name].phase, "values": Engine.decision_values(
-                rule, snap.values, result), "missing": missing, "plans": []}
+            "phase": st.phase, "values": Engine.decision_values(rule, snap.values, result),
+            "missing": missing, "decisions": [d.kind for d in decisions if d.rule == rule.name],
+            "plans": [ex.to_dict() for ex in executed if ex.decision.rule == rule.name]}
         if not rule.spec.enabled:
             entry["condition"] = "disabled"
-        elif result:
-            fired = [d for d in decisions if d.rule == rule.name and d.actions]
-            d = fired[0] if fired else Decision(
-                snap.time, rule.name, "would-fire", rule.spec.severity, rule.spec.summary,
-                entry["values"], [a.spec for a in rule.actions if a.spec.on != "resolve"])
-            for ex in executor.run(rules, [d], snap):
-                entry["plans"].append(ex.to_dict())
+        elif result and not entry["plans"] and args.dry_run:
+            d = Decision(snap.time, rule.name, "would-fire", rule.spec.severity,
+                         rule.spec.summary, entry["values"],
+                         [a for a in rule.actions if a.spec.on != "resolve"])
+            entry["plans"] = [ex.to_dict() for ex in preview.run([d], snap)]
         report.append(entry)
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "sources": [s.name for s in coll.sources],
                           "unavailable": coll.unavailable, "source_errors": snap.errors,
+                          "state": str(state_path) if state_path else None,
                           "rules": report}, indent=2, default=str))
         return 0
     for name, err in snap.errors.items():
@@ -157,11 +182,21 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
             print(f"         no value for: {', '.join(e['missing'])}")
         compiled = rules.by_name(e["rule"])
         assert compiled is not None
-        if e["condition"] == "holds" and compiled.spec.for_ > 0 and e["phase"] != "firing":
-            print(f"         would fire after holding for {compiled.spec.for_:g}s, then:")
+        if e["condition"] == "holds" and not any(p.get("outcome") for p in e["plans"]):
+            print(f"         {_not_acting(compiled, engine.states[e['rule']], snap.time)}")
         for plan in e["plans"]:
             print_plan(plan)
     return 0
+
+
+def _not_acting(rule: CompiledRule, st: RuleState, now: float) -> str:
+    """Why a rule whose condition holds does not act at this evaluation."""
+    if st.phase == "pending" and st.since is not None:
+        left = max(rule.spec.for_ - (now - st.since), 0.0)
+        return f"pending: fires after holding for {rule.spec.for_:g}s ({left:g}s left), then:"
+    if st.phase == "firing":
+        return "firing: no action now (cooldown, limit or budget; see `guardian explain`)"
+    return "would fire, then:"
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -206,10 +241,7 @@ def cmd_act(args: argparse.Namespace) -> int:
         from ..audit import AuditLog
         audit = AuditLog(args.audit)
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
-    decision = Decision(snap.time, "manual", "manual", "info",
-                        f"guardian act {args.action}", {}, [])
-    ctx = ActionContext("manual", snap, coll.host, args.dry_run)
-    ex = executor.execute(decision, args.action, cls(params), ctx)
+    ex = executor.act(args.action, cls(params), snap)
     coll.close()
     if args.json:
         print(json.dumps(ex.to_dict(), indent=2, default=str))

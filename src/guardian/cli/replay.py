@@ -149,12 +149,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
         d = Decision(snap.time, rule.name, "explain", rule.spec.severity, rule.spec.summary,
-                     {}, [a.spec for a in rule.actions if a.spec.on != "resolve"])
-        plans = [ex.to_dict() for ex in executor.run(rules, [d], snap)]
+                     {}, [a for a in rule.actions if a.spec.on != "resolve"])
+        plans = [ex.to_dict() for ex in executor.run([d], snap)]  # dry run: never applies
     if args.json:
         print(json.dumps({"rule": rule.name, "state": state, "missing": missing,
                           "condition": tree.to_dict(), "plans": plans,
-                          "actions": [{"use": a.spec.use, **a.spec.public_params}
+                          "actions": [{"use": a.use, **a.public_params}
                                       for a in rule.actions]}, indent=2, default=str))
         return 0
     print(f"{rule.name}: {state}")
@@ -168,7 +168,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for p in plans:
             print_plan(p)
     elif rule.actions:
-        print("its actions: " + "; ".join(f"{a.spec.use} {json.dumps(a.spec.public_params)}"
+        print("its actions: " + "; ".join(f"{a.use} {json.dumps(a.public_params)}"
                                           for a in rule.actions))
     return 0
 

@@ -74,8 +74,6 @@ class _Schedulable(KubeAction):
         return plan
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
-        if plan.refused:
-            return Outcome(ok=False, error="; ".join(plan.refused))
         node = plan.data["node"]
         try:
             self.client().patch(Node, node, {"spec": {"unschedulable": self.unschedulable}})
@@ -97,6 +95,7 @@ class KubeUncordon(_Schedulable):
     """Mark this node schedulable again."""
 
     name: ClassVar[str] = "kube.uncordon"
+    disruptive: ClassVar[bool] = False
     unschedulable = False
 
 
@@ -153,13 +152,13 @@ class KubeEvict(KubeAction):
             if p.qos is not None and (pod.status.qosClass if pod.status else None) not in p.qos:
                 continue
             if ns in p.protected_namespaces and not p.allow_protected:
-                plan.refused.append(f"pod {ns}/{name}: namespace {ns} is protected")
+                plan.skipped.append(f"pod {ns}/{name}: namespace {ns} is protected")
                 continue
             chosen.append((spec.priority or 0, ns, name))
         for _, ns, name in sorted(chosen)[:p.max_pods]:
             plan.data["pods"].append([ns, name])
             plan.steps.append(Step(f"pod {ns}/{name}", f"evict (policy/v1 Eviction) from {node}"))
-        if not plan.steps and not plan.refused:
+        if not plan.steps and not plan.skipped:
             plan.note = f"no pod on {node} matches: nothing to do"
         return plan
 
@@ -211,6 +210,7 @@ class KubeCondition(KubeAction):
     with ``on = "both"`` it is set back to False when the rule resolves."""
 
     name: ClassVar[str] = "kube.condition"
+    disruptive: ClassVar[bool] = False
     Params = ConditionParams
 
     def plan(self, ctx: ActionContext) -> Plan:
@@ -251,6 +251,7 @@ class KubeEvent(KubeAction):
     """Emit an Event about this node."""
 
     name: ClassVar[str] = "kube.event"
+    disruptive: ClassVar[bool] = False
     Params = EventParams
 
     def plan(self, ctx: ActionContext) -> Plan:

@@ -1,13 +1,21 @@
-"""The fleet-wide disruption budget: a counted semaphore kept in coordination.k8s.io
-Lease objects, so at most N nodes (or P% of them) act at once. Each slot is one Lease;
-a node holds it while it acts and renews nothing: a slot whose holder died expires after
-its TTL (kured's lock, counted). No action runs while fewer than ``min_healthy`` nodes are
-Ready (medik8s' minHealthy)."""
+"""The fleet-wide disruption budget: at most N nodes (or P% of them) *disrupted* at once,
+counted in coordination.k8s.io Lease objects (kured's lock, counted) and in the nodes
+themselves.
+
+A node takes a slot (one Lease) before the first disruptive action of a ``fleet = true``
+rule and holds it, renewing the Lease well inside its TTL, until every rule that took it
+has resolved and its clean-up has run; only then is the slot given back. A node that is
+cordoned or carries guardian's condition counts as disrupted whether or not it holds a
+Lease, and as not healthy for ``min_healthy`` (medik8s' minHealthy). A slot whose holder
+died expires after its TTL; a restarted guardian finds its own slot again.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import ApiError
@@ -20,6 +28,8 @@ from pydantic import Field, field_validator
 from .actions import API_ERRORS, _why
 from .client import KubeParams, make_client, node_name
 
+log = logging.getLogger("guardian.fleet")
+
 
 class FleetParams(KubeParams):
     namespace: str = "kube-system"
@@ -29,7 +39,12 @@ class FleetParams(KubeParams):
                                       "the fleet (the smaller of the two when both)")
     min_healthy: str = Field("0", description="a count or a percentage (\"80%\") of nodes "
                              "that must be Ready for anyone to act")
-    ttl: int = Field(600, ge=1, description="seconds after which a held slot expires")
+    ttl: int = Field(600, ge=1, description="seconds after which a slot that its holder "
+                     "stopped renewing expires; holders renew it every ttl/3")
+    condition_types: list[str] = Field(
+        default_factory=lambda: ["GuardianProblem"],
+        description="node conditions (status True) that mark a node as disrupted, as "
+                    "kube.condition sets them")
 
     @field_validator("min_healthy")
     @classmethod
@@ -49,47 +64,156 @@ def _time(t: Any) -> dt.datetime | None:
 
 
 class FleetBudget:
-    """Take and give back slots of the fleet budget for this node."""
+    """This node's view of the fleet budget: hold a slot while disrupting, give it back
+    after clean-up. ``clock`` gives the time written into Leases (tests simulate it)."""
 
-    def __init__(self, params: FleetParams) -> None:
+    def __init__(self, params: FleetParams,
+                 clock: Callable[[], dt.datetime] | None = None) -> None:
         self.p = params
         self.me = node_name(params)
         self.client = make_client(params)
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.slot: str | None = None
+        self.holders: set[str] = set()  # rules that disrupt under the held slot
+        self.renewed: dt.datetime | None = None
 
-    def _now(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC)
+    # -- what the executor calls ---------------------------------------------------------
+    def hold(self, rule: str) -> tuple[str | None, str]:
+        """The slot this node holds for ``rule`` (taken now if needed), or None and why."""
+        if self.slot is None:
+            slot, why = self.acquire()
+            if slot is None:
+                return None, why
+            self.slot, self.renewed = slot, self.clock()
+        self.holders.add(rule)
+        return self.slot, ""
+
+    def done(self, rule: str) -> None:
+        """``rule`` resolved and its clean-up ran; the last such rule gives the slot back
+        (also one a previous run of guardian took and this one found again)."""
+        self.holders.discard(rule)
+        if self.holders:
+            return
+        slot = self.slot or self._mine()
+        if slot is not None:
+            self.release(slot)
+        self.slot = self.renewed = None
+
+    def renew(self) -> None:
+        """Keep the held slot's Lease fresh (every ttl/3), so it never expires under a
+        node that is still disrupted. A slot lost to another node is dropped."""
+        if self.slot is None or self.renewed is None:
+            return
+        now = self.clock()
+        if now - self.renewed < dt.timedelta(seconds=self.p.ttl / 3):
+            return
+        try:
+            lease = self.client.get(Lease, name=self.slot, namespace=self.p.namespace)
+            if not lease.spec or lease.spec.holderIdentity != self.me:
+                log.error("fleet budget: slot %s is no longer held by this node", self.slot)
+                self.slot = self.renewed = None
+                return
+            lease.spec.renewTime = now
+            self.client.replace(lease)
+            self.renewed = now
+        except API_ERRORS as exc:
+            log.warning("fleet budget: cannot renew slot %s: %s", self.slot, _why(exc))
+
+    # -- the budget ----------------------------------------------------------------------
+    def _survey(self) -> tuple[list[Node], int, dict[str, str]]:
+        """The nodes, how many may be disrupted at once, and the live slots' holders."""
+        nodes = list(self.client.list(Node))
+        slots = [n for n in (self.p.max_nodes, math.floor(len(nodes) * self.p.max_percent / 100)
+                             if self.p.max_percent else None) if n is not None]
+        limit = max(1, min(slots)) if slots else 1
+        return nodes, limit, self._holders(limit)
 
     def _limits(self) -> tuple[int, str]:
         """(slots, reason not to act or "")."""
-        nodes = list(self.client.list(Node))
-        ready = sum(1 for n in nodes if any(
-            c.type == "Ready" and c.status == "True"
-            for c in ((n.status and n.status.conditions) or [])))
+        nodes, limit, holders = self._survey()
+        why = self._verdict(nodes, limit, holders)
+        return (0, why) if why else (limit, "")
+
+    def _verdict(self, nodes: list[Node], limit: int, holders: dict[str, str]) -> str:
+        """Why this node may not start disrupting now, or ""."""
+        disrupted = self._disrupted(nodes, holders)
+        ready = sum(1 for n in nodes if _ready(n) and _name(n) not in disrupted)
         want = self.p.min_healthy
         need = math.ceil(len(nodes) * float(want[:-1]) / 100) if want.endswith("%") \
             else int(float(want))
         if ready < need:
-            return 0, f"only {ready} of {len(nodes)} nodes Ready, below min_healthy {want}"
-        slots = [n for n in (self.p.max_nodes, math.floor(len(nodes) * self.p.max_percent / 100)
-                             if self.p.max_percent else None) if n is not None]
-        return max(1, min(slots)) if slots else 1, ""
+            return (f"only {ready} of {len(nodes)} nodes Ready and undisrupted, below "
+                    f"min_healthy {want}")
+        others = sorted(disrupted - {self.me})
+        if len(others) >= limit:
+            shown = ", ".join(others[:5]) + (" …" if len(others) > 5 else "")
+            return f"{len(others)} other node(s) already disrupted ({shown}); " \
+                   f"at most {limit} at once"
+        return ""
+
+    def _disrupted(self, nodes: list[Node], holders: dict[str, str]) -> set[str]:
+        """Nodes that hold a live slot, are cordoned, or carry guardian's condition."""
+        out = set(holders.values())
+        for n in nodes:
+            if (n.spec and n.spec.unschedulable) or any(
+                    c.type in self.p.condition_types and c.status == "True"
+                    for c in ((n.status and n.status.conditions) or [])):
+                out.add(_name(n))
+        return out
+
+    def _holders(self, count: int) -> dict[str, str]:
+        """Slot name -> holder, for the first ``count`` slots, held and not expired."""
+        out: dict[str, str] = {}
+        now = self.clock()
+        for i in range(count):
+            name = f"{self.p.name}-slot-{i}"
+            try:
+                lease = self.client.get(Lease, name=name, namespace=self.p.namespace)
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    continue
+                raise
+            if _live(lease, now, self.p.ttl):
+                assert lease.spec is not None and lease.spec.holderIdentity
+                out[name] = lease.spec.holderIdentity
+        return out
+
+    def _mine(self) -> str | None:
+        try:
+            _, _, holders = self._survey()
+        except API_ERRORS:
+            return None
+        return next((s for s, h in holders.items() if h == self.me), None)
 
     def acquire(self) -> tuple[str | None, str]:
-        """A slot's Lease name, or None and why not."""
+        """A slot's Lease name (this node's own, if it already holds one), or None and
+        why not."""
         try:
-            slots, why = self._limits()
+            nodes, slots, holders = self._survey()
+            mine = next((s for s, h in holders.items() if h == self.me), None)
+            if mine is not None:
+                return mine, ""
+            why = self._verdict(nodes, slots, holders)
             if why:
                 return None, f"fleet budget: {why}"
             for i in range(slots):
                 name = f"{self.p.name}-slot-{i}"
-                if self._take(name):
+                if name not in holders and self._take(name):
+                    # a node cordoned meanwhile, without a slot, may have used up the budget
+                    try:
+                        _, why = self._limits()
+                    except API_ERRORS as exc:
+                        why = f"cannot recount after taking a slot: {_why(exc)}"
+                    if why:
+                        self.release(name)
+                        return None, f"fleet budget: {why}"
                     return name, ""
         except API_ERRORS as exc:
             return None, f"fleet budget unavailable: {_why(exc)}"
         return None, f"fleet budget: all {slots} slot(s) held by other nodes"
 
     def _take(self, name: str) -> bool:
-        now = self._now()
+        now = self.clock()
         spec = LeaseSpec(holderIdentity=self.me, leaseDurationSeconds=self.p.ttl,
                          acquireTime=now, renewTime=now)
         try:
@@ -106,12 +230,9 @@ class FleetBudget:
                 if exc2.status.code == 409:
                     return False  # another node created it first
                 raise
-        held = lease.spec
-        if held and held.holderIdentity and held.holderIdentity != self.me:
-            renewed = _time(held.renewTime)
-            ttl = held.leaseDurationSeconds or self.p.ttl
-            if renewed and renewed + dt.timedelta(seconds=ttl) > now:
-                return False  # held, and not expired
+        if _live(lease, now, self.p.ttl) and lease.spec is not None \
+                and lease.spec.holderIdentity != self.me:
+            return False  # held, and not expired
         lease.spec = spec
         try:
             self.client.replace(lease)  # checked against its resourceVersion: 409 if stale
@@ -122,10 +243,38 @@ class FleetBudget:
             raise
 
     def release(self, name: str) -> None:
-        try:
-            lease = self.client.get(Lease, name=name, namespace=self.p.namespace)
-            if lease.spec and lease.spec.holderIdentity == self.me:
+        """Give a slot back (if this node holds it); a write that lost a race with another
+        node's read is tried again with the fresh object."""
+        for _ in range(5):
+            try:
+                lease = self.client.get(Lease, name=name, namespace=self.p.namespace)
+                if not lease.spec or lease.spec.holderIdentity != self.me:
+                    return
                 lease.spec.holderIdentity = None
                 self.client.replace(lease)
-        except API_ERRORS:
-            pass  # it expires after its TTL anyway
+                return
+            except ApiError as exc:
+                if exc.status.code != 409:
+                    break
+            except API_ERRORS:
+                break
+        log.warning("fleet budget: could not give slot %s back; it expires after %ds",
+                    name, self.p.ttl)
+
+
+def _live(lease: Lease, now: dt.datetime, default_ttl: int) -> bool:
+    held = lease.spec
+    if not held or not held.holderIdentity:
+        return False
+    renewed = _time(held.renewTime)
+    ttl = held.leaseDurationSeconds or default_ttl
+    return renewed is not None and renewed + dt.timedelta(seconds=ttl) > now
+
+
+def _ready(n: Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True"
+               for c in ((n.status and n.status.conditions) or []))
+
+
+def _name(n: Node) -> str:
+    return (n.metadata and n.metadata.name) or ""

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..plugins import Action, Registry, default_registry
+from ..plugins import Action, Registry, default_registry, redact
 from ..snapshot import SignalSpec
 from .expr import Condition, ExprError, compile_condition
 from .positions import Pos, key_positions, locate
@@ -54,6 +54,25 @@ class BoundAction:
     spec: ActionSpec
     action: Action
 
+    @property
+    def use(self) -> str:
+        return self.spec.use
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters as written (secrets included: never show or store these)."""
+        return self.spec.params
+
+    @property
+    def public_params(self) -> dict[str, Any]:
+        """The parameters fit for logs, the audit trail and output: the fields the action's
+        ``Params`` model marks secret are redacted."""
+        return redact(type(self.action).Params, self.spec.params)
+
+    @property
+    def disruptive(self) -> bool:
+        return type(self.action).disruptive
+
 
 @dataclass
 class CompiledRule:
@@ -74,6 +93,7 @@ class Ruleset:
 
     rules: list[CompiledRule] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    signals: dict[str, SignalSpec] = field(default_factory=dict)  # the specs rules use
     _index: dict[str, CompiledRule] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -128,7 +148,14 @@ def load_rules(
             ruleset.rules.append(rule)
     if diags:
         raise RuleError(diags)
+    ruleset.signals = _used_signals(ruleset.rules, cat)
     return ruleset
+
+
+def _used_signals(rules: list[CompiledRule], cat: Mapping[str, SignalSpec]
+                  ) -> dict[str, SignalSpec]:
+    return {ref.name: cat[ref.name] for r in rules for ref in r.condition.refs
+            if ref.name in cat}
 
 
 def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
@@ -136,11 +163,11 @@ def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
     """Load rules from a TOML string (for embedding and tests)."""
     reg = registry or default_registry()
     diags: list[Diagnostic] = []
-    rules = _load_source(text, path, reg, catalogue if catalogue is not None
-                         else reg.catalogue(), diags)
+    cat = catalogue if catalogue is not None else reg.catalogue()
+    rules = _load_source(text, path, reg, cat, diags)
     if diags:
         raise RuleError(diags)
-    return Ruleset(rules=rules, files=[path])
+    return Ruleset(rules=rules, files=[path], signals=_used_signals(rules, cat))
 
 
 _TOML_POS = re.compile(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", re.S)

@@ -45,22 +45,6 @@ class ActionSpec(BaseModel):
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
-    @property
-    def public_params(self) -> dict[str, Any]:
-        """The parameters fit for logs and the audit trail: environment values and keys
-        that name a secret are redacted."""
-        out = {}
-        for k, v in self.params.items():
-            if k == "env" and isinstance(v, dict):
-                v = dict.fromkeys(v, "<redacted>")
-            elif any(w in k.lower() for w in _SECRET_WORDS):
-                v = "<redacted>"
-            out[k] = v
-        return out
-
-
-_SECRET_WORDS = ("token", "password", "secret", "credential", "key")
-
 
 class Limit(BaseModel):
     """At most ``runs`` action runs within ``within``; then the rule stops acting."""
