@@ -160,11 +160,85 @@ def test_reload_keeps_state_of_unchanged_rules() -> None:
                                            within="1h")))
     assert e.pending() == ["hot"]  # timer survives
     assert tick(e, 60, 50) == [("hot", "firing", 1)]
-    # a changed condition restarts the phase but keeps the cooldown
+    # a changed timing keeps the phase (firing, as its condition still holds) and the
+    # cooldown: no second action
     e.replace_rules(load_text(RULES.format(for_="0s", keep="0s", cooldown="10m", runs=100,
                                            within="1h")))
-    assert e.firing() == []
-    assert tick(e, 120, 50) == [("hot", "firing", 0)]
+    assert e.firing() == ["hot"]
+    assert tick(e, 120, 50) == []
+
+
+CLEANUP = '''version = 1
+
+[[rule]]
+name = "hot"
+summary = "x is high"
+when = "{when}"
+for = "{for_}"
+cooldown = "10m"
+
+  [[rule.action]]
+  use = "log"
+  [[rule.action]]
+  use = "log"
+  on = "resolve"
+  message = "clean up"
+'''
+
+OTHER = CLEANUP.replace('name = "hot"', 'name = "other"').replace("{when}", "memcg.live > 0")
+
+
+def _firing(when: str = "memcg.dying > 10", for_: str = "1m") -> Engine:
+    e = Engine(load_text(CLEANUP.format(when=when, for_=for_)))
+    assert tick(e, 0, 50) == [("hot", "pending", 0)]
+    assert tick(e, 60, 50) == [("hot", "firing", 1)]
+    assert e.firing() == ["hot"]
+    return e
+
+
+def test_reload_keeps_a_firing_rule_firing_while_its_changed_condition_holds() -> None:
+    """Every combination of changed/removed x holds/not for a firing rule with clean-up."""
+    # changed condition, still holds: stays firing, no new episode, no clean-up
+    e = _firing()
+    e.replace_rules(load_text(CLEANUP.format(when="memcg.dying > 20", for_="1m")))
+    assert tick(e, 75, 50) == [] and e.firing() == ["hot"]
+    # changed condition, no longer holds: resolved, with its clean-up action
+    e = _firing()
+    e.replace_rules(load_text(CLEANUP.format(when="memcg.dying > 100", for_="1m")))
+    assert tick(e, 75, 50) == [("hot", "resolved", 1)] and e.firing() == []
+    # removed, condition would still hold: resolved with clean-up at the next evaluation
+    e = _firing()
+    e.replace_rules(load_text(OTHER.format(for_="0s")))
+    out = e.evaluate(Snapshot(75, {"memcg.dying": 50.0, "memcg.live": 0.0}))
+    assert [(d.rule, d.kind, [a.params.get("message") for a in d.actions]) for d in out] == [
+        ("hot", "resolved", ["clean up"])]
+    assert "removed by a reload" in out[0].reason
+    # removed, condition no longer holds: the same
+    e = _firing()
+    e.replace_rules(load_text(OTHER.format(for_="0s")))
+    out = e.evaluate(Snapshot(75, {"memcg.dying": 1.0, "memcg.live": 0.0}))
+    assert [(d.rule, d.kind, len(d.actions)) for d in out] == [("hot", "resolved", 1)]
+    # disabled: resolves like a removed rule
+    e = _firing()
+    e.replace_rules(load_text(CLEANUP.format(when="memcg.dying > 10", for_="1m")
+                              .replace("[[rule]]", "[[rule]]\nenabled = false")))
+    assert tick(e, 75, 50) == [("hot", "resolved", 1)]
+
+
+def test_reload_raising_for_moves_a_firing_rule_back_to_pending_keeping_its_start() -> None:
+    """Prometheus keeps an alert's ActiveAt across a reload; a longer `for` that has not
+    passed since then makes it pending again (rules/alerting.go, Eval)."""
+    e = _firing(for_="1m")  # holding since t=0, firing since t=60
+    e.replace_rules(load_text(CLEANUP.format(when="memcg.dying > 10", for_="5m")))
+    assert tick(e, 90, 50) == [("hot", "pending", 0)]
+    assert e.pending() == ["hot"]
+    assert tick(e, 240, 50) == []
+    # 5 minutes after t=0, not after t=90; no action: the cooldown of the run at t=60 holds
+    assert tick(e, 300, 50) == [("hot", "firing", 0)]
+    # a `for` that has already passed keeps it firing
+    e = _firing(for_="1m")
+    e.replace_rules(load_text(CLEANUP.format(when="memcg.dying > 10", for_="70s")))
+    assert tick(e, 90, 50) == [] and e.firing() == ["hot"]
 
 
 def test_disabled_rules_are_not_evaluated() -> None:

@@ -156,6 +156,7 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
             "rule": rule.name, "severity": rule.spec.severity, "condition": state,
             "phase": st.phase, "values": Engine.decision_values(rule, snap.values, result),
             "missing": missing, "decisions": [d.kind for d in decisions if d.rule == rule.name],
+            "actions": [{"use": a.use, **a.public_params} for a in rule.actions],
             "plans": [ex.to_dict() for ex in executed if ex.decision.rule == rule.name]}
         if not rule.spec.enabled:
             entry["condition"] = "disabled"
