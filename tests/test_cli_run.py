@@ -79,9 +79,7 @@ class Boom(Action):
 
 
 def _registry() -> Registry:
-    reg = Registry()
-    reg.sources = dict(default_registry().sources)
-    reg.actions = dict(default_registry().actions)
+    reg = default_registry().copy()
     reg.add_action(Boom)
     return reg
 

@@ -366,3 +366,15 @@ when = "memcg.dying > 1"
                      "--rules", str(live))
     assert proc.returncode == 0, proc.stderr
     assert "also-do-not-leak" not in proc.stdout and "<redacted>" in proc.stdout
+
+
+def test_guardian_act_is_audited_as_manual(tmp_path: Path) -> None:
+    """The operator's explicit action: the executor's plan and apply path, marked manual."""
+    audit = tmp_path / "a.jsonl"
+    proc = _guardian("act", "log", "--set", "message=by hand", "--warmup", "0s",
+                     "--audit", str(audit), "--config", str(write(tmp_path, "g.toml", "")))
+    assert proc.returncode == 0, proc.stderr
+    records = [r for r in read_audit(audit) if isinstance(r, dict)]
+    assert [r["type"] for r in records] == ["decision", "plan", "outcome"]
+    assert records[0]["manual"] is True and records[0]["kind"] == "manual"
+    assert records[2]["outcome"]["ok"] is True
