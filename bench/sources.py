@@ -29,7 +29,7 @@ from typing import Any
 from guardian.collector import Collector
 from guardian.host import Host
 from guardian.plugins import default_registry
-from guardian.signals.processes import ProcessesSource
+from guardian.sources.processes import ProcessesSource
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "guardian-bench"
@@ -171,7 +171,7 @@ def run() -> list[dict[str, Any]]:
 def kmsg_flood_cost(lines: int = 20_000) -> tuple[float, float]:
     """µs of guardian CPU per kernel-log line under a flood (patterns matched), and the
     same for a bare read-and-discard loop over the same lines (the floor)."""
-    from guardian.signals.kmsg import KmsgSource
+    from guardian.sources.kmsg import KmsgSource
     knob = Path("/proc/sys/kernel/printk_devkmsg")
     old = knob.read_text().strip()
     payload = b"<7>guardian-bench: flood line that matches no pattern " + b"x" * 60 + b"\n"

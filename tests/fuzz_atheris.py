@@ -15,16 +15,16 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
+    from guardian.hostio.procfs import parse_proc_stat
+    from guardian.hostio.systemctl import parse_show
     from guardian.policy.expr import ExprError, compile_condition
     from guardian.policy.loader import RuleError, load_text
     from guardian.policy.ruletest import parse_series
-    from guardian.signals.cpu import parse_proc_stat_cpus
-    from guardian.signals.kmsg import parse_record
-    from guardian.signals.net import parse_net_dev, parse_softirqs, parse_softnet_stat
-    from guardian.signals.pressure import parse_pressure
-    from guardian.signals.procfs import parse_proc_stat
-    from guardian.signals.systemd import parse_show
     from guardian.snapshot import SignalSpec
+    from guardian.sources.cpu import parse_proc_stat_cpus
+    from guardian.sources.kmsg import parse_record
+    from guardian.sources.net import parse_net_dev, parse_softirqs, parse_softnet_stat
+    from guardian.sources.pressure import parse_pressure
 
 CAT = {s.name: s for s in (SignalSpec("a.x", ""), SignalSpec("c.core", "", labels=("cpu",)))}
 CLEAN = (ValueError, LookupError, UnicodeError, ExprError, RuleError, struct.error)

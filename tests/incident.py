@@ -90,7 +90,7 @@ def cap_leak(spill: Path, at: int) -> threading.Thread:
     """Stop making cgroups once ``at`` are dying (the unit keeps crash-looping), so the
     host's kernel memory stays bounded however long the recording runs."""
     from guardian.host import Host
-    from guardian.signals.cgroups import CgroupsSource
+    from guardian.sources.cgroups import CgroupsSource
 
     def watch() -> None:
         src = CgroupsSource(Host())

@@ -22,8 +22,8 @@ from guardian.actions.systemd_unit import SystemdUnit, UnitParams
 from guardian.executor import Executor
 from guardian.host import Host
 from guardian.plugins import ActionContext
-from guardian.signals.systemd import SystemdSource
 from guardian.snapshot import Snapshot
+from guardian.sources.systemd import SystemdSource
 
 from .kernel import (
     _zombie_children,
@@ -341,11 +341,12 @@ def test_irq_move_refuses_while_irqbalance_runs(tmp_path: Path) -> None:
 def test_irq_move_takes_hot_cores_from_the_snapshot() -> None:
     need_root()
     from guardian.snapshot import labels_of
-    values = {"cpu.core.sys_pct": {labels_of({"cpu": "0"}): 97.0, labels_of({"cpu": "1"}): 3.0},
-              "cpu.core.softirq_pct": {labels_of({"cpu": "0"}): 2.0}}
+    cpu0, cpu1 = labels_of({"cpu": "0"}), labels_of({"cpu": "1"})
+    values = {"cpu.core.kernel_pct": {cpu0: 99.0, cpu1: 3.0},
+              "cpu.core.hot": {cpu0: 1.0, cpu1: 0.0}}
     plan = IrqMove(IrqParams(interface="eth0", irqbalance="ignore")).plan(ctx(values))
     assert all(m["new"] == "1" for m in plan.data.get("moves", []))
-    calm = {"cpu.core.sys_pct": {labels_of({"cpu": "0"}): 5.0}}
+    calm = {"cpu.core.kernel_pct": {cpu0: 5.0}, "cpu.core.hot": {cpu0: 0.0}}
     assert IrqMove(IrqParams(interface="eth0")).plan(ctx(calm)).note == \
         "no hot core: nothing to move"
 

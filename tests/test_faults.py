@@ -18,8 +18,8 @@ import pytest
 
 from guardian.collector import Collector
 from guardian.host import Host
-from guardian.signals.processes import ProcessesSource
-from guardian.signals.systemd import SystemdSource
+from guardian.sources.processes import ProcessesSource
+from guardian.sources.systemd import SystemdSource
 
 from .conftest import REPO, write
 from .kernel import need_root

@@ -16,18 +16,18 @@ from hypothesis import strategies as st
 from guardian.actions.irq import parse_cpu_list
 from guardian.durations import parse_duration
 from guardian.history import History
+from guardian.hostio.procfs import parse_proc_stat
+from guardian.hostio.systemctl import parse_list_units, parse_show
 from guardian.policy.expr import ExprError, compile_condition
 from guardian.policy.loader import RuleError, load_text
 from guardian.policy.positions import key_positions
 from guardian.policy.ruletest import parse_series
-from guardian.signals.cpu import parse_proc_stat_cpus
-from guardian.signals.ethtool import parse_gstats, parse_gstrings
-from guardian.signals.kmsg import parse_record
-from guardian.signals.net import parse_net_dev, parse_softirqs, parse_softnet_stat
-from guardian.signals.pressure import parse_pressure
-from guardian.signals.procfs import parse_proc_stat
-from guardian.signals.systemd import parse_list_units, parse_show
 from guardian.snapshot import SignalSpec, labels_of, parse_series_key
+from guardian.sources.cpu import parse_proc_stat_cpus
+from guardian.sources.ethtool import parse_gstats, parse_gstrings
+from guardian.sources.kmsg import parse_record
+from guardian.sources.net import parse_net_dev, parse_softirqs, parse_softnet_stat
+from guardian.sources.pressure import parse_pressure
 
 # GUARDIAN_FUZZ_EXAMPLES raises the count for a longer hunt than CI's
 FUZZ = settings(max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "300")),

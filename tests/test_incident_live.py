@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from guardian.host import Host
-from guardian.signals.cgroups import CgroupsSource
+from guardian.sources.cgroups import CgroupsSource
 
 from .incident import config_for, crash_loop
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from guardian.model.schema import json_schema
 from guardian.policy.loader import RuleError, load_rules
-from guardian.policy.schema import json_schema
 
 from .conftest import RULES, write
 

@@ -12,17 +12,19 @@ import pytest
 
 from guardian.collector import Collector
 from guardian.host import Host
+from guardian.hostio.cgroupfs import detect_layout
+from guardian.hostio.procfs import parse_proc_stat
+from guardian.hostio.systemctl import parse_show
 from guardian.plugins import Source
-from guardian.signals.cgroups import CgroupsSource, detect_layout
-from guardian.signals.cpu import CpuSource
-from guardian.signals.ethtool import ETH_GSTRING_LEN, parse_gstats, parse_gstrings
-from guardian.signals.kmsg import KmsgSource
-from guardian.signals.net import NetSource
-from guardian.signals.pressure import PressureSource
-from guardian.signals.processes import ProcessesSource
-from guardian.signals.procfs import parse_proc_stat
-from guardian.signals.systemd import SystemdSource, parse_show
 from guardian.snapshot import labels_of
+from guardian.sources.cgroups import CgroupsSource
+from guardian.sources.cpu import CpuSource
+from guardian.sources.ethtool import ETH_GSTRING_LEN, parse_gstats, parse_gstrings
+from guardian.sources.kmsg import KmsgSource
+from guardian.sources.net import NetSource
+from guardian.sources.pressure import PressureSource
+from guardian.sources.processes import ProcessesSource
+from guardian.sources.systemd import SystemdSource
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -16,11 +16,11 @@ import pytest
 from guardian.collector import Collector
 from guardian.host import Host
 from guardian.plugins import default_registry
-from guardian.signals.cgroups import CgroupsSource
-from guardian.signals.cpu import CpuSource
-from guardian.signals.kmsg import KmsgSource
-from guardian.signals.processes import ProcessesSource
 from guardian.snapshot import labels_of
+from guardian.sources.cgroups import CgroupsSource
+from guardian.sources.cpu import CpuSource
+from guardian.sources.kmsg import KmsgSource
+from guardian.sources.processes import ProcessesSource
 
 from .kernel import (
     drop_caches,

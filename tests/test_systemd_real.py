@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from guardian.host import Host
-from guardian.signals.systemd import SystemdSource
 from guardian.snapshot import labels_of
+from guardian.sources.systemd import SystemdSource
 
 from .nspawn import booted
 

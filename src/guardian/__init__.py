@@ -12,6 +12,7 @@ from .collector import Collector
 from .engine import Budget, Decision, Engine
 from .executor import Executor
 from .host import Host
+from .model.ruleset import Ruleset
 from .plugins import (
     Action,
     ActionContext,
@@ -23,7 +24,7 @@ from .plugins import (
     register_action,
     register_source,
 )
-from .policy.loader import Diagnostic, RuleError, Ruleset, load_rules, load_text
+from .policy.loader import Diagnostic, RuleError, load_rules, load_text
 from .snapshot import SignalSpec, Snapshot, labels_of
 
 __version__ = "0.1.0"

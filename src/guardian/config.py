@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
+from .durations import Duration
 from .plugins import Registry
 from .policy.loader import Diagnostic, RuleError, report_validation, toml_error
 from .policy.positions import Pos, key_positions, locate
-from .policy.schema import Duration
 
 DEFAULT_CONFIG = Path("/etc/guardian/guardian.toml")
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import BeforeValidator, WithJsonSchema
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -50,3 +53,14 @@ def format_duration(seconds: float) -> str:
     if rest:
         parts.append(f"{rest:g}s")
     return "".join(parts)
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema({
+        "type": ["string", "number"],
+        "pattern": r"^(\d+(\.\d+)?(ms|s|m|h|d|w))+$",
+        "description": 'a duration such as "90s", "5m", "1h30m", or seconds as a number',
+    }),
+]

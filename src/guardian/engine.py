@@ -16,7 +16,7 @@ from typing import Any
 
 from .durations import format_duration
 from .history import History
-from .policy.loader import BoundAction, CompiledRule, Ruleset
+from .model.ruleset import BoundAction, CompiledRule, Ruleset
 from .snapshot import Family, Snapshot, check_values, format_key
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .policy.runtime import Matcher, sel
+from .model.runtime import Matcher, sel
 from .snapshot import Family, Labels, Value
 
 MAX_SAMPLES = 10_000  # per signal, whatever the window: bounds memory at fast tick rates

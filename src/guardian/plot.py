@@ -7,8 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .model.ruleset import Ruleset
 from .policy.expr import _braces_to_parens
-from .policy.loader import Ruleset
 from .recording import Recording
 from .replay import Replay
 from .snapshot import format_labels

@@ -8,7 +8,7 @@ from typing import Any
 
 from .durations import format_duration
 from .engine import Decision, Engine
-from .policy.loader import Ruleset
+from .model.ruleset import Ruleset
 from .recording import Recording
 from .snapshot import Snapshot
 

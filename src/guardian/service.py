@@ -25,9 +25,10 @@ from .engine import Budget, Engine
 from .executor import Executed, Executor
 from .host import Host
 from .metrics import STATES, Metrics
+from .model.ruleset import Ruleset
 from .notify import Notifier
 from .plugins import Registry, default_registry
-from .policy.loader import RuleError, Ruleset, load_rules, rule_files
+from .policy.loader import RuleError, load_rules, rule_files
 from .snapshot import Snapshot
 
 log = logging.getLogger("guardian.service")

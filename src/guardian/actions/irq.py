@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomicfile import write_json
 from ..host import Host
+from ..hostio.procfs import all_stats
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..signals.procfs import all_stats
 
 DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
 _MANAGEMENT = ("config", "mgmnt", "mgmt")
@@ -32,11 +32,10 @@ class IrqParams(BaseModel):
     irqs: list[int] | None = Field(None, description="or these IRQ numbers")
     include_management: bool = False
     from_cores: list[int] | None = Field(None, description="cores to move off (default: "
-                                         "the hot ones in the snapshot)")
+                                         "the cores the cpu source finds hot, "
+                                         "cpu.core.hot; its hot_pct sets the threshold)")
     to_cores: list[int] | None = Field(None, description="cores allowed to take them "
                                        "(default: every online core not moved off)")
-    hot_pct: float = Field(90.0, gt=0, le=100, description="system + irq + softirq share "
-                           "that makes a core hot")
     irqbalance: Literal["refuse", "ignore"] = Field(
         "refuse", description="what to do while irqbalance runs (it undoes the change)")
     state_file: str = Field(DEFAULT_STATE, description="where the previous lists are kept")
@@ -92,15 +91,11 @@ def irqbalance_running(host: Host) -> int | None:
     return None
 
 
-def _core_load(values: dict[str, Any]) -> dict[int, float]:
-    load: dict[int, float] = {}
-    for sig in ("cpu.core.sys_pct", "cpu.core.irq_pct", "cpu.core.softirq_pct"):
-        fam = values.get(sig)
-        if isinstance(fam, dict):
-            for labels, v in fam.items():
-                core = int(dict(labels)["cpu"])
-                load[core] = load.get(core, 0.0) + v
-    return load
+def _per_core(values: dict[str, Any], name: str) -> dict[int, float]:
+    fam = values.get(name)
+    if not isinstance(fam, dict):
+        return {}
+    return {int(dict(labels)["cpu"]): v for labels, v in fam.items()}
 
 
 class IrqMove(Action):
@@ -127,10 +122,10 @@ class IrqMove(Action):
             return plan
         if not p.include_management:
             chosen = [i for i in chosen if not any(m in names.get(i, "") for m in _MANAGEMENT)]
-        load = _core_load(ctx.snapshot.values)
+        load = _per_core(ctx.snapshot.values, "cpu.core.kernel_pct")
         online = parse_cpu_list((host.sys / "devices/system/cpu/online").read_text())
         hot = set(p.from_cores if p.from_cores is not None else
-                  [c for c, v in load.items() if v >= p.hot_pct])
+                  [c for c, v in _per_core(ctx.snapshot.values, "cpu.core.hot").items() if v])
         allowed = [c for c in (p.to_cores if p.to_cores is not None else online)
                    if c not in hot and c in online]
         if not hot:

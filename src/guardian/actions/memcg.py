@@ -18,9 +18,9 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..durations import Duration
+from ..hostio.cgroupfs import detect_layout, dying_memcgs, layout_problem
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..policy.schema import Duration
-from ..signals.cgroups import CgroupsSource
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
 
@@ -61,9 +61,7 @@ class MemcgRelease(Action):
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
         assert isinstance(p, MemcgParams)
-        counter = CgroupsSource(ctx.host)
-        why = counter.unavailable()
-        dying = None if why else counter.collect(0.0)["memcg.dying"]
+        dying = dying_memcgs(ctx.host)
         plan = Plan(self.name, ctx.rule, data={"dying_before": dying})
         if p.method == "drop_caches":
             target = ctx.host.proc / "sys" / "vm" / "drop_caches"
@@ -71,8 +69,12 @@ class MemcgRelease(Action):
                 plan.steps.append(Step("all filesystems", "sync (write back dirty pages)"))
             plan.steps.append(Step(str(target), "write 1: free clean page cache"))
         else:
-            layout = counter.layout() if not why else None
-            if layout is None or layout.version != 2:
+            try:
+                layout = detect_layout(ctx.host.root, ctx.host.proc)
+                why = layout_problem(ctx.host, layout)
+            except OSError as exc:
+                layout, why = None, f"cannot read mountinfo: {exc}"
+            if why or layout is None or layout.version != 2:
                 have = why or ("no memory hierarchy" if layout is None
                                else f"cgroup v{layout.version}")
                 plan.refused.append(f"reclaim needs the memory controller on cgroup v2; "
@@ -109,8 +111,7 @@ class MemcgRelease(Action):
                 return Outcome(ok=False, error=f"write {plan.data['path']}: {exc.strerror}")
             partial = True  # memory.reclaim could not reclaim the whole amount
         time.sleep(p.settle)
-        counter = CgroupsSource(ctx.host)
-        after = None if counter.unavailable() else counter.collect(0.0)["memcg.dying"]
+        after = dying_memcgs(ctx.host)
         data = {"dying_before": before, "dying_after": after, "partial": partial}
         if before is None or after is None:
             return Outcome(ok=True, verified=None, data=data,

@@ -18,10 +18,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..durations import Duration
+from ..hostio.procfs import (
+    CLK_TCK,
+    ProcStat,
+    all_stats,
+    read_proc_stat,
+    uptime,
+    zombies_by_parent,
+)
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..policy.schema import Duration
 from ..safety import DEFAULT_PROTECTED_COMMS, protected_reason, selected
-from ..signals.procfs import CLK_TCK, ProcStat, all_stats, read_proc_stat, uptime
 
 SignalName = Literal["SIGCHLD", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                      "SIGTERM", "SIGKILL"]
@@ -63,14 +70,9 @@ class Zombie:
 
 
 def _zombies_by_parent(proc: Path) -> tuple[dict[int, list[Zombie]], dict[int, ProcStat]]:
-    by_parent: dict[int, list[Zombie]] = {}
-    stats: dict[int, ProcStat] = {}
-    for st in all_stats(proc, strict=False):
-        pid = st.pid
-        stats[pid] = st
-        if st.state == "Z" and not st.is_kernel_thread:
-            by_parent.setdefault(st.ppid, []).append(Zombie(pid, st.starttime))
-    return by_parent, stats
+    stats = {st.pid: st for st in all_stats(proc, strict=False)}
+    return ({ppid: [Zombie(z.pid, z.starttime) for z in zs]
+             for ppid, zs in zombies_by_parent(stats.values()).items()}, stats)
 
 
 def _cgroups(proc: Path, pid: int) -> list[str]:

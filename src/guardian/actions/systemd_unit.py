@@ -15,18 +15,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..durations import Duration
+from ..hostio import systemctl
+from ..hostio.systemctl import parse_show
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..policy.schema import Duration
 from ..safety import selected
-from ..signals.systemd import parse_show
 
 Verb = Literal["stop", "disable", "mask", "reset-failed"]
 # Units whose loss takes the node (or guardian) down; never touched, whatever the allow-list.
 NEVER = ("guardian*.service", "systemd-*.service", "dbus*.service", "ssh*.service",
          "kubelet.service", "containerd.service", "docker.service", "getty@*.service",
          "serial-getty@*.service")
-_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "SYSTEMD_PAGER": "",
-        "SYSTEMD_COLORS": "0"}
 
 
 class UnitParams(BaseModel):
@@ -83,8 +82,7 @@ class SystemdUnit(Action):
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         p = self.params
         assert isinstance(p, UnitParams)
-        return subprocess.run([*p.systemctl, *args], capture_output=True, text=True,
-                              timeout=p.timeout, env=_ENV, check=False)
+        return systemctl.run(p.systemctl, *args, timeout=p.timeout)
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params

@@ -20,8 +20,9 @@ from ..durations import parse_duration
 from ..engine import Budget, Decision, Engine, RuleState
 from ..executor import Executor
 from ..host import Host
+from ..model.ruleset import CompiledRule, Ruleset
 from ..plugins import default_registry
-from ..policy.loader import CompiledRule, RuleError, Ruleset, load_rules
+from ..policy.loader import RuleError, load_rules
 from ..service import EX_CONFIG, Daemon, ServiceOptions
 from ..snapshot import format_labels
 from .common import (

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from ..config import load_config
+from ..model.schema import json_schema
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, RuleError, load_rules
 from ..policy.ruletest import run_test_file
-from ..policy.schema import json_schema
-from ..signals.kmsg import KmsgConfig
+from ..sources.kmsg import KmsgConfig
 from .common import (
     cli_config,
     print_errors,

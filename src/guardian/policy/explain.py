@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..model.condition import TimeFunctions
 from ..snapshot import SignalSpec, format_labels
-from .expr import _GLOBALS, TimeFunctions, _braces_to_parens, _Compiler, _dotted
+from .expr import _GLOBALS, _braces_to_parens, _Compiler, _dotted
 
 MAX_MEMBERS = 6
 

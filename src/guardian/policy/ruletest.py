@@ -37,8 +37,8 @@ from typing import Any
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
 from ..plugins import Registry, default_registry
-from ..signals.kmsg import KmsgConfig, match_line
 from ..snapshot import Snapshot, Value, parse_series_key
+from ..sources.kmsg import KmsgConfig, match_line
 from .loader import Diagnostic, RuleError, load_rules
 from .positions import key_positions, locate
 

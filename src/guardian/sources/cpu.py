@@ -13,9 +13,9 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..host import Host
+from ..hostio.procfs import CLK_TCK, all_stats, read_proc_stat
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
-from .procfs import CLK_TCK, all_stats, read_proc_stat
 
 # /proc/stat cpuN columns, in order; guest time is already counted in user.
 COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -52,6 +52,10 @@ class CpuSource(Source):
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         *(SignalSpec(f"cpu.core.{sig}", f"share of the core's time in {col}", "percent",
                      labels=("cpu",)) for col, sig in PCT_SIGNALS.items()),
+        SignalSpec("cpu.core.kernel_pct", "share of the core's time in the kernel: system + "
+                   "irq + softirq", "percent", labels=("cpu",)),
+        SignalSpec("cpu.core.hot", "1 when the core's kernel share reaches hot_pct (90% "
+                   "unless configured), else 0", labels=("cpu",)),
         SignalSpec("cpu.hottest_core_pct", "system + irq + softirq share of the hottest "
                    "core", "percent"),
         SignalSpec("cpu.hot_cores", "cores whose system + irq + softirq share is at least "
@@ -79,7 +83,8 @@ class CpuSource(Source):
         out.update(self._ksoftirqd(now))
         if prev is None:
             return out
-        fams: dict[str, Family] = {sig: {} for sig in PCT_SIGNALS.values()}
+        fams: dict[str, Family] = {sig: {} for sig in (*PCT_SIGNALS.values(), "kernel_pct",
+                                                       "hot")}
         hot: list[float] = []
         for cpu, vals in cur.items():
             old = prev.get(cpu)
@@ -92,7 +97,10 @@ class CpuSource(Source):
             key = labels_of({"cpu": cpu})
             for col, d in zip(COLUMNS, deltas, strict=True):
                 fams[PCT_SIGNALS[col]][key] = 100.0 * d / span
-            hot.append(100.0 * (deltas[2] + deltas[5] + deltas[6]) / span)
+            kernel = 100.0 * (deltas[2] + deltas[5] + deltas[6]) / span
+            fams["kernel_pct"][key] = kernel
+            fams["hot"][key] = 1.0 if kernel >= self.hot_pct else 0.0
+            hot.append(kernel)
         for sig, fam in fams.items():
             out[f"cpu.core.{sig}"] = fam
         if hot:

@@ -1,5 +1,7 @@
-"""Memory cgroups, live and dying, counted in O(live) without reading any per-memcg
-stat file (walking those is the kernel cost that starved softirqs in the incident).
+"""Memory cgroups on this host: where the controller is mounted (v1, v2 or hybrid, from
+mountinfo) and how many memcgs are live and dying, counted in O(live) without reading any
+per-memcg stat file (walking those is the kernel cost that starved softirqs in the
+incident).
 
 cgroup v1: ``/proc/cgroups`` counts live + dying memcgs; live ones are the directories of
 the memory hierarchy. cgroup v2: the root's ``cgroup.stat`` has ``nr_descendants`` and
@@ -11,13 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
-
-from pydantic import BaseModel
 
 from ..host import Host
-from ..plugins import Source
-from ..snapshot import SignalSpec
 
 
 @dataclass(frozen=True)
@@ -84,53 +81,32 @@ def cgroup_stat(path: Path) -> dict[str, int]:
     return out
 
 
-class CgroupsSource(Source):
-    name: ClassVar[str] = "cgroups"
-    specs: ClassVar[tuple[SignalSpec, ...]] = (
-        SignalSpec("memcg.live", "live memory cgroups", "cgroups"),
-        SignalSpec("memcg.dying", "dying (removed but still pinned) memory cgroups",
-                   "cgroups"),
-        SignalSpec("memcg.dying_ratio", "dying memory cgroups per live one", "ratio"),
-        SignalSpec("memcg.hierarchy_version", "cgroup version of the memory controller "
-                   "(1 = v1 or hybrid, 2 = unified)", ""),
-    )
+def layout_problem(host: Host, layout: Layout | None) -> str | None:
+    """Why memcgs cannot be counted with ``layout`` on ``host``, or None."""
+    if layout is None:
+        return "no cgroup v1 memory hierarchy and no cgroup2 mount"
+    if layout.version == 2 and "memory" not in (
+            layout.memory_root / "cgroup.controllers").read_text().split():
+        return f"memory controller not enabled in {layout.memory_root}"
+    return None
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
-        super().__init__(host, config)
-        self._layout: Layout | None = None
 
-    def layout(self) -> Layout | None:
-        if self._layout is None:
-            self._layout = detect_layout(self.host.root, self.host.proc)
-        return self._layout
+def memcg_counts(host: Host, layout: Layout) -> tuple[int, int]:
+    """(live, dying) memory cgroups."""
+    if layout.version == 1:
+        total = proc_cgroups_count(host.proc)
+        live = count_dirs(layout.memory_root)
+        return live, max(total - live, 0)
+    stat = cgroup_stat(layout.memory_root)
+    return stat["nr_descendants"] + 1, stat["nr_dying_descendants"]
 
-    def unavailable(self) -> str | None:
-        try:
-            layout = self.layout()
-        except OSError as exc:
-            return f"cannot read mountinfo: {exc}"
-        if layout is None:
-            return "no cgroup v1 memory hierarchy and no cgroup2 mount"
-        if layout.version == 2 and "memory" not in (
-                layout.memory_root / "cgroup.controllers").read_text().split():
-            return f"memory controller not enabled in {layout.memory_root}"
+
+def dying_memcgs(host: Host) -> int | None:
+    """Dying memory cgroups now, or None when this host's cannot be counted."""
+    try:
+        layout = detect_layout(host.root, host.proc)
+        if layout_problem(host, layout) is not None or layout is None:
+            return None
+        return memcg_counts(host, layout)[1]
+    except (OSError, ValueError, KeyError, LookupError):
         return None
-
-    def collect(self, now: float) -> dict[str, object]:
-        layout = self.layout()
-        if layout is None:
-            raise RuntimeError("no memory cgroup hierarchy")
-        if layout.version == 1:
-            total = proc_cgroups_count(self.host.proc)
-            live = count_dirs(layout.memory_root)
-            dying = max(total - live, 0)
-        else:
-            stat = cgroup_stat(layout.memory_root)
-            live = stat["nr_descendants"] + 1
-            dying = stat["nr_dying_descendants"]
-        return {
-            "memcg.live": live,
-            "memcg.dying": dying,
-            "memcg.dying_ratio": dying / live if live else None,
-            "memcg.hierarchy_version": layout.version,
-        }

@@ -8,9 +8,9 @@ from typing import ClassVar
 from pydantic import BaseModel
 
 from ..host import Host
+from ..hostio.procfs import all_stats, zombies_by_parent
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
-from .procfs import all_stats
 
 
 class ProcessesSource(Source):
@@ -37,33 +37,23 @@ class ProcessesSource(Source):
 
     def collect(self, now: float) -> dict[str, object]:
         proc = self.host.proc
-        total = kthreads = 0
-        comms: dict[int, str] = {}
-        zombies: list[tuple[int, int, int]] = []  # pid, ppid, starttime
-        for st in all_stats(proc):
-            pid = st.pid
-            total += 1
-            comms[pid] = st.comm
-            if st.is_kernel_thread:
-                kthreads += 1
-            elif st.state == "Z":
-                zombies.append((pid, st.ppid, st.starttime))
-        if total == 0:
+        stats = {st.pid: st for st in all_stats(proc)}
+        if not stats:
             raise RuntimeError(f"no readable processes under {proc}")
-        by_parent: dict[int, int] = {}
+        by_parent = zombies_by_parent(stats.values())
         seen: dict[tuple[int, int], float] = {}
-        for pid, ppid, start in zombies:
-            by_parent[ppid] = by_parent.get(ppid, 0) + 1
-            seen[(pid, start)] = self.first_seen.get((pid, start), now)
+        for zombies in by_parent.values():
+            for z in zombies:
+                seen[(z.pid, z.starttime)] = self.first_seen.get((z.pid, z.starttime), now)
         self.first_seen = seen
         family: Family = {
-            labels_of({"ppid": str(ppid), "comm": comms.get(ppid, "?")}): float(n)
-            for ppid, n in by_parent.items()
+            labels_of({"ppid": str(ppid), "comm": stats[ppid].comm if ppid in stats else "?"}):
+            float(len(zs)) for ppid, zs in by_parent.items()
         }
         return {
-            "processes.total": total,
-            "processes.kernel_threads": kthreads,
-            "processes.zombies": len(zombies),
+            "processes.total": len(stats),
+            "processes.kernel_threads": sum(1 for st in stats.values() if st.is_kernel_thread),
+            "processes.zombies": len(seen),
             "processes.zombies_by_parent": family,
             "processes.zombie_max_age_seconds": max((now - t for t in seen.values()),
                                                     default=0.0),

@@ -1,10 +1,6 @@
 """systemd units: restarts, active and sub state, so a crash-looping unit is visible.
 
-Read with ``systemctl show`` (argv, never a shell) rather than a D-Bus client: as root,
-systemctl talks to systemd's private socket, so it keeps working when the D-Bus daemon is
-down or wedged, it adds no dependency, and its ``show`` output is a stable interface. The
-argv prefix is configurable, so guardian in a container can reach the host's systemd with
-``["nsenter", "--target", "1", "--mount", "--", "systemctl"]``.
+Read with ``systemctl show`` (see :mod:`guardian.hostio.systemctl` for why not D-Bus).
 """
 
 from __future__ import annotations
@@ -17,9 +13,11 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..durations import Duration
 from ..host import Host
+from ..hostio import systemctl
+from ..hostio.systemctl import parse_list_units, parse_show
 from ..plugins import Source
-from ..policy.schema import Duration
 from ..snapshot import Family, SignalSpec, labels_of
 
 PROPERTIES = ("Id", "NRestarts", "ActiveState", "SubState")
@@ -35,34 +33,6 @@ class SystemdConfig(BaseModel):
     systemctl: list[str] = Field(["systemctl"], min_length=1,
                                  description="argv that runs systemctl")
     timeout: Duration = Field(10.0, description="longest a systemctl call may take")
-
-
-def parse_show(text: str) -> list[dict[str, str]]:
-    """Blocks of ``systemctl show`` output (``Key=value`` lines, blank line between)."""
-    units: list[dict[str, str]] = []
-    cur: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            if cur:
-                units.append(cur)
-                cur = {}
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            cur[key] = value
-    if cur:
-        units.append(cur)
-    return units
-
-
-def parse_list_units(text: str) -> list[str]:
-    """Unit names from ``systemctl list-units --plain --no-legend``."""
-    names = []
-    for line in text.splitlines():
-        parts = line.split()
-        if parts:
-            names.append(parts[0].lstrip("●*"))
-    return [n for n in names if n]
 
 
 class SystemdSource(Source):
@@ -90,15 +60,7 @@ class SystemdSource(Source):
         self.history: dict[str, deque[tuple[float, int]]] = {}
 
     def _run(self, *args: str) -> str:
-        proc = subprocess.run([*self.cfg.systemctl, *args], capture_output=True, text=True,
-                              timeout=self.cfg.timeout, check=False,
-                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C",
-                                   "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"})
-        if proc.returncode != 0:
-            msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise RuntimeError(f"{' '.join(self.cfg.systemctl)} {args[0]} failed "
-                               f"(exit {proc.returncode}): {msg[0] if msg else 'no output'}")
-        return proc.stdout
+        return systemctl.output(self.cfg.systemctl, *args, timeout=self.cfg.timeout)
 
     def unavailable(self) -> str | None:
         if shutil.which(self.cfg.systemctl[0]) is None:

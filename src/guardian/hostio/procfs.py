@@ -1,9 +1,10 @@
-"""Small parsers for /proc files shared by several sources."""
+"""/proc/<pid>/stat and the process facts guardian derives from it, for the sources and
+the actions alike."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,20 @@ class ProcStat:
     @property
     def is_kernel_thread(self) -> bool:
         return bool(self.flags & PF_KTHREAD) or self.ppid == 2 or self.pid == 2
+
+    @property
+    def is_zombie(self) -> bool:
+        """Exited and not yet reaped by its parent (a kernel thread never counts)."""
+        return self.state == "Z" and not self.is_kernel_thread
+
+
+def zombies_by_parent(stats: Iterable[ProcStat]) -> dict[int, list[ProcStat]]:
+    """Zombies grouped by the PID of the parent that has not reaped them."""
+    out: dict[int, list[ProcStat]] = {}
+    for st in stats:
+        if st.is_zombie:
+            out.setdefault(st.ppid, []).append(st)
+    return out
 
 
 def parse_proc_stat(text: str) -> ProcStat:

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PositiveInt,
-    WithJsonSchema,
 )
 
-from ..durations import parse_duration
+from ..durations import Duration
 
 SCHEMA_VERSION = 1
-
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    WithJsonSchema({
-        "type": ["string", "number"],
-        "pattern": r"^(\d+(\.\d+)?(ms|s|m|h|d|w))+$",
-        "description": 'a duration such as "90s", "5m", "1h30m", or seconds as a number',
-    }),
-]
 
 Severity = Literal["info", "warning", "critical"]
 

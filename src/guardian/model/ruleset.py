@@ -1,0 +1,75 @@
+"""Loaded, checked rules as the engine and the executor use them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plugins import Action, redact
+from ..snapshot import SignalSpec
+from .condition import Condition
+from .schema import ActionSpec, Rule
+
+
+@dataclass
+class BoundAction:
+    """An action of a rule with its parameters validated and an instance ready to plan."""
+
+    spec: ActionSpec
+    action: Action
+
+    @property
+    def use(self) -> str:
+        return self.spec.use
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters as written (secrets included: never show or store these)."""
+        return self.spec.params
+
+    @property
+    def public_params(self) -> dict[str, Any]:
+        """The parameters fit for logs, the audit trail and output: the fields the action's
+        ``Params`` model marks secret are redacted."""
+        return redact(type(self.action).Params, self.spec.params)
+
+    @property
+    def disruptive(self) -> bool:
+        return type(self.action).disruptive
+
+
+@dataclass
+class CompiledRule:
+    spec: Rule
+    path: str
+    line: int
+    condition: Condition
+    actions: list[BoundAction]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Ruleset:
+    """Loaded, checked rules, ready for the engine."""
+
+    rules: list[CompiledRule] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    signals: dict[str, SignalSpec] = field(default_factory=dict)  # the specs rules use
+    _index: dict[str, CompiledRule] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def windows(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in self.rules:
+            for name, w in r.condition.windows.items():
+                out[name] = max(out.get(name, 0.0), w)
+        return out
+
+    def by_name(self, name: str) -> CompiledRule | None:
+        # the executor looks a rule up per decision: index once the list stops growing
+        if len(self._index) != len(self.rules):
+            self._index = {r.name: r for r in self.rules}
+        return self._index.get(name)

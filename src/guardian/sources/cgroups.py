@@ -1,0 +1,51 @@
+"""Memory cgroups, live and dying (counted by :mod:`guardian.hostio.cgroupfs`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel
+
+from ..host import Host
+from ..hostio.cgroupfs import Layout, detect_layout, layout_problem, memcg_counts
+from ..plugins import Source
+from ..snapshot import SignalSpec
+
+
+class CgroupsSource(Source):
+    name: ClassVar[str] = "cgroups"
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("memcg.live", "live memory cgroups", "cgroups"),
+        SignalSpec("memcg.dying", "dying (removed but still pinned) memory cgroups",
+                   "cgroups"),
+        SignalSpec("memcg.dying_ratio", "dying memory cgroups per live one", "ratio"),
+        SignalSpec("memcg.hierarchy_version", "cgroup version of the memory controller "
+                   "(1 = v1 or hybrid, 2 = unified)", ""),
+    )
+
+    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+        super().__init__(host, config)
+        self._layout: Layout | None = None
+
+    def layout(self) -> Layout | None:
+        if self._layout is None:
+            self._layout = detect_layout(self.host.root, self.host.proc)
+        return self._layout
+
+    def unavailable(self) -> str | None:
+        try:
+            return layout_problem(self.host, self.layout())
+        except OSError as exc:
+            return f"cannot read mountinfo: {exc}"
+
+    def collect(self, now: float) -> dict[str, object]:
+        layout = self.layout()
+        if layout is None:
+            raise RuntimeError("no memory cgroup hierarchy")
+        live, dying = memcg_counts(self.host, layout)
+        return {
+            "memcg.live": live,
+            "memcg.dying": dying,
+            "memcg.dying_ratio": dying / live if live else None,
+            "memcg.hierarchy_version": layout.version,
+        }
