@@ -15,10 +15,11 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
+    from guardian.diagnostics import RuleError
     from guardian.hostio.procfs import parse_proc_stat
     from guardian.hostio.systemctl import parse_show
     from guardian.policy.expr import ExprError, compile_condition
-    from guardian.policy.loader import RuleError, load_text
+    from guardian.policy.loader import load_text
     from guardian.policy.ruletest import parse_series
     from guardian.snapshot import SignalSpec
     from guardian.sources.cpu import parse_proc_stat_cpus

@@ -8,9 +8,9 @@ import pytest
 
 from guardian.collector import Collector
 from guardian.config import load_config
+from guardian.diagnostics import RuleError
 from guardian.host import Host
 from guardian.plugins import default_registry
-from guardian.policy.loader import RuleError
 
 from .conftest import REPO, write
 

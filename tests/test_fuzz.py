@@ -14,14 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardian.actions.irq import parse_cpu_list
+from guardian.diagnostics import RuleError
 from guardian.durations import parse_duration
 from guardian.history import History
 from guardian.hostio.procfs import parse_proc_stat
 from guardian.hostio.systemctl import parse_list_units, parse_show
 from guardian.policy.expr import ExprError, compile_condition
-from guardian.policy.loader import RuleError, load_text
-from guardian.policy.positions import key_positions
+from guardian.policy.loader import load_text
 from guardian.policy.ruletest import parse_series
+from guardian.positions import key_positions
 from guardian.snapshot import SignalSpec, labels_of, parse_series_key
 from guardian.sources.cpu import parse_proc_stat_cpus
 from guardian.sources.ethtool import parse_gstats, parse_gstrings

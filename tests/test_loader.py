@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from guardian.diagnostics import RuleError
 from guardian.model.schema import json_schema
-from guardian.policy.loader import RuleError, load_rules
+from guardian.policy.loader import load_rules
 
 from .conftest import RULES, write
 

@@ -9,6 +9,7 @@ Embedding takes a few lines::
 """
 
 from .collector import Collector
+from .diagnostics import Diagnostic, RuleError
 from .engine import Budget, Decision, Engine
 from .executor import Executor
 from .host import Host
@@ -24,7 +25,7 @@ from .plugins import (
     register_action,
     register_source,
 )
-from .policy.loader import Diagnostic, RuleError, load_rules, load_text
+from .policy.loader import load_rules, load_text
 from .snapshot import SignalSpec, Snapshot, labels_of
 
 __version__ = "0.1.0"

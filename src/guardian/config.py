@@ -16,16 +16,14 @@ Errors are reported as ``path:line:col`` like rule-file errors.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
+from .diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
 from .durations import Duration
 from .plugins import Registry
-from .policy.loader import Diagnostic, RuleError, report_validation, toml_error
-from .policy.positions import Pos, key_positions, locate
 
 DEFAULT_CONFIG = Path("/etc/guardian/guardian.toml")
 
@@ -79,25 +77,12 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if path is None:
         return Config()
     path = Path(path)
+    text, data = read_toml(path, "config")
     diags: list[Diagnostic] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError([Diagnostic(str(path), 1, 1, f"cannot read config: {exc}")]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RuleError([toml_error(str(path), exc)]) from None
-    positions = key_positions(text)
-
-    def report(loc: tuple[str | int, ...], message: str, value: bool = False) -> None:
-        p = locate(positions, loc) or Pos(1, 1, 1, 1)
-        diags.append(Diagnostic(str(path), p.value_line if value else p.line,
-                                p.value_col if value else p.col, message))
-
+    report = Reporter(str(path), text, diags)
     for key in data:
         if key not in ("engine", "service", "sources", "fleet"):
-            report((key,), f"unknown key {key!r} (known keys: engine, service, sources, "
-                           "fleet)")
+            report((key,), unknown_key(key, ["engine", "service", "sources", "fleet"]))
     fleet: BaseModel | None = None
     if "fleet" in data:
         try:
@@ -109,17 +94,17 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
             try:
                 fleet = FleetParams.model_validate(data["fleet"])
             except ValidationError as exc:
-                report_validation(exc, ("fleet",), FleetParams, report)
+                report.validation(exc, ("fleet",), FleetParams)
     engine = EngineConfig()
     try:
         engine = EngineConfig.model_validate(data.get("engine", {}))
     except ValidationError as exc:
-        report_validation(exc, ("engine",), EngineConfig, report)
+        report.validation(exc, ("engine",), EngineConfig)
     service = ServiceConfig()
     try:
         service = ServiceConfig.model_validate(data.get("service", {}))
     except ValidationError as exc:
-        report_validation(exc, ("service",), ServiceConfig, report)
+        report.validation(exc, ("service",), ServiceConfig)
     raw_sources: dict[str, Any] = dict(data.get("sources", {}))
     disabled = raw_sources.pop("disabled", [])
     if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
@@ -139,7 +124,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
         try:
             validated[name] = cls.Config.model_validate(table)
         except ValidationError as exc:
-            report_validation(exc, ("sources", name), cls.Config, report,
+            report.validation(exc, ("sources", name), cls.Config,
                               prefix=f"source {name!r}: ")
     if diags:
         raise RuleError(diags)

@@ -21,6 +21,7 @@ from . import state as state_file
 from .audit import AuditLog
 from .collector import Collector
 from .config import Config
+from .diagnostics import RuleError
 from .engine import Budget, Engine
 from .executor import Executed, Executor
 from .host import Host
@@ -28,7 +29,7 @@ from .metrics import STATES, Metrics
 from .model.ruleset import Ruleset
 from .notify import Notifier
 from .plugins import Registry, default_registry
-from .policy.loader import RuleError, load_rules, rule_files
+from .policy.loader import load_rules, rule_files
 from .snapshot import Snapshot
 
 log = logging.getLogger("guardian.service")

@@ -11,11 +11,11 @@ from typing import Any
 
 from ..collector import Collector
 from ..config import DEFAULT_CONFIG, Config, load_config
+from ..diagnostics import RuleError
 from ..durations import parse_duration
 from ..engine import Engine
 from ..host import Host
 from ..plugins import default_registry
-from ..policy.loader import RuleError
 from ..snapshot import Snapshot
 
 DEFAULT_RULES = "/etc/guardian/rules"

@@ -16,13 +16,14 @@ from .. import state as state_file
 from ..actions import irq as irq_action
 from ..collector import Collector
 from ..config import Config
+from ..diagnostics import RuleError
 from ..durations import parse_duration
 from ..engine import Budget, Decision, Engine, RuleState
 from ..executor import Executor
 from ..host import Host
 from ..model.ruleset import CompiledRule, Ruleset
 from ..plugins import default_registry
-from ..policy.loader import RuleError, load_rules
+from ..policy.loader import load_rules
 from ..service import EX_CONFIG, Daemon, ServiceOptions
 from ..snapshot import format_labels
 from .common import (

@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..diagnostics import RuleError
 from ..durations import parse_duration
 from ..engine import Decision, Engine
 from ..executor import Executor
 from ..host import Host
 from ..plugins import default_registry
-from ..policy.loader import RuleError, load_rules
+from ..policy.loader import load_rules
 from .common import (
     cli_config,
     host_collector,

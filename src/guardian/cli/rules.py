@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 from ..config import load_config
+from ..diagnostics import RuleError
 from ..model.schema import json_schema
 from ..plugins import default_registry
-from ..policy.loader import TEST_SUFFIX, RuleError, load_rules
+from ..policy.loader import TEST_SUFFIX, load_rules
 from ..policy.ruletest import run_test_file
 from ..sources.kmsg import KmsgConfig
 from .common import (

@@ -1,52 +1,30 @@
 """Load rule files: TOML, then the schema, then conditions and action parameters.
 
-Every problem becomes a :class:`Diagnostic` naming ``path:line:col``; all problems of all
-files are collected in one pass, and a ruleset is returned only when there are none, so
-nothing is ever half-loaded.
+Every problem becomes a :class:`~guardian.diagnostics.Diagnostic` naming
+``path:line:col``; all problems of all files are collected in one pass, and a ruleset is
+returned only when there are none, so nothing is ever half-loaded.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from ..diagnostics import Diagnostic, Reporter, RuleError, toml_error, unknown_key
 from ..model.condition import Condition
 from ..model.ruleset import BoundAction, CompiledRule, Ruleset
 from ..model.schema import SCHEMA_VERSION, ActionSpec, Rule
 from ..plugins import Registry, default_registry
+from ..positions import Pos
 from ..snapshot import SignalSpec
 from .expr import ExprError, compile_condition
-from .positions import Pos, key_positions, locate
 
 TEST_SUFFIX = ".test.toml"
-
-
-@dataclass(frozen=True, order=True)
-class Diagnostic:
-    """One problem in a rule file."""
-
-    path: str
-    line: int
-    col: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}: {self.message}"
-
-
-class RuleError(Exception):
-    """Rule files did not load; ``diagnostics`` holds every problem found."""
-
-    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
-        self.diagnostics = sorted(diagnostics)
-        super().__init__("\n".join(str(d) for d in self.diagnostics))
 
 
 def rule_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -108,16 +86,6 @@ def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
     return Ruleset(rules=rules, files=[path], signals=_used_signals(rules, cat))
 
 
-_TOML_POS = re.compile(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", re.S)
-
-
-def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
-    """A TOML syntax error as a diagnostic at tomllib's line and column."""
-    m = _TOML_POS.match(str(exc))
-    line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
-    return Diagnostic(path, line, col, f"TOML syntax: {msg}")
-
-
 def _load_file(path: Path, reg: Registry, cat: Mapping[str, SignalSpec],
                diags: list[Diagnostic]) -> list[CompiledRule]:
     try:
@@ -135,16 +103,7 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
     except tomllib.TOMLDecodeError as exc:
         diags.append(toml_error(path, exc))
         return []
-    positions = key_positions(text)
-
-    def at(loc: tuple[str | int, ...]) -> Pos:
-        return locate(positions, loc) or Pos(1, 1, 1, 1)
-
-    def report(loc: tuple[str | int, ...], message: str, value: bool = False) -> None:
-        p = at(loc)
-        line, col = (p.value_line, p.value_col) if value else (p.line, p.col)
-        diags.append(Diagnostic(path, line, col, message))
-
+    report = Reporter(path, text, diags)
     version = data.get("version")
     if version is None:
         report((), f"missing `version = {SCHEMA_VERSION}` at the top of the file")
@@ -153,7 +112,7 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
                              f"version {SCHEMA_VERSION}", value=True)
     for key in data:
         if key not in ("version", "rule"):
-            report((key,), _unknown_key(key, ["version", "rule"]))
+            report((key,), unknown_key(key, ["version", "rule"]))
     raw_rules = data.get("rule", [])
     if not isinstance(raw_rules, list):
         report(("rule",), "`rule` must be an array of tables: write each as [[rule]]")
@@ -165,18 +124,18 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
         try:
             spec = Rule.model_validate(raw)
         except ValidationError as exc:
-            report_validation(exc, loc, Rule, report)
+            report.validation(exc, loc, Rule)
         # Check the condition and the actions even when other keys are wrong, so one run
         # reports every mistake.
         raw_dict = raw if isinstance(raw, dict) else {}
         when = spec.when if spec else raw_dict.get("when")
         condition = None
         if isinstance(when, str) and when:
-            condition = _compile_when(when, cat, at((*loc, "when")), text, path, diags)
+            condition = _compile_when(when, cat, report.at((*loc, "when")), text, path, diags)
         actions = _bind_actions(spec.action if spec else _action_specs(raw_dict), loc, reg,
                                 report)
         if spec is not None and condition is not None and actions is not None:
-            out.append(CompiledRule(spec, path, at(loc).line, condition, actions))
+            out.append(CompiledRule(spec, path, report.at(loc).line, condition, actions))
     return out
 
 
@@ -221,7 +180,7 @@ def _expr_position(pos: Pos, text: str, exc: ExprError) -> tuple[int, int]:
 
 
 def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...],
-                  reg: Registry, report: Any) -> list[BoundAction] | None:
+                  reg: Registry, report: Reporter) -> list[BoundAction] | None:
     bound: list[BoundAction] = []
     ok = True
     for j, aspec in enumerate(specs):
@@ -241,35 +200,8 @@ def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...]
         try:
             params = cls.Params.model_validate(aspec.params)
         except ValidationError as exc:
-            report_validation(exc, aloc, cls.Params, report, prefix=f"action {aspec.use!r}: ")
+            report.validation(exc, aloc, cls.Params, prefix=f"action {aspec.use!r}: ")
             ok = False
             continue
         bound.append(BoundAction(aspec, cls(params)))
     return bound if ok else None
-
-
-def report_validation(exc: ValidationError, base: tuple[str | int, ...],
-                      model: type[BaseModel], report: Any, prefix: str = "") -> None:
-    """Report each pydantic error at the position of its key (or value) in the file."""
-    fields = [f.alias or name for name, f in model.model_fields.items()]
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        where = ".".join(str(p) for p in loc)
-        if err["type"] == "extra_forbidden":
-            report((*base, *loc), prefix + _unknown_key(str(loc[-1]), fields))
-        elif err["type"] == "missing":
-            report(base + loc[:-1], f"{prefix}missing required key {where!r}")
-        else:
-            msg = err["msg"]
-            ctx_err = (err.get("ctx") or {}).get("error")
-            if isinstance(ctx_err, ValueError):
-                msg = str(ctx_err)
-            elif msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
-            report((*base, *loc), f"{prefix}{where}: {msg}", value=True)
-
-
-def _unknown_key(key: str, known: Sequence[str]) -> str:
-    hint = difflib.get_close_matches(key, known, n=1)
-    more = f" (did you mean {hint[0]!r}?)" if hint else f" (known keys: {', '.join(known)})"
-    return f"unknown key {key!r}{more}"

@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..diagnostics import Diagnostic, Reporter, RuleError, read_toml
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
 from ..plugins import Registry, default_registry
 from ..snapshot import Snapshot, Value, parse_series_key
 from ..sources.kmsg import KmsgConfig, match_line
-from .loader import Diagnostic, RuleError, load_rules
-from .positions import key_positions, locate
+from .loader import load_rules
 
 _TOKEN = re.compile(r"^(?:(_)|(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
 
@@ -94,19 +93,11 @@ def run_test_file(path: str | Path, registry: Registry | None = None,
     res = FileResult(str(path))
     reg = registry or default_registry()
     try:
-        text = path.read_text(encoding="utf-8")
-        doc = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        res.errors.append(Diagnostic(str(path), 1, 1, f"cannot read test file: {exc}"))
+        text, doc = read_toml(path, "test file")
+    except RuleError as exc:
+        res.errors.extend(exc.diagnostics)
         return res
-    except tomllib.TOMLDecodeError as exc:
-        res.errors.append(Diagnostic(str(path), 1, 1, f"TOML syntax: {exc}"))
-        return res
-    positions = key_positions(text)
-
-    def err(loc: tuple[str | int, ...], msg: str) -> None:
-        p = locate(positions, loc)
-        res.errors.append(Diagnostic(str(path), p.line if p else 1, p.col if p else 1, msg))
+    err = Reporter(str(path), text, res.errors)
 
     _check_kmsg_samples(doc.get("kmsg", []), patterns or KmsgConfig().compiled(), res, err)
     if "rule_files" not in doc and "test" not in doc and res.tests:

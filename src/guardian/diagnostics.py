@@ -1,0 +1,108 @@
+"""Located errors in guardian's TOML files (rules, config, rule tests): every problem is
+a :class:`Diagnostic` at ``path:line:col``, collected in one pass by a :class:`Reporter`
+and raised together as a :class:`RuleError`."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .positions import Pos, key_positions, locate
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One problem in a file."""
+
+    path: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.message}"
+
+
+class RuleError(Exception):
+    """Rule, config or rule-test files did not load; ``diagnostics`` holds every problem
+    found."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+        self.diagnostics = sorted(diagnostics)
+        super().__init__("\n".join(str(d) for d in self.diagnostics))
+
+
+_TOML_POS = re.compile(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", re.S)
+
+
+def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
+    """A TOML syntax error as a diagnostic at tomllib's line and column."""
+    m = _TOML_POS.match(str(exc))
+    line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
+    return Diagnostic(path, line, col, f"TOML syntax: {msg}")
+
+
+def read_toml(path: Path, what: str) -> tuple[str, dict[str, Any]]:
+    """A TOML file's text and data. Raises :class:`RuleError` (cannot read ``what``, or
+    its syntax error at its position)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return text, tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError([Diagnostic(str(path), 1, 1, f"cannot read {what}: {exc}")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError([toml_error(str(path), exc)]) from None
+
+
+class Reporter:
+    """Collects diagnostics for one TOML document, located by key path."""
+
+    def __init__(self, path: str, text: str, into: list[Diagnostic] | None = None) -> None:
+        self.path = path
+        self.positions = key_positions(text)
+        self.diagnostics: list[Diagnostic] = into if into is not None else []
+
+    def at(self, loc: Loc) -> Pos:
+        return locate(self.positions, loc) or Pos(1, 1, 1, 1)
+
+    def __call__(self, loc: Loc, message: str, value: bool = False) -> None:
+        """Report ``message`` at the key ``loc`` (or at its value)."""
+        p = self.at(loc)
+        line, col = (p.value_line, p.value_col) if value else (p.line, p.col)
+        self.diagnostics.append(Diagnostic(self.path, line, col, message))
+
+    def validation(self, exc: ValidationError, base: Loc, model: type[BaseModel],
+                   prefix: str = "") -> None:
+        """Report each pydantic error at the position of its key (or value)."""
+        fields = [f.alias or name for name, f in model.model_fields.items()]
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            where = ".".join(str(p) for p in loc)
+            if err["type"] == "extra_forbidden":
+                self((*base, *loc), prefix + unknown_key(str(loc[-1]), fields))
+            elif err["type"] == "missing":
+                self(base + loc[:-1], f"{prefix}missing required key {where!r}")
+            else:
+                msg = err["msg"]
+                ctx_err = (err.get("ctx") or {}).get("error")
+                if isinstance(ctx_err, ValueError):
+                    msg = str(ctx_err)
+                elif msg.startswith("Value error, "):
+                    msg = msg[len("Value error, "):]
+                self((*base, *loc), f"{prefix}{where}: {msg}", value=True)
+
+
+def unknown_key(key: str, known: Sequence[str]) -> str:
+    """The message for a key that is not one of ``known``, with a likely meant one."""
+    hint = difflib.get_close_matches(key, known, n=1)
+    more = f" (did you mean {hint[0]!r}?)" if hint else f" (known keys: {', '.join(known)})"
+    return f"unknown key {key!r}{more}"
