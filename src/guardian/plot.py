@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 from .model.ruleset import Ruleset
-from .policy.expr import _braces_to_parens
+from .policy.expr import parse_condition
 from .recording import Recording
 from .replay import Replay
 from .snapshot import format_labels
@@ -18,7 +18,7 @@ MAX_LINES = 8  # members of a family drawn per signal
 
 def thresholds(when: str) -> list[float]:
     """Numbers the condition compares something against."""
-    tree = ast.parse("(" + _braces_to_parens(when) + "\n)", mode="eval")
+    tree = parse_condition(when)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):

@@ -47,12 +47,30 @@ class Source(ABC):
         """Why this source cannot work on this host, or None when it can."""
         return None
 
+    #: A source that sets this checks samples in rule-test files: each ``[[NAME]]``
+    #: table (NAME being the source's name) goes to :meth:`check_sample`.
+    offers_samples: ClassVar[bool] = False
+
+    def check_sample(self, sample: dict[str, Any]) -> str | None:
+        """Check one sample of input against this source as configured (e.g. a kernel-log
+        line and the patterns it must match): None when it passes, else what differs.
+        Raise :class:`SampleError` for a malformed sample."""
+        raise SampleError((), f"source {self.name!r} has no samples to check")
+
     @abstractmethod
     def collect(self, now: float) -> dict[str, object]:
         """Signal name -> float, or -> {labels: float} for a family."""
 
     def close(self) -> None:  # noqa: B027 (optional hook; most sources hold nothing)
         """Release files or sockets held between collections."""
+
+
+class SampleError(ValueError):
+    """A malformed rule-test sample; ``loc`` is the key path inside the sample table."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 @dataclass

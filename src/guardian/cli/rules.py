@@ -13,7 +13,6 @@ from ..model.schema import json_schema
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, load_rules
 from ..policy.ruletest import run_test_file
-from ..sources.kmsg import KmsgConfig
 from .common import (
     cli_config,
     print_errors,
@@ -67,9 +66,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         config = cli_config(args)
     except RuleError as exc:
         return print_errors(exc)
-    kmsg_cfg = config.sources.get("kmsg") or KmsgConfig()
-    assert isinstance(kmsg_cfg, KmsgConfig)
-    results = [run_test_file(f, patterns=kmsg_cfg.compiled()) for f in files]
+    results = [run_test_file(f, source_configs=config.sources) for f in files]
     n_tests = sum(r.tests for r in results)
     n_fail = sum(len(r.failures) for r in results) + sum(len(r.errors) for r in results)
     if args.json:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..model.condition import TimeFunctions
 from ..snapshot import SignalSpec, format_labels
-from .expr import _GLOBALS, _braces_to_parens, _Compiler, _dotted
+from .expr import compile_subexpression, parse_condition, selector_name
 
 MAX_MEMBERS = 6
 
@@ -60,18 +60,14 @@ def explain_condition(text: str, catalogue: Mapping[str, SignalSpec],
                       values: Mapping[str, Any], history: TimeFunctions) -> ExplainNode:
     """Evaluate every sub-expression of a (valid) condition against ``values``."""
     source = "(" + text + "\n)"
-    tree = ast.parse("(" + _braces_to_parens(text) + "\n)", mode="eval")
+    tree = parse_condition(text)
 
     def value(node: ast.AST) -> Any:
-        comp = _Compiler(catalogue)
-        compiled = comp.visit(node)
-        fn = eval(compile(f"lambda S, T: {compiled.code}", "<explain>", "eval"),  # generated
-                  dict(_GLOBALS, K=tuple(comp.consts)))
-        return fn(values, history)
+        return compile_subexpression(node, catalogue)(values, history)
 
     def build(node: ast.AST) -> ExplainNode:
         text_of = ast.get_source_segment(source, node) or ast.unparse(node)
-        if isinstance(node, ast.Call) and _dotted(node.func) in catalogue:
+        if isinstance(node, ast.Call) and selector_name(node) in catalogue:
             return ExplainNode(text_of, value(node))  # a selector is one signal
         kids: list[ast.AST] = []
         if isinstance(node, ast.BoolOp):

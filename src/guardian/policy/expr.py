@@ -19,12 +19,13 @@ import enum
 import itertools
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..durations import parse_duration
 from ..model import runtime
-from ..model.condition import Condition, SignalRef
+from ..model.condition import Condition, SignalRef, TimeFunctions
 from ..model.runtime import Matcher
 from ..snapshot import SignalSpec
 
@@ -416,6 +417,30 @@ _GLOBALS: dict[str, object] = {
 }
 
 
+def parse_condition(text: str) -> ast.Expression:
+    """The syntax tree of a condition (selectors ``name{...}`` as calls ``name(...)``,
+    the whole in parentheses so it may span lines; columns on the first line are one
+    more than in ``text``). Raises SyntaxError."""
+    return ast.parse("(" + _braces_to_parens(text) + "\n)", mode="eval")
+
+
+def selector_name(node: ast.AST) -> str | None:
+    """The dotted signal name a name, attribute or selector call node spells, if any."""
+    return _dotted(node.func if isinstance(node, ast.Call) else node)
+
+
+def compile_subexpression(node: ast.AST, catalogue: Mapping[str, SignalSpec]
+                          ) -> Callable[[Mapping[str, Any], TimeFunctions], Any]:
+    """One sub-expression of a checked condition's tree, compiled as conditions are
+    (for ``explain``, which shows the value of every part)."""
+    comp = _Compiler(catalogue)
+    compiled = comp.visit(node)
+    fn: Callable[[Mapping[str, Any], TimeFunctions], Any] = eval(  # generated from the
+        compile(f"lambda S, T: {compiled.code}", "<explain>", "eval"),  # checked tree
+        dict(_GLOBALS, K=tuple(comp.consts)))
+    return fn
+
+
 def compile_condition(text: str, catalogue: Mapping[str, SignalSpec]) -> Condition:
     """Check and compile a condition. Raises :class:`ExprError` with its position."""
     if "\x00" in text:
@@ -424,7 +449,7 @@ def compile_condition(text: str, catalogue: Mapping[str, SignalSpec]) -> Conditi
     # are shifted back by the one added character.
     lines = text.split("\n")
     try:
-        tree = ast.parse("(" + _braces_to_parens(text) + "\n)", mode="eval")
+        tree = parse_condition(text)
     except SyntaxError as exc:
         line, col = exc.lineno or 1, max((exc.offset or 1) - 1, 0)
         if line > len(lines):

@@ -29,16 +29,19 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..diagnostics import Diagnostic, Reporter, RuleError, read_toml
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
-from ..plugins import Registry, default_registry
+from ..host import Host
+from ..plugins import Registry, SampleError, Source, default_registry
 from ..snapshot import Snapshot, Value, parse_series_key
-from ..sources.kmsg import KmsgConfig, match_line
 from .loader import load_rules
 
 _TOKEN = re.compile(r"^(?:(_)|(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
@@ -86,9 +89,10 @@ class FileResult:
 
 
 def run_test_file(path: str | Path, registry: Registry | None = None,
-                  patterns: dict[str, re.Pattern[str]] | None = None) -> FileResult:
-    """Run every test of one test file. ``patterns`` are the kernel-log patterns that
-    ``[[kmsg]]`` samples are checked against (default: the shipped ones)."""
+                  source_configs: Mapping[str, BaseModel] | None = None) -> FileResult:
+    """Run every test of one test file: ``[[test]]`` tables against its rules, and the
+    samples of any source that offers them (``[[kmsg]]``: kernel-log lines), checked by
+    that source configured with ``source_configs`` (default: its defaults)."""
     path = Path(path)
     res = FileResult(str(path))
     reg = registry or default_registry()
@@ -99,9 +103,12 @@ def run_test_file(path: str | Path, registry: Registry | None = None,
         return res
     err = Reporter(str(path), text, res.errors)
 
-    _check_kmsg_samples(doc.get("kmsg", []), patterns or KmsgConfig().compiled(), res, err)
+    for name, cls in sorted(reg.sources.items()):
+        if cls.offers_samples and name in doc:
+            source = cls(Host(), (source_configs or {}).get(name))
+            _check_samples(source, doc[name], res, err)
     if "rule_files" not in doc and "test" not in doc and res.tests:
-        return res  # a file of kernel-log samples only
+        return res  # a file of source samples only
     files = doc.get("rule_files")
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         err(("rule_files",), "`rule_files` must be a non-empty list of paths")
@@ -127,32 +134,25 @@ def run_test_file(path: str | Path, registry: Registry | None = None,
         except _TestInputError as exc:
             err(("test", i, *exc.loc), f"{tname}: {exc}")
     if res.tests == 0:
-        err((), "no [[test]] or [[kmsg]] tables in this file")
+        err((), "no [[test]] tables or source samples ([[kmsg]]) in this file")
     return res
 
 
-def _check_kmsg_samples(samples: Any, patterns: dict[str, re.Pattern[str]],
-                        res: FileResult, err: Any) -> None:
-    """``[[kmsg]]`` tables: a sample kernel-log line and the patterns it must match."""
-    if not isinstance(samples, list):
-        err(("kmsg",), "`kmsg` must be an array of tables: write each as [[kmsg]]")
+def _check_samples(source: Source, samples: Any, res: FileResult, err: Reporter) -> None:
+    """``[[NAME]]`` tables, each one sample for the source NAME to check."""
+    name = source.name
+    if not isinstance(samples, list) or not all(isinstance(x, dict) for x in samples):
+        err((name,), f"`{name}` must be an array of tables: write each as [[{name}]]")
         return
     for i, sample in enumerate(samples):
-        line, want = sample.get("line"), sample.get("matches")
-        if not isinstance(line, str) or not isinstance(want, list):
-            err(("kmsg", i), "a [[kmsg]] sample needs `line` (text) and `matches` (list)")
-            continue
-        unknown = [w for w in want if w not in patterns]
-        if unknown:
-            err(("kmsg", i, "matches"), f"unknown pattern(s) {', '.join(unknown)} (known: "
-                                        f"{', '.join(sorted(patterns))})")
+        try:
+            problem = source.check_sample(sample)
+        except SampleError as exc:
+            err((name, i, *exc.loc), str(exc))
             continue
         res.tests += 1
-        got = sorted(match_line(patterns, line))
-        if got != sorted(want):
-            res.failures.append(Failure(f"kmsg sample {i + 1}", "-",
-                                        _diff("matches", sorted(want), got)
-                                        + f"\n    line: {line}"))
+        if problem is not None:
+            res.failures.append(Failure(f"{name} sample {i + 1}", "-", problem))
 
 
 class _TestInputError(ValueError):

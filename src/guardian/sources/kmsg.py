@@ -19,12 +19,12 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..host import Host
-from ..plugins import Source
+from ..plugins import SampleError, Source
 from ..snapshot import Family, SignalSpec, labels_of
 
 # The ENA reset sequence (see the incident) and the kernel's classic distress lines.
@@ -192,10 +192,31 @@ class KmsgSource(Source):
             return
         self._match(message, now, matched)
 
-    def _match(self, line: str, now: float, matched: list[str]) -> None:
+    def matches(self, line: str) -> list[str]:
+        """Names of the configured patterns one kernel-log line matches: what the live
+        source counts, and what rule tests check."""
         if not self.screen.search(line):
-            return
-        for name in match_line(self.patterns, line):
+            return []
+        return match_line(self.patterns, line)
+
+    offers_samples: ClassVar[bool] = True
+
+    def check_sample(self, sample: dict[str, Any]) -> str | None:
+        """A ``[[kmsg]]`` sample: a kernel-log ``line`` and the patterns it ``matches``."""
+        line, want = sample.get("line"), sample.get("matches")
+        if not isinstance(line, str) or not isinstance(want, list):
+            raise SampleError((), "a [[kmsg]] sample needs `line` (text) and `matches` (list)")
+        unknown = [str(w) for w in want if w not in self.patterns]
+        if unknown:
+            raise SampleError(("matches",), f"unknown pattern(s) {', '.join(unknown)} "
+                                            f"(known: {', '.join(sorted(self.patterns))})")
+        got = sorted(self.matches(line))
+        if got == sorted(want):
+            return None
+        return f"    matches:\n      want: {sorted(want)}\n      got:  {got}\n    line: {line}"
+
+    def _match(self, line: str, now: float, matched: list[str]) -> None:
+        for name in self.matches(line):
             self.counts[name] += 1
             self.last_match[name] = now
             matched.append(name)
