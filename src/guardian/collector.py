@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from .config import Config
 from .host import Host
@@ -28,9 +29,9 @@ SOURCE_ERRORS = SignalSpec(
 class Collector:
     """The available sources of one host, collected together."""
 
-    def __init__(self, host: Host, sources: Iterable[Source]) -> None:
+    def __init__(self, host: Host, sources: Iterable[Source[Any]]) -> None:
         self.host = host
-        self.sources: list[Source] = []
+        self.sources: list[Source[Any]] = []
         self.unavailable: dict[str, str] = {}
         for src in sources:
             why = _unavailable(src)
@@ -87,7 +88,7 @@ class Collector:
             src.close()
 
 
-def _unavailable(src: Source) -> str | None:
+def _unavailable(src: Source[Any]) -> str | None:
     try:
         return src.unavailable()
     except Exception as exc:

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr
 
@@ -25,7 +25,11 @@ class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Source(ABC):
+P = TypeVar("P", bound=BaseModel)
+C = TypeVar("C", bound=BaseModel)
+
+
+class Source(ABC, Generic[C]):
     """Reads one area of the host. ``collect`` only reads; a failure raises, and the
     collector turns it into "no value" for this source's signals plus an error count.
     ``Config`` is the pydantic model of the source's ``[sources.NAME]`` table."""
@@ -34,9 +38,10 @@ class Source(ABC):
     specs: ClassVar[tuple[SignalSpec, ...]]
     Config: ClassVar[type[BaseModel]] = NoParams
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: C | None = None) -> None:
         self.host = host
-        self.config = config if config is not None else self.Config()
+        # ``Config`` is the model of C (a ClassVar cannot name a type variable)
+        self.config: C = config if config is not None else cast(C, self.Config())
 
     def follow(self, wake: Callable[[str], None]) -> bool:
         """Start watching for events between ticks and call ``wake(reason)`` on one.
@@ -61,7 +66,7 @@ class Source(ABC):
     def collect(self, now: float) -> dict[str, object]:
         """Signal name -> float, or -> {labels: float} for a family."""
 
-    def close(self) -> None:  # noqa: B027 (optional hook; most sources hold nothing)
+    def close(self) -> None:
         """Release files or sockets held between collections."""
 
 
@@ -130,7 +135,7 @@ class ActionContext:
     own_pid: int = field(default_factory=os.getpid)
 
 
-class Action(ABC):
+class Action(ABC, Generic[P]):
     """A remediation. ``plan`` is pure (it may read the host, never change it);
     ``apply`` carries a plan out. Dry-run is ``plan`` without ``apply``.
 
@@ -144,8 +149,8 @@ class Action(ABC):
     Params: ClassVar[type[BaseModel]] = NoParams
     disruptive: ClassVar[bool] = True
 
-    def __init__(self, params: BaseModel) -> None:
-        self.params = params
+    def __init__(self, params: P) -> None:
+        self.params: P = params
 
     @abstractmethod
     def plan(self, ctx: ActionContext) -> Plan: ...
@@ -171,8 +176,8 @@ class Registry:
     names with their own, e.g. ``acme.drain``)."""
 
     def __init__(self) -> None:
-        self.sources: dict[str, type[Source]] = {}
-        self.actions: dict[str, type[Action]] = {}
+        self.sources: dict[str, type[Source[Any]]] = {}
+        self.actions: dict[str, type[Action[Any]]] = {}
         self.load_errors: list[str] = []
         self.providers: dict[tuple[str, str], str] = {}  # (kind, name) -> who provides it
 
@@ -214,7 +219,7 @@ class Registry:
             raise RegistryError([f"{kind} {name!r} is provided twice: by {first} and by {who}"])
         self.providers[(kind, name)] = first or who
 
-    def add_source(self, source: type[Source], provider: str = "") -> None:
+    def add_source(self, source: type[Source[Any]], provider: str = "") -> None:
         """Register a source class. Raises :class:`RegistryError` when its name or one of
         its signals is already provided by another class."""
         who = provider or _class_path(source)
@@ -233,7 +238,7 @@ class Registry:
             raise RegistryError(problems)
         self.sources[source.name] = source
 
-    def add_action(self, action: type[Action], provider: str = "") -> None:
+    def add_action(self, action: type[Action[Any]], provider: str = "") -> None:
         """Register an action class. Raises :class:`RegistryError` when its name is already
         provided by another class."""
         who = provider or _class_path(action)
@@ -311,13 +316,13 @@ def default_registry() -> Registry:
     return _default
 
 
-def register_source(source: type[Source]) -> type[Source]:
+def register_source(source: type[Source[Any]]) -> type[Source[Any]]:
     """Add a source class to the default registry (usable as a decorator)."""
     default_registry().add_source(source)
     return source
 
 
-def register_action(action: type[Action]) -> type[Action]:
+def register_action(action: type[Action[Any]]) -> type[Action[Any]]:
     """Add an action class to the default registry (usable as a decorator)."""
     default_registry().add_action(action)
     return action

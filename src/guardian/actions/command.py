@@ -30,7 +30,7 @@ class CommandParams(BaseModel):
     cwd: str = "/"
 
 
-class CommandAction(Action):
+class CommandAction(Action[CommandParams]):
     """Run a program. It gets GUARDIAN_RULE and GUARDIAN_VALUES (JSON) in its environment."""
 
     name: ClassVar[str] = "command"
@@ -39,7 +39,6 @@ class CommandAction(Action):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, CommandParams)
         return Plan(self.name, ctx.rule,
                     [Step(f"program {p.argv[0]}",
                           f"run {json.dumps(p.argv)} in {p.cwd} (timeout {p.timeout:g}s)")],
@@ -47,7 +46,6 @@ class CommandAction(Action):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, CommandParams)
         env = {**MINIMAL_ENV, **p.env, "GUARDIAN_RULE": ctx.rule,
                "GUARDIAN_VALUES": json.dumps(ctx.values, sort_keys=True, default=str)}
         started = time.monotonic()

@@ -98,7 +98,7 @@ def _per_core(values: dict[str, Any], name: str) -> dict[int, float]:
     return {int(dict(labels)["cpu"]): v for labels, v in fam.items()}
 
 
-class IrqMove(Action):
+class IrqMove(Action[IrqParams]):
     """Move NIC queue IRQs off hot cores (see the module docstring)."""
 
     name: ClassVar[str] = "irq.move"
@@ -106,7 +106,6 @@ class IrqMove(Action):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, IrqParams)
         host = ctx.host
         plan = Plan(self.name, ctx.rule)
         balancer = irqbalance_running(host)
@@ -159,7 +158,6 @@ class IrqMove(Action):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, IrqParams)
         moves = plan.data.get("moves", [])
         saved = load_state(p.state_file)
         results = []

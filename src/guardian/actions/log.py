@@ -27,7 +27,7 @@ class LogParams(BaseModel):
     level: Literal["debug", "info", "warning", "error", "critical"] = "warning"
 
 
-class LogAction(Action):
+class LogAction(Action[LogParams]):
     """Log a line. It changes nothing on the host, so it is the safe first action."""
 
     name: ClassVar[str] = "log"
@@ -36,7 +36,6 @@ class LogAction(Action):
 
     def plan(self, ctx: ActionContext) -> Plan:
         params = self.params
-        assert isinstance(params, LogParams)
         text = Template(params.message).safe_substitute(
             rule=ctx.rule, values=json.dumps(ctx.values, sort_keys=True))
         return Plan(self.name, ctx.rule, [Step("guardian log", f"{params.level}: {text}")],

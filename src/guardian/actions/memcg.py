@@ -52,7 +52,7 @@ class MemcgParams(BaseModel):
         return v.strip("/")
 
 
-class MemcgRelease(Action):
+class MemcgRelease(Action[MemcgParams]):
     """Release dying memory cgroups (see the module docstring)."""
 
     name: ClassVar[str] = "memcg.release"
@@ -60,7 +60,6 @@ class MemcgRelease(Action):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, MemcgParams)
         dying = dying_memcgs(ctx.host)
         plan = Plan(self.name, ctx.rule, data={"dying_before": dying})
         if p.method == "drop_caches":
@@ -92,7 +91,6 @@ class MemcgRelease(Action):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, MemcgParams)
         if "path" not in plan.data:
             return Outcome(ok=False, error="nothing planned")
         before = plan.data["dying_before"]

@@ -93,7 +93,7 @@ def _still_zombie(proc: Path, z: Zombie) -> ProcStat | None:
     return st
 
 
-class ReapZombies(Action):
+class ReapZombies(Action[ReapParams]):
     """Reap zombies through their parents (see the module docstring)."""
 
     name: ClassVar[str] = "reap.zombies"
@@ -101,7 +101,6 @@ class ReapZombies(Action):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, ReapParams)
         proc = ctx.host.proc
         by_parent, stats = _zombies_by_parent(proc)
         now_up = uptime(proc)
@@ -145,7 +144,6 @@ class ReapZombies(Action):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, ReapParams)
         results = [self._one(t, ctx, p) for t in plan.data["targets"]]
         reaped = sum(r["reaped"] for r in results)
         left = [r for r in results if r["remaining"]]

@@ -42,7 +42,7 @@ class UnitParams(BaseModel):
     timeout: Duration = Field(30.0, gt=0)
 
 
-class SystemdUnit(Action):
+class SystemdUnit(Action[UnitParams]):
     """Stop (and optionally disable or mask) crash-looping units."""
 
     name: ClassVar[str] = "systemd.unit"
@@ -50,7 +50,6 @@ class SystemdUnit(Action):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, UnitParams)
         plan = Plan(self.name, ctx.rule)
         candidates: dict[str, float] = {}
         if p.units is not None:
@@ -81,12 +80,10 @@ class SystemdUnit(Action):
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         p = self.params
-        assert isinstance(p, UnitParams)
         return systemctl.run(p.systemctl, *args, timeout=p.timeout)
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, UnitParams)
         results: list[dict[str, Any]] = []
         for unit in plan.data.get("units", []):
             state = self._state(unit)

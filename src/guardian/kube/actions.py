@@ -7,7 +7,7 @@ import datetime as dt
 import time
 from fnmatch import fnmatchcase
 from string import Template
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import httpx2
 from lightkube import ApiError, Client
@@ -37,14 +37,16 @@ def _why(exc: BaseException) -> str:
     return f"API unreachable: {exc.__class__.__name__}: {exc}"
 
 
-class KubeAction(Action):
+K = TypeVar("K", bound=KubeParams)
+
+
+class KubeAction(Action[K]):
     """Shared: the client (one per action, reused) and the node's name."""
 
     _client: Client | None = None
 
     @property
     def kube(self) -> KubeParams:
-        assert isinstance(self.params, KubeParams)
         return self.params
 
     def client(self) -> Client:
@@ -57,7 +59,7 @@ class CordonParams(KubeParams):
     pass
 
 
-class _Schedulable(KubeAction):
+class _Schedulable(KubeAction[CordonParams]):
     unschedulable: ClassVar[bool]
     Params = CordonParams
 
@@ -113,7 +115,7 @@ class EvictParams(KubeParams):
     backoff: float = Field(2.0, ge=0, le=300, description="first wait after a 429 (doubles)")
 
 
-class KubeEvict(KubeAction):
+class KubeEvict(KubeAction[EvictParams]):
     """Evict pods from this node through the Eviction subresource (policy/v1)."""
 
     name: ClassVar[str] = "kube.evict"
@@ -121,7 +123,6 @@ class KubeEvict(KubeAction):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, EvictParams)
         node = node_name(p)
         plan = Plan(self.name, ctx.rule, data={"pods": []})
         try:
@@ -164,7 +165,6 @@ class KubeEvict(KubeAction):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, EvictParams)
         results: dict[str, list[str]] = {"evicted": [], "gone": [], "blocked": [],
                                          "failed": []}
         errors = []
@@ -205,7 +205,7 @@ class ConditionParams(KubeParams):
     message: str = "guardian rule $rule fired: $values"
 
 
-class KubeCondition(KubeAction):
+class KubeCondition(KubeAction[ConditionParams]):
     """Set a node condition, as node-problem-detector does: True while the rule fires;
     with ``on = "both"`` it is set back to False when the rule resolves."""
 
@@ -215,7 +215,6 @@ class KubeCondition(KubeAction):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, ConditionParams)
         node = node_name(p)
         resolved = ctx.kind == "resolved"
         cond = {"type": p.type, "status": "False" if resolved else "True",
@@ -247,7 +246,7 @@ class EventParams(KubeParams):
     namespace: str = "default"
 
 
-class KubeEvent(KubeAction):
+class KubeEvent(KubeAction[EventParams]):
     """Emit an Event about this node."""
 
     name: ClassVar[str] = "kube.event"
@@ -256,7 +255,6 @@ class KubeEvent(KubeAction):
 
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
-        assert isinstance(p, EventParams)
         node = node_name(p)
         text = Template(p.message).safe_substitute(rule=ctx.rule, values=str(ctx.values))
         return Plan(self.name, ctx.rule, [Step(f"node {node}", f"{p.type} event {p.reason}: "
@@ -265,7 +263,6 @@ class KubeEvent(KubeAction):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
-        assert isinstance(p, EventParams)
         node = plan.data["node"]
         now = _now()
         event = Event(

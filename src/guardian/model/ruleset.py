@@ -16,7 +16,7 @@ class BoundAction:
     """An action of a rule with its parameters validated and an instance ready to plan."""
 
     spec: ActionSpec
-    action: Action
+    action: Action[Any]
 
     @property
     def use(self) -> str:

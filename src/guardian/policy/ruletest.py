@@ -138,7 +138,7 @@ def run_test_file(path: str | Path, registry: Registry | None = None,
     return res
 
 
-def _check_samples(source: Source, samples: Any, res: FileResult, err: Reporter) -> None:
+def _check_samples(source: Source[Any], samples: Any, res: FileResult, err: Reporter) -> None:
     """``[[NAME]]`` tables, each one sample for the source NAME to check."""
     name = source.name
     if not isinstance(samples, list) or not all(isinstance(x, dict) for x in samples):

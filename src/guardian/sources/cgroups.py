@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel
-
 from ..host import Host
 from ..hostio.cgroupfs import Layout, detect_layout, layout_problem, memcg_counts
-from ..plugins import Source
+from ..plugins import NoParams, Source
 from ..snapshot import SignalSpec
 
 
-class CgroupsSource(Source):
+class CgroupsSource(Source[NoParams]):
     name: ClassVar[str] = "cgroups"
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("memcg.live", "live memory cgroups", "cgroups"),
@@ -23,7 +21,7 @@ class CgroupsSource(Source):
                    "(1 = v1 or hybrid, 2 = unified)", ""),
     )
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: NoParams | None = None) -> None:
         super().__init__(host, config)
         self._layout: Layout | None = None
 

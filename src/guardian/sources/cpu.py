@@ -46,7 +46,7 @@ def parse_proc_stat_cpus(text: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-class CpuSource(Source):
+class CpuSource(Source[CpuConfig]):
     name: ClassVar[str] = "cpu"
     Config = CpuConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
@@ -65,9 +65,8 @@ class CpuSource(Source):
                    "(its softirq backlog)", "percent", labels=("cpu",)),
     )
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: CpuConfig | None = None) -> None:
         super().__init__(host, config)
-        assert isinstance(self.config, CpuConfig)
         self.hot_pct = self.config.hot_pct
         self.prev: dict[str, tuple[int, ...]] | None = None
         self.ksoftirqd: dict[int, str] = {}  # pid -> cpu

@@ -96,7 +96,7 @@ class EthtoolConfig(BaseModel):
         None, description="interfaces to read (default: every one that answers)")
 
 
-class EthtoolSource(Source):
+class EthtoolSource(Source[EthtoolConfig]):
     name: ClassVar[str] = "ethtool"
     Config = EthtoolConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
@@ -106,9 +106,8 @@ class EthtoolSource(Source):
                    "interfaces"),
     )
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: EthtoolConfig | None = None) -> None:
         super().__init__(host, config)
-        assert isinstance(self.config, EthtoolConfig)
         self.only = self.config.interfaces
         self.sock: socket.socket | None = None
         self.nics: dict[str, NicInfo | None] = {}  # None: answers no stats

@@ -89,7 +89,7 @@ def match_line(patterns: dict[str, re.Pattern[str]], line: str) -> list[str]:
     return [name for name, rx in patterns.items() if rx.search(line)]
 
 
-class KmsgSource(Source):
+class KmsgSource(Source[KmsgConfig]):
     name: ClassVar[str] = "kmsg"
     Config = KmsgConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
@@ -103,9 +103,8 @@ class KmsgSource(Source):
                    counter=True),
     )
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: KmsgConfig | None = None) -> None:
         super().__init__(host, config)
-        assert isinstance(self.config, KmsgConfig)
         self.cfg: KmsgConfig = self.config
         self.patterns = self.cfg.compiled()
         # one alternation screens each line; only lines it hits run the named patterns

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel
-
 from ..host import Host
-from ..plugins import Source
+from ..plugins import NoParams, Source
 from ..snapshot import Family, SignalSpec, labels_of
 
 SOFTNET_COLUMNS = {0: "processed", 1: "dropped", 2: "time_squeeze"}
@@ -77,7 +75,7 @@ def _family(label: str, values: dict[str, int]) -> Family:
     return {labels_of({label: k}): float(v) for k, v in values.items()}
 
 
-class NetSource(Source):
+class NetSource(Source[NoParams]):
     name: ClassVar[str] = "net"
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("softirq.net_rx", "NET_RX softirqs handled per CPU", "softirqs",
@@ -104,7 +102,7 @@ class NetSource(Source):
                    if not (self.host.proc / p).exists()]
         return f"missing {', '.join('/proc/' + m for m in missing)}" if missing else None
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: NoParams | None = None) -> None:
         super().__init__(host, config)
         self.prev: tuple[float, dict[str, dict[str, int]]] | None = None
 

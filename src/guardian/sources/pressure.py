@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..plugins import Source
+from ..plugins import NoParams, Source
 from ..snapshot import SignalSpec
 
 RESOURCES = ("cpu", "memory", "io")
@@ -29,7 +29,7 @@ def parse_pressure(text: str) -> dict[str, float]:
     return out
 
 
-class PressureSource(Source):
+class PressureSource(Source[NoParams]):
     name: ClassVar[str] = "pressure"
     specs: ClassVar[tuple[SignalSpec, ...]] = tuple(
         spec

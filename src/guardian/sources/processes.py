@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel
-
 from ..host import Host
 from ..hostio.procfs import all_stats, zombies_by_parent
-from ..plugins import Source
+from ..plugins import NoParams, Source
 from ..snapshot import Family, SignalSpec, labels_of
 
 
-class ProcessesSource(Source):
+class ProcessesSource(Source[NoParams]):
     name: ClassVar[str] = "processes"
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("processes.total", "processes and kernel threads", "processes"),
@@ -25,7 +23,7 @@ class ProcessesSource(Source):
                    "how long guardian has seen the longest-standing zombie", "seconds"),
     )
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: NoParams | None = None) -> None:
         super().__init__(host, config)
         # (pid, starttime) of each zombie -> when guardian first saw it; the kernel does
         # not record when a process exited, so age is measured from first sight.

@@ -35,7 +35,7 @@ class SystemdConfig(BaseModel):
     timeout: Duration = Field(10.0, description="longest a systemctl call may take")
 
 
-class SystemdSource(Source):
+class SystemdSource(Source[SystemdConfig]):
     name: ClassVar[str] = "systemd"
     Config = SystemdConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
@@ -53,9 +53,8 @@ class SystemdSource(Source):
                    "restarts within the window", "units"),
     )
 
-    def __init__(self, host: Host, config: BaseModel | None = None) -> None:
+    def __init__(self, host: Host, config: SystemdConfig | None = None) -> None:
         super().__init__(host, config)
-        assert isinstance(self.config, SystemdConfig)
         self.cfg: SystemdConfig = self.config
         self.history: dict[str, deque[tuple[float, int]]] = {}
 
