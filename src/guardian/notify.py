@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Mapping
 
 import sdnotify
@@ -23,17 +24,10 @@ class Notifier:
         self.watchdog_usec = _watchdog_usec(env)
         self._notifier: sdnotify.SystemdNotifier | None = None
         if self.address:
-            saved = os.environ.get("NOTIFY_SOCKET")
-            os.environ["NOTIFY_SOCKET"] = self.address  # sdnotify reads it from os.environ
             try:
-                self._notifier = sdnotify.SystemdNotifier(debug=True)
+                self._notifier = _connect(self.address)
             except OSError as exc:
                 log.warning("cannot reach NOTIFY_SOCKET %s: %s", self.address, exc)
-            finally:
-                if saved is None:
-                    os.environ.pop("NOTIFY_SOCKET", None)
-                else:
-                    os.environ["NOTIFY_SOCKET"] = saved
 
     @property
     def enabled(self) -> bool:
@@ -66,6 +60,21 @@ class Notifier:
 
     def stopping(self) -> None:
         self.send("STOPPING=1")
+
+
+def _connect(address: str) -> sdnotify.SystemdNotifier:
+    """An sdnotify notifier connected to ``address``. sdnotify itself connects to the
+    process environment's NOTIFY_SOCKET; the address is given here instead, so nothing
+    edits os.environ (an embedding agent's environment is its own)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect("\0" + address[1:] if address.startswith("@") else address)
+    except OSError:
+        sock.close()
+        raise
+    notifier = sdnotify.SystemdNotifier.__new__(sdnotify.SystemdNotifier)
+    notifier.debug, notifier.socket = True, sock
+    return notifier
 
 
 def _watchdog_usec(env: Mapping[str, str]) -> int | None:

@@ -129,8 +129,15 @@ class Daemon:
         self.request_reload("SIGHUP")
 
     # -- life cycle ------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop, SIGHUP reloads. The process's own entry point calls
+        this (the CLI does); an agent that embeds the daemon keeps its own handlers."""
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self._on_sighup)
+
     def run(self) -> int:
-        """Start, loop until SIGTERM/SIGINT, stop. The process exit code."""
+        """Start, loop until stopped (:meth:`request_stop`), stop. The exit code."""
         code = self.start()
         if code:
             return code
@@ -190,9 +197,6 @@ class Daemon:
         if self.opts.metrics_port is not None:
             self.status_extra = self.metrics.serve(self.opts.metrics_address,
                                                    self.opts.metrics_port) or ""
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
-        signal.signal(signal.SIGHUP, self._on_sighup)
         followers = self.collector.follow(lambda reason: self.wake.set())
         self._watch_rules()
         log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",

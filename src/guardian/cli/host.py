@@ -133,7 +133,9 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         metrics_address=svc.metrics.address, metrics_port=port,
         textfile=svc.metrics.textfile or None, apply_timeout=svc.apply_timeout,
         root=Path(args.root))
-    return Daemon(opts, config).run()
+    daemon = Daemon(opts, config)
+    daemon.install_signal_handlers()
+    return daemon.run()
 
 
 def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine: Engine,
