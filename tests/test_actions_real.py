@@ -24,6 +24,7 @@ from guardian.host import Host
 from guardian.plugins import ActionContext
 from guardian.snapshot import Snapshot
 from guardian.sources.systemd import SystemdSource
+from guardian.testing import FakeHost, family
 
 from .kernel import (
     _zombie_children,
@@ -183,16 +184,14 @@ def test_zombies_that_only_move_to_a_non_reaping_parent_are_reported() -> None:
 def test_pid1_kernel_threads_and_guardian_itself_are_refused(tmp_path: Path) -> None:
     """Recorded tree (PID 1 and kthreadd with zombies, which must never be made on a real
     host) plus a real zombie whose parent is this very process (guardian)."""
-    proc = tmp_path / "proc"
+    fake = FakeHost(tmp_path)
     for pid, comm, state, ppid, flags in [
             (1, "init", "S", 0, 0x400100), (2, "kthreadd", "S", 0, 0x208040),
             (500, "orphan", "Z", 1, 0x400000), (600, "kworker", "Z", 2, 0x4208060)]:
-        (proc / str(pid)).mkdir(parents=True)
-        (proc / str(pid) / "stat").write_text(
-            f"{pid} ({comm}) {state} {ppid} 0 0 0 -1 {flags} " + "0 " * 10 + "5 " + "0 " * 20)
-    (proc / "uptime").write_text("1000.0 100.0\n")
+        fake.process(pid, comm, state, ppid, flags)
+    fake.write("proc/uptime", "1000.0 100.0\n")
     act = ReapZombies(_reap_params())
-    plan = act.plan(ctx(host=Host(tmp_path)))
+    plan = act.plan(ctx(host=fake.host))
     assert plan.steps == []
     assert any("pid 1 (init)" in r and "PID 1 is never a target" in r for r in plan.skipped)
     # pid 600's parent is kthreadd, a kernel thread; its zombie is a kernel thread too
@@ -340,13 +339,12 @@ def test_irq_move_refuses_while_irqbalance_runs(tmp_path: Path) -> None:
 
 def test_irq_move_takes_hot_cores_from_the_snapshot() -> None:
     need_root()
-    from guardian.snapshot import labels_of
-    cpu0, cpu1 = labels_of({"cpu": "0"}), labels_of({"cpu": "1"})
-    values = {"cpu.core.kernel_pct": {cpu0: 99.0, cpu1: 3.0},
-              "cpu.core.hot": {cpu0: 1.0, cpu1: 0.0}}
+    values = {"cpu.core.kernel_pct": family("cpu", {"0": 99.0, "1": 3.0}),
+              "cpu.core.hot": family("cpu", {"0": 1.0, "1": 0.0})}
     plan = IrqMove(IrqParams(interface="eth0", irqbalance="ignore")).plan(ctx(values))
     assert all(m["new"] == "1" for m in plan.data.get("moves", []))
-    calm = {"cpu.core.kernel_pct": {cpu0: 5.0}, "cpu.core.hot": {cpu0: 0.0}}
+    calm = {"cpu.core.kernel_pct": family("cpu", {"0": 5.0}),
+            "cpu.core.hot": family("cpu", {"0": 0.0})}
     assert IrqMove(IrqParams(interface="eth0")).plan(ctx(calm)).note == \
         "no hot core: nothing to move"
 

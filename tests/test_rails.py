@@ -34,6 +34,7 @@ from guardian import (
 )
 from guardian.audit import AuditLog, read_audit
 from guardian.plugins import Registry, RegistryError, default_registry
+from guardian.testing import family, snapshot
 
 from .conftest import write
 
@@ -304,8 +305,7 @@ when = "max(cpu.core.sys_pct) > 90"
     snap = Snapshot(0.0, {"cpu.core.sys_pct": {"3": 95.0}})  # type: ignore[dict-item]
     assert engine.evaluate(snap) == [] and engine.states["hot"].unknown
     assert "cpu.core.sys_pct" in snap.errors
-    good = Snapshot.build(0.0, {"cpu.core.sys_pct": {(("cpu", "3"),): 95.0}},
-                          default_registry().catalogue().values())
+    good = snapshot(0.0, {"cpu.core.sys_pct": family("cpu", {"3": 95.0})})
     assert [d.kind for d in engine.evaluate(good)] == ["firing"]
 
 

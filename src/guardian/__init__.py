@@ -19,6 +19,8 @@ from .plugins import (
     ActionContext,
     Outcome,
     Plan,
+    Registry,
+    RegistryError,
     Source,
     Step,
     default_registry,
@@ -32,7 +34,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Action", "ActionContext", "Budget", "Collector", "Decision", "Diagnostic", "Engine",
-    "Executor", "Host", "Outcome", "Plan", "RuleError", "Ruleset", "SignalSpec", "Snapshot",
+    "Executor", "Host", "Outcome", "Plan", "Registry", "RegistryError", "RuleError",
+    "Ruleset", "SignalSpec", "Snapshot",
     "Source", "Step", "default_registry", "labels_of", "load_rules", "load_text",
     "register_action", "register_source",
 ]

@@ -1,0 +1,31 @@
+"""The examples in examples/ are tested files: the embedding agent runs collect →
+evaluate → plan → apply, and the plugin written against the public API passes
+mypy --strict without a cast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def test_the_embedding_example_runs_end_to_end() -> None:
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "embed.py")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "firing: acme.note -> noted in" in proc.stdout
+    assert proc.stdout.strip().endswith("queue-backlog firing")
+
+
+def test_a_plugin_against_the_public_api_is_mypy_strict_clean_without_casts() -> None:
+    plugin = EXAMPLES / "acme_plugin.py"
+    text = plugin.read_text()
+    assert "cast(" not in text and "isinstance(self.params" not in text
+    assert "type: ignore" not in text
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", str(plugin),
+                           str(EXAMPLES / "embed.py")], cwd=EXAMPLES, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
