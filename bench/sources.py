@@ -31,7 +31,6 @@ from guardian.host import Host
 from guardian.plugins import default_registry
 from guardian.sources.processes import ProcessesSource
 
-REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "guardian-bench"
 COLLECTORS = ["cpu", "stat", "softnet", "netdev", "pressure", "ethtool", "processes",
               "cgroups"]
@@ -139,8 +138,7 @@ def run() -> list[dict[str, Any]]:
                         "peer": "", "peer_value": None, "ratio": None})
 
     if os.geteuid() == 0 and Path("/sys/fs/cgroup/memory/cgroup.procs").exists():
-        sys.path.insert(0, str(REPO))
-        from tests.kernel import dying_memcgs
+        from guardian.testing import dying_memcgs
         base = guardian_cpu_per_tick(TICKS) * 1000
         t0 = time.monotonic()
         with dying_memcgs(20_000):

@@ -9,14 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-MEMCG_V1 = Path("/sys/fs/cgroup/memory")
+from guardian.testing import MEMCG_V1
 
 ZOMBIE_PARENT = r"""
 import os, signal, sys, time
@@ -68,67 +67,6 @@ def need_memcg_v1() -> None:
     need_root()
     if not (MEMCG_V1 / "cgroup.procs").exists():
         pytest.skip("no writable cgroup v1 memory hierarchy on this machine")
-
-
-MEMCG_MAKER = r"""
-import os, sys
-parent, files, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-me = str(os.getpid())
-for i in range(n):
-    cg = os.path.join(parent, f"cg{i}")
-    os.mkdir(cg)
-    with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-        f.write(me)
-    with open(os.path.join(files, f"f{i}"), "wb") as f:
-        f.write(os.urandom(16384))  # page cache charged to this memcg
-    with open(os.path.join(parent, "cgroup.procs"), "w") as f:
-        f.write(me)
-    os.rmdir(cg)  # removed, but its page cache keeps it alive: dying
-"""
-
-
-@contextlib.contextmanager
-def dying_memcgs(n: int) -> Iterator[Path]:
-    """Make ``n`` real dying memory cgroups under a test-owned parent cgroup. Yields the
-    directory of the files whose page cache pins them; on exit the files are removed
-    (which frees that cache and so releases the memcgs) and the parent cgroup too."""
-    parent = MEMCG_V1 / f"guardian-test-{os.getpid()}-{time.monotonic_ns()}"
-    files = Path(tempfile.mkdtemp(prefix="guardian-memcg-", dir="/var/tmp"))
-    parent.mkdir()
-    try:
-        subprocess.run([sys.executable, "-c", MEMCG_MAKER, str(parent), str(files), str(n)],
-                       check=True, timeout=300)
-        yield files
-    finally:
-        shutil.rmtree(files, ignore_errors=True)
-        for _ in range(50):
-            try:
-                parent.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
-        settle_memcgs()
-
-
-def memcg_count() -> int:
-    for line in Path("/proc/cgroups").read_text().splitlines():
-        parts = line.split()
-        if parts and parts[0] == "memory":
-            return int(parts[2])
-    return 0
-
-
-def settle_memcgs(timeout: float = 30.0) -> None:
-    """Wait until released memcgs are gone (the kernel frees them asynchronously), so a
-    later test counting dying memcgs does not see this one's clean-up as a fall."""
-    deadline = time.monotonic() + timeout
-    last = memcg_count()
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = memcg_count()
-        if now == last:
-            return
-        last = now
 
 
 @contextlib.contextmanager

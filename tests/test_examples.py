@@ -29,3 +29,13 @@ def test_a_plugin_against_the_public_api_is_mypy_strict_clean_without_casts() ->
                            str(EXAMPLES / "embed.py")], cwd=EXAMPLES, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_benchmarks_need_neither_pytest_nor_the_test_suite() -> None:
+    """bench/run after a plain install: its modules import with pytest and tests/ absent."""
+    code = ("import sys; sys.modules['pytest'] = None; sys.modules['tests'] = None; "
+            f"sys.path.insert(0, {str(REPO / 'bench')!r}); "
+            "import engine_eval, resources, sources; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
