@@ -4,6 +4,7 @@ mypy --strict without a cast."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -39,3 +40,9 @@ def test_benchmarks_need_neither_pytest_nor_the_test_suite() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    # nor later, inside a function (the 20,000-dying-memcg figure imported tests/ there)
+    for path in sorted((REPO / "bench").glob("*.py")) + [REPO / "bench" / "run"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] in ("tests", "pytest") for n in names), path
