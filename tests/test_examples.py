@@ -41,7 +41,7 @@ def test_benchmarks_need_neither_pytest_nor_the_test_suite() -> None:
                           text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
     # nor later, inside a function (the 20,000-dying-memcg figure imported tests/ there)
-    for path in sorted((REPO / "bench").glob("*.py")) + [REPO / "bench" / "run"]:
+    for path in [*sorted((REPO / "bench").glob("*.py")), REPO / "bench" / "run"]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

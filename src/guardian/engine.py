@@ -17,7 +17,7 @@ from typing import Any
 from .durations import format_duration
 from .history import History
 from .model.ruleset import BoundAction, CompiledRule, Ruleset
-from .snapshot import Family, Snapshot, check_values, format_key
+from .snapshot import Family, Snapshot, Value, check_values, format_key
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -49,11 +49,22 @@ class Decision:
     kind: str
     severity: str
     summary: str
-    values: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Value | None] = field(default_factory=dict)
     actions: list[BoundAction] = field(default_factory=list)
     reason: str = ""
     fleet: bool = False  # the rule's disruptive actions need a slot of the fleet budget
     _mark: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The evidence rendered for people and JSON (labels as text, ``+Inf``)."""
+        return render_values(self.evidence)
+
+    @property
+    def matched(self) -> Family | None:
+        """For a family condition, the members that matched (typed: label tuples)."""
+        m = self.evidence.get("matched")
+        return m if isinstance(m, dict) else None
 
     @property
     def from_engine(self) -> bool:
@@ -272,10 +283,11 @@ class Engine:
                         fleet=rule.spec.fleet, _mark=_ENGINE_MARK)
 
     @staticmethod
-    def decision_values(rule: CompiledRule, values: Any, result: object) -> dict[str, Any]:
+    def decision_values(rule: CompiledRule, values: Any, result: object
+                        ) -> dict[str, Value | None]:
         """The signal values behind a decision (and, for family conditions, the members
-        that matched), for the audit log and the operator."""
-        out: dict[str, Any] = {}
+        that matched, under ``matched``), typed; :func:`render_values` renders them."""
+        out: dict[str, Value | None] = {}
         for ref in rule.condition.refs:
             v = ref.value(values)
             if isinstance(result, dict) and isinstance(v, dict):
@@ -283,9 +295,9 @@ class Engine:
             exact = ref.matchers and not any(is_glob for _, _, is_glob in ref.matchers)
             if exact and isinstance(v, dict) and len(v) == 1:
                 v = next(iter(v.values()))  # the key already names the one member
-            out[ref.key] = _plain(v)
+            out[ref.key] = v
         if isinstance(result, dict):
-            out["matched"] = _plain(result)
+            out["matched"] = result
         return out
 
     # -- persistence ---------------------------------------------------------------------
@@ -334,13 +346,22 @@ class Engine:
         return [n for n, s in self.states.items() if s.phase == "pending"]
 
 
-def _plain(v: float | Family | None) -> Any:
+def render_values(evidence: dict[str, Any]) -> dict[str, Any]:
+    """Evidence as the audit log, logs and ``--json`` show it: a family's members keyed
+    by their labels as text, numbers as int where whole, infinities as text."""
+    return {k: _plain(v) for k, v in evidence.items()}
+
+
+def _plain(v: Any) -> Any:
     if isinstance(v, dict):
-        return {format_key("", k) or "{}": _num(x) for k, x in sorted(v.items())}
+        return {(format_key("", k) or "{}") if isinstance(k, tuple) else k: _num(x)
+                for k, x in sorted(v.items())}
     return None if v is None else _num(v)
 
 
-def _num(x: float) -> float | int | str:
+def _num(x: Any) -> Any:
+    if not isinstance(x, int | float):
+        return x  # rendered already
     x = float(x)
     if math.isinf(x):
         return "+Inf" if x > 0 else "-Inf"

@@ -68,15 +68,16 @@ class Executor:
     heartbeat: Callable[[], None] = lambda: None  # called while an apply runs
     fleet: FleetGate | None = None
 
-    def record(self, record: dict[str, Any]) -> None:
+    def audit_entry(self, entry: dict[str, Any]) -> None:
+        """Append one entry to the audit log (when there is one), stamped with the time."""
         if self.audit is not None:
-            self.audit.write({"ts": self.clock(), **record})
+            self.audit.write({"ts": self.clock(), **entry})
 
     def run(self, decisions: list[Decision], snapshot: Snapshot) -> list[Executed]:
         """Audit each decision and carry out its actions (plan only when dry-run)."""
         results: list[Executed] = []
         for d in decisions:
-            self.record({"type": "decision", **d.to_dict()})
+            self.audit_entry({"type": "decision", **d.to_dict()})
             results.extend(self._carry_out(d, snapshot))
             if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet:
                 self.fleet.done(d.rule)  # clean-up has run: the node gives its slot back
@@ -92,7 +93,7 @@ class Executor:
             return [self._refuse(d, "(decision)", None, why)]
         results: list[Executed] = []
         ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values,
-                            kind=d.kind)
+                            kind=d.kind, evidence=d.evidence)
         may_disrupt = True
         if d.fleet and not self.dry_run and d.kind != "resolved" and \
                 any(a.disruptive for a in d.actions):
@@ -100,7 +101,7 @@ class Executor:
                 None, "the rule needs the fleet budget, and [fleet] is not configured")
             if slot is None:
                 may_disrupt = False
-                self.record({"type": "fleet_refused", "rule": d.rule, "reason": why})
+                self.audit_entry({"type": "fleet_refused", "rule": d.rule, "reason": why})
                 log.warning("rule %s: no disruptive action: %s", d.rule, why)
                 results.append(self._done(Executed(d, "(fleet budget)", None, None, why,
                                                    refused=True)))
@@ -113,7 +114,7 @@ class Executor:
         """The operator's manual action (``guardian act``): the same plan, refusal and
         apply path as a rule's, audited as manual."""
         d = Decision(snapshot.time, "manual", "manual", "info", f"guardian act {use}")
-        self.record({"type": "decision", "manual": True, **d.to_dict()})
+        self.audit_entry({"type": "decision", "manual": True, **d.to_dict()})
         ctx = ActionContext("manual", snapshot, self.host, self.dry_run, kind="manual")
         return self._execute(d, use, action, ctx)
 
@@ -123,10 +124,10 @@ class Executor:
             plan = action.plan(ctx)
         except Exception as exc:
             ex = Executed(d, use, None, None, error=f"plan failed: {exc!r}")
-            self.record({"type": "error", "dry_run": self.dry_run, **ex.to_dict()})
+            self.audit_entry({"type": "error", "dry_run": self.dry_run, **ex.to_dict()})
             log.error("rule %s: action %s: plan failed: %r", d.rule, use, exc)
             return self._done(ex)
-        self.record({"type": "plan", "dry_run": self.dry_run, "rule": d.rule, "use": use,
+        self.audit_entry({"type": "plan", "dry_run": self.dry_run, "rule": d.rule, "use": use,
                      "plan": plan.to_dict()})
         if plan.refused:
             return self._refuse(d, use, plan, "plan refused: " + "; ".join(plan.refused))
@@ -135,7 +136,7 @@ class Executor:
         started = time.monotonic()
         outcome = self._apply(action, plan, ctx)
         outcome.data.setdefault("seconds", round(time.monotonic() - started, 6))
-        self.record({"type": "outcome", "rule": d.rule, "use": use,
+        self.audit_entry({"type": "outcome", "rule": d.rule, "use": use,
                      "outcome": outcome.to_dict()})
         if not outcome.ok:
             log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
@@ -167,7 +168,7 @@ class Executor:
 
     def _refuse(self, d: Decision, use: str, plan: Plan | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""
-        self.record({"type": "refused", "dry_run": self.dry_run, "rule": d.rule, "use": use,
+        self.audit_entry({"type": "refused", "dry_run": self.dry_run, "rule": d.rule, "use": use,
                      "reason": why})
         log.warning("rule %s: action %s not applied: %s", d.rule, use, why)
         return self._done(Executed(d, use, plan, None, error=why, refused=True))

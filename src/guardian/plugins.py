@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr
 
 from .host import Host
-from .snapshot import SignalSpec, Snapshot
+from .snapshot import Family, SignalSpec, Snapshot
 
 
 class NoParams(BaseModel):
@@ -130,9 +130,17 @@ class ActionContext:
     snapshot: Snapshot
     host: Host
     dry_run: bool
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)  # the evidence, rendered as text
     kind: str = "firing"  # the decision's kind: firing, retry, resolved, manual
     own_pid: int = field(default_factory=os.getpid)
+    evidence: dict[str, Any] = field(default_factory=dict)  # typed: floats and families
+
+    @property
+    def matched(self) -> Family | None:
+        """The members of a family condition that matched, keyed by label tuples (which
+        core, which GPU, which NIC queue), or None for a scalar condition."""
+        m = self.evidence.get("matched")
+        return m if isinstance(m, dict) else None
 
 
 class Action(ABC, Generic[P]):

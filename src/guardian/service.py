@@ -275,11 +275,11 @@ class Daemon:
         assert self.executor
         for name in sorted(set(errors) - set(self.failing)):
             log.error("source %s failed: %s; its signals have no value", name, errors[name])
-            self.executor.record({"type": "source_error", "source": name,
+            self.executor.audit_entry({"type": "source_error", "source": name,
                                   "error": errors[name]})
         for name in sorted(set(self.failing) - set(errors)):
             log.info("source %s recovered", name)
-            self.executor.record({"type": "source_recovered", "source": name})
+            self.executor.audit_entry({"type": "source_recovered", "source": name})
         self.failing = dict(errors)
 
     def _count(self, ex: Executed) -> None:

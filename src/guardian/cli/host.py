@@ -18,7 +18,7 @@ from ..collector import Collector
 from ..config import Config
 from ..diagnostics import RuleError
 from ..durations import parse_duration
-from ..engine import Budget, Decision, Engine, RuleState
+from ..engine import Budget, Decision, Engine, RuleState, render_values
 from ..executor import Executor
 from ..host import Host
 from ..model.ruleset import CompiledRule, Ruleset
@@ -156,9 +156,11 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
         state = "unknown" if result is None else ("holds" if result else "ok")
         missing = [ref.key for ref in rule.condition.refs if ref.value(snap.values) is None]
         st = engine.states[rule.name]
+        evidence = Engine.decision_values(rule, snap.values, result)
         entry: dict[str, Any] = {
             "rule": rule.name, "severity": rule.spec.severity, "condition": state,
-            "phase": st.phase, "values": Engine.decision_values(rule, snap.values, result),
+            "phase": st.phase,
+            "values": render_values(evidence),
             "missing": missing, "decisions": [d.kind for d in decisions if d.rule == rule.name],
             "actions": [{"use": a.use, **a.public_params} for a in rule.actions],
             "plans": [ex.to_dict() for ex in executed if ex.decision.rule == rule.name]}
@@ -166,7 +168,7 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
             entry["condition"] = "disabled"
         elif result and not entry["plans"] and args.dry_run:
             d = Decision(snap.time, rule.name, "would-fire", rule.spec.severity,
-                         rule.spec.summary, entry["values"],
+                         rule.spec.summary, evidence,
                          [a for a in rule.actions if a.spec.on != "resolve"])
             entry["plans"] = [ex.to_dict() for ex in preview.run([d], snap)]
         report.append(entry)
