@@ -7,12 +7,14 @@ agent may also call :func:`register_source` / :func:`register_action` in-process
 
 from __future__ import annotations
 
+import json
 import os
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import EntryPoint, entry_points
+from string import Template
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr
@@ -141,6 +143,12 @@ class ActionContext:
         core, which GPU, which NIC queue), or None for a scalar condition."""
         m = self.evidence.get("matched")
         return m if isinstance(m, dict) else None
+
+    def message(self, template: str) -> str:
+        """A message template of a rule's action with ``$rule`` and ``$values`` (the
+        evidence as JSON) filled in."""
+        return Template(template).safe_substitute(
+            rule=self.rule, values=json.dumps(self.values, sort_keys=True, default=str))
 
 
 class Action(ABC, Generic[P]):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from string import Template
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,8 +34,7 @@ class LogAction(Action[LogParams]):
 
     def plan(self, ctx: ActionContext) -> Plan:
         params = self.params
-        text = Template(params.message).safe_substitute(
-            rule=ctx.rule, values=json.dumps(ctx.values, sort_keys=True))
+        text = ctx.message(params.message)
         return Plan(self.name, ctx.rule, [Step("guardian log", f"{params.level}: {text}")],
                     data={"text": text, "level": params.level})
 

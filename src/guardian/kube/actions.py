@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from fnmatch import fnmatchcase
-from string import Template
 from typing import Any, ClassVar, Literal, TypeVar
 
 import httpx2
@@ -219,8 +218,7 @@ class KubeCondition(KubeAction[ConditionParams]):
         resolved = ctx.kind == "resolved"
         cond = {"type": p.type, "status": "False" if resolved else "True",
                 "reason": f"{p.reason}Resolved" if resolved else p.reason,
-                "message": Template(p.message).safe_substitute(rule=ctx.rule,
-                                                               values=str(ctx.values))[:1000]}
+                "message": ctx.message(p.message)[:1000]}
         return Plan(self.name, ctx.rule,
                     [Step(f"node {node}", f"condition {p.type}={cond['status']} "
                                           f"({cond['reason']})")],
@@ -256,7 +254,7 @@ class KubeEvent(KubeAction[EventParams]):
     def plan(self, ctx: ActionContext) -> Plan:
         p = self.params
         node = node_name(p)
-        text = Template(p.message).safe_substitute(rule=ctx.rule, values=str(ctx.values))
+        text = ctx.message(p.message)
         return Plan(self.name, ctx.rule, [Step(f"node {node}", f"{p.type} event {p.reason}: "
                                                                f"{text[:200]}")],
                     data={"node": node, "message": text[:1000]})
