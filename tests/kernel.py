@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from guardian.testing import MEMCG_V1
+from guardian.testing import dying_memcgs as dying_memcgs  # re-exported for the tests
+from guardian.testing import memcg_count as memcg_count
+from guardian.testing import settle_memcgs as settle_memcgs
 
 ZOMBIE_PARENT = r"""
 import os, signal, sys, time
