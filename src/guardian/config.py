@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from .diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
-from .durations import Duration
+from .durations import Duration, PositiveDuration
 from .plugins import Registry
 
 DEFAULT_CONFIG = Path("/etc/guardian/guardian.toml")
@@ -31,12 +31,12 @@ DEFAULT_CONFIG = Path("/etc/guardian/guardian.toml")
 class BudgetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     runs: PositiveInt = 20
-    within: Duration = 3600.0
+    within: PositiveDuration = 3600.0
 
 
 class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    interval: Duration = Field(15.0, description="time between ticks")
+    interval: PositiveDuration = Field(15.0, description="time between ticks")
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
 

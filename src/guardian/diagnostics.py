@@ -5,7 +5,9 @@ and raised together as a :class:`RuleError`."""
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,16 +53,55 @@ def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
     return Diagnostic(path, line, col, f"TOML syntax: {msg}")
 
 
+MAX_FILE_BYTES = 1 << 20  # a rule, config or test file larger than 1 MiB is a mistake
+
+
+def read_text(path: Path, what: str) -> str:
+    """The text of a regular file of at most :data:`MAX_FILE_BYTES`, read without ever
+    blocking (a FIFO or a device named like a rule file is refused, not waited on).
+    Raises :class:`RuleError`."""
+    def refuse(why: str) -> RuleError:
+        return RuleError([Diagnostic(str(path), 1, 1, f"cannot read {what}: {why}")])
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        raise refuse(exc.strerror or str(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise refuse(f"{st.st_size} bytes; at most {MAX_FILE_BYTES} are read")
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise refuse(exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise refuse(f"more than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise refuse(f"not UTF-8: {exc}") from None
+
+
+def parse_toml(path: str, text: str) -> dict[str, Any]:
+    """TOML text as data. Raises :class:`RuleError` with the syntax error's position, or
+    for input too deeply nested to parse."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError([toml_error(path, exc)]) from None
+    except (RecursionError, MemoryError):
+        raise RuleError([Diagnostic(path, 1, 1, "TOML nested too deeply to read")]) from None
+
+
 def read_toml(path: Path, what: str) -> tuple[str, dict[str, Any]]:
     """A TOML file's text and data. Raises :class:`RuleError` (cannot read ``what``, or
     its syntax error at its position)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        return text, tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError([Diagnostic(str(path), 1, 1, f"cannot read {what}: {exc}")]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RuleError([toml_error(str(path), exc)]) from None
+    text = read_text(path, what)
+    return text, parse_toml(str(path), text)
 
 
 class Reporter:
@@ -68,7 +109,10 @@ class Reporter:
 
     def __init__(self, path: str, text: str, into: list[Diagnostic] | None = None) -> None:
         self.path = path
-        self.positions = key_positions(text)
+        try:
+            self.positions = key_positions(text)
+        except (RecursionError, MemoryError, ValueError):
+            self.positions = {}  # every diagnostic then points at 1:1
         self.diagnostics: list[Diagnostic] = into if into is not None else []
 
     def at(self, loc: Loc) -> Pos:

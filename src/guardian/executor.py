@@ -41,6 +41,20 @@ class Executed:
     error: str = ""
     refused: bool = False  # not carried out: the plan, the fleet budget or a rail said no
 
+    @property
+    def result(self) -> str:
+        """One word: ``refused``, ``error`` (plan failed), ``planned`` (dry run), ``failed``,
+        ``unverified`` (applied, but reading the effect back disagreed) or ``ok``."""
+        if self.refused:
+            return "refused"
+        if self.error:
+            return "error"
+        if self.outcome is None:
+            return "planned"
+        if not self.outcome.ok:
+            return "failed"
+        return "unverified" if self.outcome.verified is False else "ok"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.decision.rule, "use": self.use,

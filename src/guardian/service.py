@@ -110,6 +110,7 @@ class Daemon:
         self.collector: Collector | None = None
         self.executor: Executor | None = None
         self.observer: Observer | None = None  # type: ignore[valid-type]
+        self.watched: dict[Path, tuple[int, int]] = {}  # directory -> (device, inode)
         self.ready = False
         self.next_ping = 0.0
         self.failing: dict[str, str] = {}  # sources failing at the last tick
@@ -170,6 +171,10 @@ class Daemon:
             log.error("%s", exc)
             self.notifier.status(f"not started: {exc}")
             return EX_CONFIG
+        except Exception as exc:  # a loader bug must not become a restart loop
+            log.exception("rules could not be loaded")
+            self.notifier.status(f"not started: rules could not be loaded: {exc}")
+            return EX_CONFIG
         budget = self.config.engine.budget
         self.engine = Engine(self.ruleset, Budget(budget.runs, budget.within))
         if self.opts.state_path is not None:
@@ -207,14 +212,39 @@ class Daemon:
         return 0
 
     def _watch_rules(self) -> None:
+        """Watch the rule directories. inotify watches an inode: :meth:`_rewatch_if_moved`
+        follows the paths when a directory is replaced (a symlink swapped, recreated)."""
+        if self.observer is not None:
+            self.observer.stop()
         dirs = {Path(p) if Path(p).is_dir() else Path(p).parent for p in self.opts.rules}
         observer = Observer()
         handler = _RuleChange(self)
+        self.watched = {}
         for d in dirs:
-            observer.schedule(handler, str(d), recursive=False)
+            try:
+                st = os.stat(d)
+                # inotify does not follow a symlinked directory: watch what it names now
+                observer.schedule(handler, str(d.resolve()), recursive=False)
+            except (OSError, RuntimeError) as exc:  # gone meanwhile: the next tick retries
+                log.warning("cannot watch %s: %s", d, exc)
+                continue
+            self.watched[d] = (st.st_dev, st.st_ino)
         observer.daemon = True
         observer.start()
         self.observer = observer
+
+    def _rewatch_if_moved(self) -> None:
+        for d, ident in self.watched.items():
+            try:
+                st = os.stat(d)
+                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except OSError:
+                now = None
+            if now != ident:
+                log.info("rules directory %s was replaced; watching the new one", d)
+                self._watch_rules()
+                self.request_reload("rules directory replaced")
+                return
 
     def loop(self) -> None:
         next_tick = time.monotonic()
@@ -224,6 +254,7 @@ class Daemon:
                 self.reload()
             if now >= next_tick or self.wake.is_set():
                 self.wake.clear()
+                self._rewatch_if_moved()
                 self.tick()
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + self.opts.interval
@@ -283,14 +314,7 @@ class Daemon:
         self.failing = dict(errors)
 
     def _count(self, ex: Executed) -> None:
-        if ex.refused:
-            outcome = "refused"
-        elif ex.error:
-            outcome = "error"
-        elif ex.outcome is None:
-            outcome = "planned"
-        else:
-            outcome = "ok" if ex.outcome.ok else "failed"
+        outcome = ex.result
         self.metrics.actions.labels(ex.decision.rule, ex.use, outcome).inc()
         self.last_action = f"{ex.use} for {ex.decision.rule}: {outcome}"
 
@@ -323,9 +347,10 @@ class Daemon:
         self.notifier.reloading(time.monotonic_ns() // 1000)
         try:
             ruleset = self.load()
-        except (RuleError, PermissionError) as exc:
+        except Exception as exc:  # whatever the files hold, the running rules stay
             errors = [str(d) for d in exc.diagnostics] if isinstance(exc, RuleError) \
-                else [str(exc)]
+                else [str(exc) if isinstance(exc, PermissionError)
+                      else f"rules could not be loaded: {type(exc).__name__}: {exc}"]
             for e in errors:
                 log.error("reload (%s) rejected: %s", reason, e)
             self.metrics.reloads.labels("failed").inc()

@@ -11,7 +11,7 @@ from pydantic import (
     PositiveInt,
 )
 
-from ..durations import Duration
+from ..durations import Duration, PositiveDuration
 
 SCHEMA_VERSION = 1
 
@@ -40,7 +40,7 @@ class Limit(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     runs: PositiveInt
-    within: Duration
+    within: PositiveDuration
 
 
 class Rule(BaseModel):

@@ -102,7 +102,13 @@ class _Compiler:
         if isinstance(v, bool):
             return _Node(repr(v), Kind.BOOL, v)
         if isinstance(v, int | float):
-            return self.number(float(v))
+            try:
+                f = float(v)
+            except OverflowError:
+                raise _err(node, "number too large") from None
+            if not math.isfinite(f):
+                raise _err(node, "a number must be finite")
+            return self.number(f)
         if isinstance(v, str):
             raise _err(node, "a string is only allowed as a label value or a duration "
                              "argument, e.g. rate(x, \"5m\")")

@@ -8,14 +8,13 @@ returned only when there are none, so nothing is ever half-loaded.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..diagnostics import Diagnostic, Reporter, RuleError, toml_error, unknown_key
+from ..diagnostics import Diagnostic, Reporter, RuleError, parse_toml, read_text, unknown_key
 from ..model.condition import Condition
 from ..model.ruleset import BoundAction, CompiledRule, Ruleset
 from ..model.schema import SCHEMA_VERSION, ActionSpec, Rule
@@ -89,9 +88,9 @@ def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
 def _load_file(path: Path, reg: Registry, cat: Mapping[str, SignalSpec],
                diags: list[Diagnostic]) -> list[CompiledRule]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        diags.append(Diagnostic(str(path), 1, 1, f"cannot read rule file: {exc}"))
+        text = read_text(path, "rule file")
+    except RuleError as exc:
+        diags.extend(exc.diagnostics)
         return []
     return _load_source(text, str(path), reg, cat, diags)
 
@@ -99,9 +98,9 @@ def _load_file(path: Path, reg: Registry, cat: Mapping[str, SignalSpec],
 def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSpec],
                  diags: list[Diagnostic]) -> list[CompiledRule]:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        diags.append(toml_error(path, exc))
+        data = parse_toml(path, text)
+    except RuleError as exc:
+        diags.extend(exc.diagnostics)
         return []
     report = Reporter(path, text, diags)
     version = data.get("version")
