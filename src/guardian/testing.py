@@ -35,10 +35,11 @@ class FakeHost:
         return target
 
     def process(self, pid: int, comm: str, state: str = "S", ppid: int = 1,
-                flags: int = 0x400000, starttime: int = 5) -> None:
-        """A ``/proc/<pid>/stat`` line in the kernel's format (fs/proc/array.c)."""
+                flags: int = 0x400000, starttime: int = 5, threads: int = 1) -> None:
+        """A ``/proc/<pid>/stat`` line in the kernel's format (fs/proc/array.c,
+        do_task_stat: num_threads is field 20, starttime field 22)."""
         self.write(f"proc/{pid}/stat", f"{pid} ({comm}) {state} {ppid} 0 0 0 -1 {flags} "
-                                       + "0 " * 10 + f"{starttime} " + "0 " * 20)
+                                       + "0 " * 10 + f"{threads} 0 {starttime} " + "0 " * 30)
 
 
 def family(label: str, members: Mapping[str, float]) -> Family:

@@ -57,6 +57,10 @@ class ReapParams(BaseModel):
         [LadderStep(signal="SIGCHLD", wait=2.0), LadderStep(signal="SIGTERM", wait=5.0),
          LadderStep(signal="SIGKILL", wait=5.0)], min_length=1,
         description="signals to the parent, in order, each followed by a wait")
+    allow_other_uid: bool = Field(False, description="also signal a parent whose user "
+                                  "differs from its zombies' (by default such a parent is "
+                                  "left alone: an unprivileged user could otherwise aim "
+                                  "guardian at a root-owned process)")
     protect: list[str] = Field(list(DEFAULT_PROTECTED_COMMS),
                                description="parent comm globs never signalled")
     protect_pids: list[int] = Field(default_factory=list)
@@ -88,9 +92,35 @@ def _still_zombie(proc: Path, z: Zombie) -> ProcStat | None:
         st = read_proc_stat(proc, z.pid)
     except ValueError:
         return None
-    if st is None or st.starttime != z.start or st.state != "Z":
+    if st is None or st.starttime != z.start or not st.is_zombie:
         return None
     return st
+
+
+def _zombie_of(proc: Path, z: Zombie, ppid: int) -> bool:
+    st = _still_zombie(proc, z)
+    return st is not None and st.ppid == ppid
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _other_uid(proc: Path, ppid: int, zombies: list[Zombie]) -> str:
+    """Why a parent's user differs from its zombies' (owners of their /proc entries), or
+    "" when they agree."""
+    try:
+        parent_uid = os.stat(proc / str(ppid)).st_uid
+        others = {os.stat(proc / str(z.pid)).st_uid for z in zombies} - {parent_uid}
+    except OSError:
+        return "its processes could not be read"
+    if others:
+        return (f"runs as uid {parent_uid} while its zombies belong to uid "
+                f"{', '.join(map(str, sorted(others)))} (allow_other_uid)")
+    return ""
 
 
 class ReapZombies(Action[ReapParams]):
@@ -122,6 +152,8 @@ class ReapZombies(Action[ReapParams]):
             if not any(selected(g, p.allow_cgroup, p.deny_cgroup) for g in groups or ["/"]):
                 continue
             why = protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)
+            if not why and not p.allow_other_uid:
+                why = _other_uid(proc, ppid, zombies)
             if why:
                 plan.skipped.append(f"pid {ppid} ({parent.comm}), parent of {len(zombies)} "
                                     f"zombie(s): {why}")
@@ -160,28 +192,39 @@ class ReapZombies(Action[ReapParams]):
 
     def _one(self, t: dict[str, Any], ctx: ActionContext, p: ReapParams) -> dict[str, Any]:
         proc = ctx.host.proc
+        ppid = t["ppid"]
         zombies = [Zombie(pid, start) for pid, start in t["zombies"]]
-        res: dict[str, Any] = {"ppid": t["ppid"], "comm": t["comm"], "signals": [],
+        res: dict[str, Any] = {"ppid": ppid, "comm": t["comm"], "signals": [],
                                "reaped": 0, "remaining": [], "moved_to": {}}
         live = [z for z in zombies if _still_zombie(proc, z)]
-        parent = read_proc_stat(proc, t["ppid"])
-        if parent is None or parent.starttime != t["start"]:
-            res["note"] = "parent exited or its PID was reused before apply: no signal sent"
-        elif (why := protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)):
-            res["note"] = f"refused at apply: {why}"
-        else:
-            for step in p.ladder:
-                if not live:
-                    break
-                try:
-                    os.kill(t["ppid"], getattr(signal, step.signal))
-                except ProcessLookupError:
-                    break
-                res["signals"].append(step.signal)
-                deadline = time.monotonic() + step.wait
-                while live and time.monotonic() < deadline:
-                    time.sleep(POLL)
-                    live = [z for z in live if _still_zombie(proc, z)]
+        # Every signal goes through a pidfd: once the planned parent is confirmed behind it,
+        # a parent that exits mid-ladder can never have its PID's next owner signalled.
+        pidfd = _pidfd(ppid)
+        try:
+            parent = read_proc_stat(proc, ppid)  # after the pidfd: confirms whose it is
+            if pidfd is None or parent is None or parent.starttime != t["start"]:
+                res["note"] = "parent exited or its PID was reused before apply: no signal"
+            elif (why := protected_reason(parent, ctx.own_pid, None, p.protect,
+                                          p.protect_pids)):
+                res["note"] = f"refused at apply: {why}"
+            else:
+                for step in p.ladder:
+                    live = [z for z in live if _zombie_of(proc, z, ppid)]
+                    if not live:
+                        break
+                    try:
+                        signal.pidfd_send_signal(pidfd, getattr(signal, step.signal))
+                    except ProcessLookupError:
+                        res["note"] = "parent exited during the ladder"
+                        break
+                    res["signals"].append(step.signal)
+                    deadline = time.monotonic() + step.wait
+                    while live and time.monotonic() < deadline:
+                        time.sleep(POLL)
+                        live = [z for z in live if _zombie_of(proc, z, ppid)]
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
         final = {z: _still_zombie(proc, z) for z in zombies}
         res["reaped"] = sum(1 for st in final.values() if st is None)
         for z, st in final.items():

@@ -24,15 +24,19 @@ class ProcStat:
     utime: int
     stime: int
     starttime: int
+    threads: int = 1
 
     @property
     def is_kernel_thread(self) -> bool:
-        return bool(self.flags & PF_KTHREAD) or self.ppid == 2 or self.pid == 2
+        # PF_KTHREAD only: "parent is PID 2" holds in the host PID namespace alone
+        return bool(self.flags & PF_KTHREAD)
 
     @property
     def is_zombie(self) -> bool:
-        """Exited and not yet reaped by its parent (a kernel thread never counts)."""
-        return self.state == "Z" and not self.is_kernel_thread
+        """Exited and not yet reaped by its parent. A kernel thread never counts, nor a
+        thread-group leader that called pthread_exit while its other threads run: it
+        shows ``Z`` too, but the process lives."""
+        return self.state == "Z" and self.threads <= 1 and not self.is_kernel_thread
 
 
 def zombies_by_parent(stats: Iterable[ProcStat]) -> dict[int, list[ProcStat]]:
@@ -54,7 +58,7 @@ def parse_proc_stat(text: str) -> ProcStat:
     if len(rest) < 20:
         raise ValueError(f"/proc/{pid}/stat has {len(rest) + 2} fields, expected 22 or more")
     return ProcStat(pid, comm, rest[0], int(rest[1]), int(rest[6]), int(rest[11]),
-                    int(rest[12]), int(rest[19]))
+                    int(rest[12]), int(rest[19]), int(rest[17]))
 
 
 def pids(proc: Path) -> Iterator[int]:
