@@ -46,7 +46,7 @@ def test_sigkill_100_times_while_acting(tmp_path: Path) -> None:
         proc.wait(timeout=10)
         if state.exists():  # atomic rename: never half-written
             saved = json.loads(state.read_text())
-            assert saved["format"] == 1
+            assert saved["format"] == 2
     records = list(read_audit(audit))
     torn = [r for r in records if isinstance(r, TornLine)]
     good = [r for r in records if isinstance(r, dict)]

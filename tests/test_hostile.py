@@ -10,12 +10,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
+from guardian.audit import TornLine, read_audit
 from guardian.plugins import default_registry
 from guardian.testing import snapshot
 
@@ -316,3 +319,223 @@ def test_parent_pid_2_is_not_a_kernel_thread_outside_the_host_namespace(
     zombie, kthread = read_proc_stat(fake.host.proc, 40), read_proc_stat(fake.host.proc, 41)
     assert zombie is not None and zombie.is_zombie and not zombie.is_kernel_thread
     assert kthread is not None and kthread.is_kernel_thread
+
+
+# -- persistence fails closed, and keeps running --------------------------------------
+
+@contextmanager
+def tiny_tmpfs(where: Path) -> Iterator[Path]:
+    """A real 64 KiB tmpfs: filling it makes writes fail with ENOSPC, as a full disk does."""
+    from .kernel import need_root
+    need_root()
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(fs: Path) -> Path:
+    ballast = fs / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 512):
+            pass
+    except OSError:
+        pass  # ENOSPC: full
+    finally:
+        os.close(fd)
+    return ballast
+
+
+MARKER = '''version = 1
+[[rule]]
+name = "acts"
+summary = "s"
+when = "processes.total > 0"
+cooldown = "1h"
+limit = {{ runs = 1, within = "1d" }}
+  [[rule.action]]
+  use = "command"
+  argv = ["/bin/sh", "-c", "echo acted >> {marker}"]
+'''
+
+
+def _service(tmp_path: Path, state_dir: Path, audit_dir: Path) -> Any:
+    from guardian.config import Config
+    from guardian.notify import Notifier
+    from guardian.service import Daemon, ServiceOptions
+
+    rules = tmp_path / "rules"
+    rules.mkdir(exist_ok=True)
+    write(rules, "r.toml", MARKER.format(marker=tmp_path / "marker"))
+    opts = ServiceOptions(rules=[str(rules)], state_path=state_dir / "state.json",
+                          audit_path=audit_dir / "audit.jsonl", metrics_port=None,
+                          require_root_owned_rules=False)
+    d = Daemon(opts, Config(), notifier=Notifier({}))
+    assert d.start() == 0
+    return d
+
+
+def _marks(tmp_path: Path) -> int:
+    marker = tmp_path / "marker"
+    return len(marker.read_text().splitlines()) if marker.exists() else 0
+
+
+@pytest.mark.parametrize("which", ["state", "audit"])
+def test_nothing_is_applied_unless_state_and_audit_are_durable(tmp_path: Path,
+                                                               which: str) -> None:
+    """Before: with the state unwritable guardian acted anyway (three kill-and-restart
+    cycles, three runs of a once-a-day action in 8 s); with the audit log unwritable it
+    crashed after leaving a torn line. Now: no apply, the loop ticks on, the fault is in
+    the status and metrics, and it acts (once) when the disk is back."""
+    with tiny_tmpfs(tmp_path / "disk") as disk:
+        state_dir, audit_dir = (disk, tmp_path) if which == "state" else (tmp_path, disk)
+        if which == "audit":  # a torn line that fills its page: the next byte needs a new one
+            torn = '{"type":"decision","rule":"ear'
+            (disk / "audit.jsonl").write_text(torn + "x" * (4096 - len(torn)))
+        d = _service(tmp_path, state_dir, audit_dir)
+        try:
+            ballast = _fill(disk)
+            for _ in range(3):
+                d.tick()
+            assert _marks(tmp_path) == 0
+            assert "NOT ACTING, persistence failing" in d.status()
+            assert d.metrics.persistence_ok._value.get() == 0
+            ballast.unlink()
+            d.tick()
+            assert _marks(tmp_path) == 1
+            assert "NOT ACTING" not in d.status()
+            assert d.metrics.persistence_ok._value.get() == 1
+            d.tick()
+        finally:
+            d.shutdown()
+        d = _service(tmp_path, state_dir, audit_dir)  # a restart keeps the cooldown
+        try:
+            d.tick()
+        finally:
+            d.shutdown()
+        assert _marks(tmp_path) == 1
+        records = list(read_audit(audit_dir / "audit.jsonl"))
+        torn = [r for r in records if isinstance(r, TornLine)]
+        assert len(torn) == (1 if which == "audit" else 0)  # only the planted one
+        assert torn == [] or torn[0].line_no == 1
+        assert sum(1 for r in records if isinstance(r, dict) and r["type"] == "outcome") == 1
+
+
+def test_invalid_state_entries_are_dropped_not_fatal(tmp_path: Path) -> None:
+    """Before: valid JSON of the wrong shape crashed start-up into a restart loop, and a
+    NaN last_run bypassed cooldown and limit."""
+    from guardian import state as state_file
+
+    text = RULE.format(name="good") + RULE.format(name="bad").replace("version = 1\n", "")
+    for n in ("nan", "str", "null", "nosince"):
+        text += RULE.format(name=n).replace("version = 1\n", "")
+    engine = Engine(load_text(text))
+    path = tmp_path / "state.json"
+    path.write_text('{"format": 2, "boot_id": "x", "saved_mono": 1.0, "saved_at": 1.0, '
+                    '"global_runs": [], "rules": {'
+                    '"good": {"phase": "firing", "since": 0.5, "last_run": 0.5, "runs": [0.5]},'
+                    '"nan": {"phase": "inactive", "last_run": NaN},'
+                    '"str": {"phase": "inactive", "last_run": "yesterday"},'
+                    '"null": {"phase": "inactive", "runs": [null]},'
+                    '"nosince": {"phase": "pending"},'
+                    '"bad": "not a table"}}')
+    assert state_file.load(engine, path) == ["good"]
+    assert engine.states["good"].phase == "firing"
+    for junk in ("[1, 2]", '{"format": 2, "rules": []}', '{"format": 9}', "NaN"):
+        path.write_text(junk)
+        assert state_file.load(Engine(load_text(RULE.format(name="x"))), path) == []
+
+
+def test_a_wrong_wall_clock_never_suppresses_actions_for_good(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: persisted times were wall-clock; a clock one year behind at start-up put
+    every last run a year into the future, and no cooldown ever ended."""
+    from guardian import state as state_file
+
+    rules = load_text(RULE.format(name="r"))  # cooldown 1h
+    engine = Engine(rules)
+    now = time.monotonic()
+    engine.states["r"].phase, engine.states["r"].since = "firing", now
+    engine.states["r"].last_run = now
+    path = tmp_path / "state.json"
+    state_file.save(engine, path)
+    year = 365 * 86400.0
+    real_time = time.time
+    monkeypatch.setattr(state_file.time, "time", lambda: real_time() - year)
+    # the same boot: monotonic times are exact, whatever the wall clock says
+    same = Engine(rules)
+    state_file.load(same, path)
+    assert abs((same.states["r"].last_run or 0) - now) < 1.0
+    # another boot (the wall clock a year behind): nothing lands after now
+    monkeypatch.setattr(state_file, "boot_id", lambda: "another-boot")
+    other = Engine(rules)
+    state_file.load(other, path)
+    last = other.states["r"].last_run
+    assert last is not None and last <= time.monotonic()
+    assert [d.kind for d in other.evaluate(snapshot(time.monotonic() + 3601,
+                                                    {"processes.total": 5.0}))] == ["retry"]
+
+
+def test_audit_and_recording_never_follow_a_planted_symlink(tmp_path: Path) -> None:
+    """Before: `--audit` and `record -o` followed a symlink in a world-writable directory
+    and overwrote its target as root."""
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    for name in ("audit.jsonl", "rec.gz"):
+        (tmp_path / name).symlink_to(target)
+    rules = write(tmp_path, "r.toml", RULE.format(name="r"))
+    run = subprocess.run([sys.executable, "-m", "guardian", "run", "--once", "--dry-run",
+                          "--warmup", "0s", "--rules", str(rules), "--audit",
+                          str(tmp_path / "audit.jsonl")], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2 and "it is a symlink" in run.stderr, run.stderr
+    rec = subprocess.run([sys.executable, "-m", "guardian", "record", "-o",
+                          str(tmp_path / "rec.gz"), "--duration", "1s"], capture_output=True,
+                         text=True, timeout=60)
+    assert rec.returncode == 2 and "exists" in rec.stderr, rec.stderr
+    assert target.read_text() == "keep me\n"
+    assert "Traceback" not in run.stderr + rec.stderr
+
+
+class Slow(Action):
+    """Outlives its timeout."""
+
+    name: ClassVar[str] = "test.slow"
+    started: ClassVar[int] = 0
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        return Plan(self.name, ctx.rule)
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        Slow.started += 1
+        time.sleep(1.5)
+        return Outcome(ok=True, detail="done at last")
+
+
+def test_no_retry_while_an_overrunning_apply_lives_and_its_late_outcome_is_audited(
+        tmp_path: Path) -> None:
+    """Before: an apply that outlived apply_timeout was reported failed while its thread
+    went on, and the retry started a second worker beside it."""
+    from guardian.audit import AuditLog
+
+    reg = default_registry().copy()
+    reg.add_action(Slow)
+    rules = load_text(RULE.format(name="r").replace('use = "log"', 'use = "test.slow"')
+                      .replace('cooldown = "1h"', 'cooldown = "0s"'), registry=reg)
+    engine = Engine(rules)
+    audit = tmp_path / "a.jsonl"
+    ex = Executor(Host(), dry_run=False, audit=AuditLog(audit), apply_timeout=0.3)
+    first = snapshot(0.0, {"processes.total": 5.0})
+    [timed_out] = ex.run(engine.evaluate(first), first)
+    assert timed_out.result == "failed" and "did not finish within 0.3s" in \
+        (timed_out.outcome.error if timed_out.outcome else "")
+    again = snapshot(1.0, {"processes.total": 5.0})
+    [retry] = ex.run(engine.evaluate(again), again)
+    assert retry.refused and "still going" in retry.error
+    assert Slow.started == 1
+    time.sleep(1.6)
+    late = [r for r in read_audit(audit) if isinstance(r, dict) and r["type"] == "late_outcome"]
+    assert len(late) == 1 and late[0]["outcome"]["detail"] == "done at last"

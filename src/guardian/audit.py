@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,26 +13,49 @@ from typing import Any
 
 
 class AuditLog:
-    """Append-only JSON-lines file."""
+    """Append-only JSON-lines file. Opened without following a symlink (a link planted
+    where the log goes must not aim root's writes elsewhere); a torn last line, left by a
+    crash or a full disk, is closed before anything is appended, so no record is ever
+    glued onto it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                           0o640)
+        self._fd = open_append(self.path)
+        self._torn = _ends_torn(self._fd)
 
     def write(self, record: dict[str, Any]) -> None:
+        """Append and fsync one record. Raises OSError (ENOSPC, EROFS, EIO): then nothing
+        that depends on the record may happen."""
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str) + "\n"
-        data = line.encode()
+        data = (b"\n" if self._torn else b"") + line.encode()
+        self._torn = True  # until the whole line is down
         while data:
             n = os.write(self._fd, data)
             data = data[n:]
         os.fsync(self._fd)
+        self._torn = False
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def open_append(path: Path) -> int:
+    """An append-only descriptor on a regular file, never through a symlink."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o640)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return fd
+
+
+def _ends_torn(fd: int) -> bool:
+    """Whether the file behind ``fd`` ends in the middle of a line."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 @dataclass

@@ -316,11 +316,16 @@ class Engine:
             "global_runs": [x + offset for x in self.global_runs],
         }
 
-    def import_state(self, data: dict[str, Any], offset: float = 0.0) -> list[str]:
+    def import_state(self, data: dict[str, Any], offset: float = 0.0,
+                     now: float | None = None) -> list[str]:
         """Restore what :meth:`export_state` wrote (times shifted back by ``offset``) for
-        rules that still exist; their names."""
+        rules that still exist; their names. With ``now``, no restored time lies after
+        it (a clock that jumped must not leave a cooldown that never ends)."""
         def t(x: Any) -> float | None:
-            return None if x is None else float(x) - offset
+            if x is None:
+                return None
+            v = float(x) - offset
+            return v if now is None else min(v, now)
         restored = []
         for name, saved in (data.get("rules") or {}).items():
             st = self.states.get(name)
@@ -331,11 +336,11 @@ class Engine:
             st.since, st.last_true = t(saved.get("since")), t(saved.get("last_true"))
             st.active_at = t(saved.get("active_at", saved.get("since")))
             st.last_run = t(saved.get("last_run"))
-            st.runs = [float(x) - offset for x in saved.get("runs", [])]
+            st.runs = [v for x in saved.get("runs", []) if (v := t(x)) is not None]
             st.said_suppressed = bool(saved.get("said_suppressed"))
             restored.append(name)
-        self.global_runs = deque(sorted(float(x) - offset
-                                        for x in data.get("global_runs", [])))
+        self.global_runs = deque(sorted(v for x in data.get("global_runs", [])
+                                        if (v := t(x)) is not None))
         return restored
 
     # -- introspection -------------------------------------------------------------------

@@ -82,10 +82,24 @@ class Executor:
     heartbeat: Callable[[], None] = lambda: None  # called while an apply runs
     fleet: FleetGate | None = None
 
-    def audit_entry(self, entry: dict[str, Any]) -> None:
-        """Append one entry to the audit log (when there is one), stamped with the time."""
-        if self.audit is not None:
+    audit_fault: str = ""  # why the audit log cannot be written now ("" when it can)
+    running: dict[tuple[str, str], threading.Thread] = field(default_factory=dict)
+
+    def audit_entry(self, entry: dict[str, Any]) -> bool:
+        """Append one entry to the audit log (when there is one), stamped with the time.
+        False when it could not be made durable (the fault is kept in ``audit_fault``)."""
+        if self.audit is None:
+            return True
+        try:
             self.audit.write({"ts": self.clock(), **entry})
+        except OSError as exc:
+            if not self.audit_fault:
+                log.error("audit log %s cannot be written: %s; nothing is applied until it "
+                          "can", self.audit.path, exc)
+            self.audit_fault = f"audit log: {exc.strerror or exc}"
+            return False
+        self.audit_fault = ""
+        return True
 
     def run(self, decisions: list[Decision], snapshot: Snapshot) -> list[Executed]:
         """Audit each decision and carry out its actions (plan only when dry-run)."""
@@ -141,44 +155,68 @@ class Executor:
             self.audit_entry({"type": "error", "dry_run": self.dry_run, **ex.to_dict()})
             log.error("rule %s: action %s: plan failed: %r", d.rule, use, exc)
             return self._done(ex)
-        self.audit_entry({"type": "plan", "dry_run": self.dry_run, "rule": d.rule, "use": use,
-                     "plan": plan.to_dict()})
+        durable = self.audit_entry({"type": "plan", "dry_run": self.dry_run, "rule": d.rule,
+                                    "use": use, "plan": plan.to_dict()})
         if plan.refused:
             return self._refuse(d, use, plan, "plan refused: " + "; ".join(plan.refused))
         if self.dry_run:
             return self._done(Executed(d, use, plan, None))
+        if not durable:  # no apply() that the audit log would not show
+            return self._refuse(d, use, plan, f"not applied: {self.audit_fault}")
+        previous = self.running.get((d.rule, use))
+        if previous is not None and previous.is_alive():
+            return self._refuse(d, use, plan, "the previous run of this action is still "
+                                              "going; its outcome is audited when it ends")
         started = time.monotonic()
-        outcome = self._apply(action, plan, ctx)
+        outcome = self._apply(action, plan, ctx, d.rule, use)
         outcome.data.setdefault("seconds", round(time.monotonic() - started, 6))
         self.audit_entry({"type": "outcome", "rule": d.rule, "use": use,
-                     "outcome": outcome.to_dict()})
+                          "outcome": outcome.to_dict()})
         if not outcome.ok:
             log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
         return self._done(Executed(d, use, plan, outcome))
 
-    def _apply(self, action: Any, plan: Plan, ctx: ActionContext) -> Outcome:
+    def _apply(self, action: Any, plan: Plan, ctx: ActionContext, rule: str,
+               use: str) -> Outcome:
         """Run apply in a worker thread, so a stuck action costs the loop at most
         ``apply_timeout`` and the loop keeps its heartbeat (the systemd watchdog) meanwhile.
-        A Python thread cannot be killed: one that overruns is reported and left to end."""
+        A Python thread cannot be killed: one that overruns is reported, no second run of
+        the action starts while it lives, and its outcome is audited when it arrives."""
         box: list[Outcome] = []
+        gave_up = threading.Event()
+        lock = threading.Lock()
 
         def work() -> None:
             try:
-                box.append(action.apply(plan, ctx))
+                outcome = action.apply(plan, ctx)
             except Exception as exc:
-                box.append(Outcome(ok=False, error=f"apply raised {exc!r}"))
+                outcome = Outcome(ok=False, error=f"apply raised {exc!r}")
+            with lock:
+                box.append(outcome)
+                late = gave_up.is_set()
+            if late:
+                self.audit_entry({"type": "late_outcome", "rule": rule, "use": use,
+                                  "outcome": outcome.to_dict()})
+                log.warning("rule %s: action %s finished after its timeout: %s", rule, use,
+                            "ok" if outcome.ok else outcome.error)
 
-        worker = threading.Thread(target=work, name=f"guardian-apply-{plan.action}",
-                                  daemon=True)
-        worker.start()
+        worker = threading.Thread(target=work, name=f"guardian-apply-{use}", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError as exc:  # no thread to be had (TasksMax): fail, do not die
+            return Outcome(ok=False, error=f"cannot start the action's worker: {exc}")
+        self.running[(rule, use)] = worker
         deadline = time.monotonic() + self.apply_timeout
         while worker.is_alive() and time.monotonic() < deadline:
             worker.join(min(0.5, max(deadline - time.monotonic(), 0.0)))
             self.heartbeat()
-        if box:
-            return box[0]
+        with lock:
+            if box:
+                return box[0]
+            gave_up.set()
         return Outcome(ok=False, error=f"apply did not finish within "
-                                       f"{self.apply_timeout:g}s (left running)")
+                                       f"{self.apply_timeout:g}s (left running; its outcome "
+                                       f"is audited when it ends)")
 
     def _refuse(self, d: Decision, use: str, plan: Plan | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""

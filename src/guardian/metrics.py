@@ -79,6 +79,9 @@ class Metrics:
                                   registry=r)
         self.last_reload_ok = Gauge("guardian_last_reload_success", "1 if the last reload "
                                     "(or start) loaded its rules", registry=r)
+        self.persistence_ok = Gauge("guardian_persistence_ok", "1 while the state file and "
+                                    "the audit log can be written (nothing is acted on "
+                                    "otherwise)", registry=r)
         self.signals = SignalCollector()
         r.register(self.signals)
         self.server: Any = None

@@ -49,7 +49,11 @@ class Writer:
     """Appends snapshots to a recording."""
 
     def __init__(self, path: str | Path, head: dict[str, Any]) -> None:
-        self.raw: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed in close())
+        # a new file only, never through a symlink: root must not write where a link
+        # planted in a shared directory points
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o640)
+        self.raw: BinaryIO = os.fdopen(fd, "wb")
         self.gz = gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0)
         self.labels = {n: s["labels"] for n, s in head["signals"].items()}
         self.start: float | None = None

@@ -114,6 +114,7 @@ class Daemon:
         self.ready = False
         self.next_ping = 0.0
         self.failing: dict[str, str] = {}  # sources failing at the last tick
+        self.state_fault = ""  # why the state cannot be saved now
 
     # -- control from signal handlers and watchers --------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -277,18 +278,21 @@ class Daemon:
         started = time.monotonic()
         snap = self.collector.collect(started)
         self._source_health(snap.errors)
+        before = self.engine.export_state()
         decisions = self.engine.evaluate(snap)
-        if decisions and self.opts.state_path is not None:
-            # before acting: a crash after this never runs an action twice
-            try:
-                state_file.save(self.engine, self.opts.state_path)
-            except OSError as exc:
-                log.error("cannot save state to %s: %s", self.opts.state_path, exc)
+        if decisions and not self._persist():
+            # Fail closed: what cannot be made durable did not happen. The engine goes
+            # back to where it was, so it decides (and acts) again once the disk is back.
+            self.engine.import_state(before)
+            decisions = []
         for d in decisions:
             self.metrics.decisions.labels(d.rule, d.kind).inc()
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
         results = self.executor.run(decisions, snap)
+        if any(r.refused and r.error.startswith("not applied: audit log") for r in results):
+            self.engine.import_state(before)  # the audit log refused: decide again later
+            self._persist()
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
         if self.opts.textfile:
@@ -299,6 +303,30 @@ class Daemon:
         else:
             self.notifier.status(self.status())
         return results
+
+    def _persist(self) -> bool:
+        """Save the engine's state before anything is acted on; False (the fault logged
+        once and shown in the status and metrics) when it cannot be saved."""
+        if self.opts.state_path is None:
+            return True
+        try:
+            assert self.engine is not None
+            state_file.save(self.engine, self.opts.state_path)
+        except OSError as exc:
+            if not self.state_fault:
+                log.error("cannot save state to %s: %s; nothing is acted on until it can",
+                          self.opts.state_path, exc)
+            self.state_fault = f"state: {exc.strerror or exc}"
+            return False
+        if self.state_fault:
+            log.info("state is saved again; acting resumes")
+        self.state_fault = ""
+        return True
+
+    def persistence_fault(self) -> str:
+        """Why decisions cannot be made durable now ("" when they can)."""
+        assert self.executor
+        return "; ".join(f for f in (self.state_fault, self.executor.audit_fault) if f)
 
     def _source_health(self, errors: dict[str, str]) -> None:
         """Log and audit a source that starts failing (its signals have no value until it
@@ -327,6 +355,7 @@ class Daemon:
                 self.metrics.rule_state.labels(name, s).set(1.0 if s == current else 0.0)
         for src, n in self.collector.error_counts.items():
             self.metrics.source_errors.labels(src).set(n)
+        self.metrics.persistence_ok.set(0 if self.persistence_fault() else 1)
 
     def status(self) -> str:
         assert self.engine and self.ruleset
@@ -338,6 +367,8 @@ class Daemon:
             parts.insert(0, "dry run")
         if self.status_extra:
             parts.append(self.status_extra)
+        if fault := self.persistence_fault():
+            parts.append(f"NOT ACTING, persistence failing ({fault})")
         return "; ".join(parts)
 
     def reload(self) -> bool:

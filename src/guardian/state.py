@@ -2,8 +2,15 @@
 atomically under the unit's StateDirectory so a restart neither forgets a cooldown nor
 re-fires an action.
 
-The engine runs on the monotonic clock, which restarts at boot; the file stores wall-clock
-times, converted on the way out and back in.
+Times are kept on the kernel's monotonic clock, with the boot they belong to (the
+kernel's boot id). After a restart in the same boot they are exact, whatever the wall
+clock did meanwhile. After a reboot only the wall clock bridges the gap: the time since
+the save is the wall clock's difference, taken as zero when the wall clock went backwards,
+and no restored time may lie in the future. So a wrong wall clock can shorten or restart a
+cooldown, never stretch one for good.
+
+The file is validated before use: a rule entry that does not hold (a string for a time,
+NaN, ``null`` in a list, pending without its start) is dropped and logged, the rest kept.
 """
 
 from __future__ import annotations
@@ -12,37 +19,88 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .atomicfile import write_json
 from .engine import Engine
 
 log = logging.getLogger("guardian.state")
-FORMAT = 1
+FORMAT = 2
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+Time = Annotated[float, Field(allow_inf_nan=False)]
 
 
-def _offset() -> float:
-    """wall-clock minus monotonic, now."""
-    return time.time() - time.monotonic()
+class SavedRule(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    phase: Literal["inactive", "pending", "firing"] = "inactive"
+    since: Time | None = None
+    active_at: Time | None = None
+    last_true: Time | None = None
+    last_run: Time | None = None
+    runs: list[Time] = Field(default_factory=list)
+    said_suppressed: bool = False
+
+    @model_validator(mode="after")
+    def _started(self) -> SavedRule:
+        if self.phase != "inactive" and self.since is None:
+            raise ValueError(f"{self.phase} without `since`")
+        return self
+
+
+class SavedState(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    format: Literal[1, 2]
+    boot_id: str = ""
+    saved_mono: Time | None = None  # format 2: when it was saved, monotonic
+    saved_at: Time | None = None  # when it was saved, wall clock
+    rules: dict[str, Any] = Field(default_factory=dict)  # each checked on its own
+    global_runs: list[Time] = Field(default_factory=list)
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 def save(engine: Engine, path: Path) -> None:
-    """Write the engine's state atomically."""
-    write_json(path, {"format": FORMAT, "saved_at": time.time(),
-                      **engine.export_state(_offset())})
+    """Write the engine's state atomically. Raises OSError."""
+    write_json(path, {"format": FORMAT, "boot_id": boot_id(), "saved_mono": time.monotonic(),
+                      "saved_at": time.time(), **engine.export_state()})
 
 
 def load(engine: Engine, path: Path) -> list[str]:
     """Restore a saved state into ``engine``; the rules restored. A missing file is a
-    first start; a damaged one is reported and ignored (never a crash)."""
+    first start; a damaged one is reported and ignored, an invalid entry dropped (never a
+    crash)."""
     try:
-        data: Any = json.loads(path.read_text())
+        raw: Any = json.loads(path.read_text())
+        state = SavedState.model_validate(raw)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
-        log.error("state file %s is unreadable, starting without it: %s", path, exc)
+    except (OSError, ValueError) as exc:  # ValidationError is a ValueError
+        log.error("state file %s is unusable, starting without it: %s", path,
+                  str(exc).splitlines()[0])
         return []
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        log.error("state file %s has an unknown format, starting without it", path)
-        return []
-    return engine.import_state(data, _offset())
+    rules: dict[str, Any] = {}
+    for name, entry in state.rules.items():
+        try:
+            rules[name] = SavedRule.model_validate(entry).model_dump()
+        except ValidationError as exc:
+            log.error("state file %s: dropping the state of rule %r: %s", path, name,
+                      exc.errors()[0]["msg"])
+    now_mono, now_wall = time.monotonic(), time.time()
+    if state.format == 2 and state.boot_id and state.boot_id == boot_id():
+        offset = 0.0  # the same boot: monotonic times are exact
+    else:
+        saved_ref = state.saved_mono if state.format == 2 else state.saved_at
+        elapsed = max(now_wall - (state.saved_at or now_wall), 0.0)
+        offset = (saved_ref if saved_ref is not None else now_mono) - (now_mono - elapsed)
+    return engine.import_state({"rules": rules, "global_runs": state.global_runs}, offset,
+                               now=now_mono)

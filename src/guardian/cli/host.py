@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from .. import state as state_file
 from ..actions import irq as irq_action
+from ..audit import AuditLog
 from ..collector import Collector
 from ..config import Config
 from ..diagnostics import RuleError
@@ -93,8 +95,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     report_sources(coll)
     audit = None
     if args.audit:
-        from ..audit import AuditLog
-        audit = AuditLog(args.audit)
+        audit = open_audit(args.audit)
+        if audit is None:
+            return 2
     engine = Engine(rules, Budget(config.engine.budget.runs, config.engine.budget.within))
     # Live, one evaluation acts only on the engine's decisions, with its state carried
     # from one invocation to the next, so `for`, cooldowns and limits hold for cron-style
@@ -245,8 +248,9 @@ def cmd_act(args: argparse.Namespace) -> int:
     snap = warm_snapshot(coll, args.warmup)
     audit = None
     if args.audit:
-        from ..audit import AuditLog
-        audit = AuditLog(args.audit)
+        audit = open_audit(args.audit)
+        if audit is None:
+            return 2
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     ex = executor.act(args.action, cls(params), snap)
     coll.close()
@@ -257,6 +261,16 @@ def cmd_act(args: argparse.Namespace) -> int:
     if ex.error or (ex.outcome is not None and not ex.outcome.ok):
         return 1
     return 0
+
+
+def open_audit(path: str) -> AuditLog | None:
+    """The --audit log, or None (said on stderr) when it cannot be opened safely."""
+    try:
+        return AuditLog(path)
+    except OSError as exc:
+        why = "it is a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        print(f"guardian: cannot open the audit log {path}: {why}", file=sys.stderr)
+        return None
 
 
 def cmd_irq(args: argparse.Namespace) -> int:

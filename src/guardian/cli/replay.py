@@ -38,7 +38,15 @@ def cmd_record(args: argparse.Namespace) -> int:
         return 2
     coll = host_collector(args.root, config)
     report_sources(coll)
-    writer = Writer(args.output, header(coll, interval))
+    try:
+        writer = Writer(args.output, header(coll, interval))
+    except FileExistsError:
+        print(f"guardian record: {args.output} exists; record into a new file",
+              file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"guardian record: cannot create {args.output}: {exc.strerror}", file=sys.stderr)
+        return 2
     start = time.monotonic()
     tty = sys.stderr.isatty()
     try:
