@@ -97,7 +97,9 @@ def inject_kmsg(line: str) -> None:
     so each line gets its own open."""
     fd = os.open("/dev/kmsg", os.O_WRONLY)
     try:
-        os.write(fd, f"<4>guardian-test: {line}\n".encode())
+        # the line as the driver writes it (no tag: patterns anchor at the message start);
+        # a write to /dev/kmsg always carries the user facility, never the kernel's
+        os.write(fd, f"<4>{line}\n".encode())
     finally:
         os.close(fd)
 

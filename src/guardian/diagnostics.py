@@ -142,7 +142,10 @@ class Reporter:
                     msg = str(ctx_err)
                 elif msg.startswith("Value error, "):
                     msg = msg[len("Value error, "):]
-                self((*base, *loc), f"{prefix}{where}: {msg}", value=True)
+                if loc:
+                    self((*base, *loc), f"{prefix}{where}: {msg}", value=True)
+                else:  # about the table as a whole: at its header
+                    self(base, f"{prefix}{msg}")
 
 
 def unknown_key(key: str, known: Sequence[str]) -> str:

@@ -54,6 +54,12 @@ class Source(ABC, Generic[C]):
         """Why this source cannot work on this host, or None when it can."""
         return None
 
+    @classmethod
+    def config_warnings(cls, config: Any) -> list[str]:
+        """Risks in a configuration that loads (``guardian check`` prints them); none by
+        default."""
+        return []
+
     #: A source that sets this checks samples in rule-test files: each ``[[NAME]]``
     #: table (NAME being the source's name) goes to :meth:`check_sample`.
     offers_samples: ClassVar[bool] = False

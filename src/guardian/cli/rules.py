@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..config import load_config
+from ..config import Config, load_config
 from ..diagnostics import RuleError
 from ..model.schema import json_schema
 from ..plugins import default_registry
@@ -25,11 +25,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     every file, as path:line:col."""
     registry_warnings()
     errors = []
+    warnings: list[str] = []
+    config = Config()
     if args.config:
         try:
-            load_config(args.config, default_registry())
+            config = load_config(args.config, default_registry())
         except RuleError as exc:
             errors.extend(exc.diagnostics)
+    for name, cls in sorted(default_registry().sources.items()):
+        where = f"{args.config}: [sources.{name}]" if name in config.sources else \
+            f"source {name} (defaults)"
+        warnings += [f"{where}: {w}" for w in
+                     cls.config_warnings(config.sources.get(name) or cls.Config())]
     try:
         rs = load_rules(args.paths)
     except RuleError as exc:
@@ -47,9 +54,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.config:
         rs.files.insert(0, args.config)
     if args.json:
-        print(json.dumps({"ok": True, "files": rs.files,
+        print(json.dumps({"ok": True, "files": rs.files, "warnings": warnings,
                           "rules": [r.name for r in rs.rules]}, indent=2))
     else:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
         print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
     return 0
 

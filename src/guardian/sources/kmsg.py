@@ -21,24 +21,30 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..host import Host
 from ..plugins import SampleError, Source
+from ..regexsafety import backtracking_risk, spoof_risk
 from ..snapshot import Family, SignalSpec, labels_of
 
-# The ENA reset sequence (see the incident) and the kernel's classic distress lines.
+# The ENA reset sequence (see the incident) and the kernel's classic distress lines, each
+# anchored at the start of the message the kernel or driver writes, so a process cannot
+# fire one through its own name (see guardian.regexsafety). ENA lines come through
+# netdev_err()/dev_err(): "ena <pci address>[ <netdev>]: <message>".
+_ENA = r"^ena [0-9a-f:.]+(?: \S+)?: "
 DEFAULT_PATTERNS: dict[str, str] = {
-    "ena_tx_paused": r"TX q \d+ is paused for too long",
-    "ena_tx_missing_completion": r"Found a Tx that wasn't completed on time",
-    "ena_keep_alive_timeout": r"Keep alive watchdog timeout",
-    "ena_reset_triggered": r"Trigger reset is on",
-    "ena_reset_completed": r"Device reset completed successfully",
-    "nic_tx_timeout": r"NETDEV WATCHDOG: .* transmit queue \d+ timed out",
-    "oom_kill": r"Out of memory: Killed process|oom-kill:",
-    "hung_task": r"blocked for more than \d+ seconds",
-    "soft_lockup": r"soft lockup - CPU#\d+ stuck",
-    "rcu_stall": r"rcu_(?:sched|preempt) (?:self-)?detected (?:stalls|stall)",
+    "ena_tx_paused": _ENA + r"TX q \d+ is paused for too long",
+    "ena_tx_missing_completion": _ENA + r"Found a Tx that wasn't completed on time",
+    "ena_keep_alive_timeout": _ENA + r"Keep alive watchdog timeout",
+    "ena_reset_triggered": _ENA + r"Trigger reset is on",
+    "ena_reset_completed": _ENA + r"Device reset completed successfully",
+    "nic_tx_timeout": r"^NETDEV WATCHDOG: .* transmit queue \d+ timed out",
+    "oom_kill": r"^(?:Out of memory|Memory cgroup out of memory): Killed process \d+"
+                r"|^oom-kill:constraint=",
+    "hung_task": r"^INFO: task .+:\d+ blocked for more than \d+ seconds",
+    "soft_lockup": r"^(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck",
+    "rcu_stall": r"^(?:rcu: )?INFO: rcu_(?:sched|preempt|bh) (?:self-)?detected stalls?",
 }
 _RECORD_MAX = 8192
 _FOLLOW_COALESCE = 0.05  # at most ~20 wake-ups a second, however fast lines arrive
@@ -62,13 +68,35 @@ class KmsgConfig(BaseModel):
                 raise ValueError(f"pattern name {name!r} must be lower_snake_case")
             try:
                 re.compile(rx)
-            except re.error as exc:
+            except (re.error, RecursionError, OverflowError) as exc:
                 raise ValueError(f"pattern {name!r}: bad regular expression: {exc}") from None
+            if (why := backtracking_risk(rx)) is not None:
+                raise ValueError(f"pattern {name!r}: {why}; rewrite it without (e.g. "
+                                 "`a+` for `(a+)+`)")
         return v
 
+    @model_validator(mode="after")
+    def _combined(self) -> KmsgConfig:
+        """The live matcher screens each line with all patterns in one alternation:
+        that form must compile too (no inline flags past the start, no group name used
+        twice)."""
+        try:
+            _screen(self.merged())
+        except re.error as exc:
+            raise ValueError(f"the patterns do not combine into one expression: {exc}; "
+                             "use (?i:...) instead of (?i) and unique group names") from None
+        return self
+
+    def merged(self) -> dict[str, str]:
+        return {**(DEFAULT_PATTERNS if self.default_patterns else {}), **self.patterns}
+
     def compiled(self) -> dict[str, re.Pattern[str]]:
-        merged = {**(DEFAULT_PATTERNS if self.default_patterns else {}), **self.patterns}
-        return {n: re.compile(p) for n, p in merged.items()}
+        return {n: re.compile(p) for n, p in self.merged().items()}
+
+
+def _screen(patterns: dict[str, str]) -> re.Pattern[str]:
+    """One alternation of every pattern: only lines it hits run the named patterns."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns.values()) or r"(?!)")
 
 
 def parse_record(raw: bytes) -> tuple[int, int, str, str] | None:
@@ -107,9 +135,7 @@ class KmsgSource(Source[KmsgConfig]):
         super().__init__(host, config)
         self.cfg: KmsgConfig = self.config
         self.patterns = self.cfg.compiled()
-        # one alternation screens each line; only lines it hits run the named patterns
-        self.screen = re.compile("|".join(f"(?:{p.pattern})" for p in self.patterns.values())
-                                 or r"(?!)")
+        self.screen = _screen(self.cfg.merged())
         self.fd = -1
         self.is_file = False
         self.lock = threading.Lock()
@@ -199,6 +225,12 @@ class KmsgSource(Source[KmsgConfig]):
         return match_line(self.patterns, line)
 
     offers_samples: ClassVar[bool] = True
+
+    @classmethod
+    def config_warnings(cls, config: KmsgConfig) -> list[str]:
+        """Patterns a process could fire through its own name."""
+        return [f"pattern {name!r} {why}" for name, rx in config.merged().items()
+                if (why := spoof_risk(rx)) is not None]
 
     def check_sample(self, sample: dict[str, Any]) -> str | None:
         """A ``[[kmsg]]`` sample: a kernel-log ``line`` and the patterns it ``matches``."""
