@@ -611,3 +611,96 @@ def test_patterns_that_do_not_combine_are_located_errors(tmp_path: Path) -> None
     assert proc.returncode == 1
     assert "g.toml:1:1: source 'kmsg': the patterns do not combine into one expression: " \
            "redefinition of group name 'g'" in proc.stderr
+
+
+# -- the metrics endpoint and thread limits --------------------------------------------
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_idle_metrics_connections_do_not_grow_the_daemon(tmp_path: Path) -> None:
+    """Before: a thread per connection, with no timeout: idle connections grew the thread
+    count without bound. Loopback only."""
+    import socket
+    import urllib.request
+
+    port = _free_port()
+    with daemon(tmp_path, "--metrics-port", str(port)) as (proc, notify):
+        notify.wait_for("READY")
+        before = _threads(proc.pid)
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(200)]
+        try:
+            time.sleep(1.0)
+            assert _threads(proc.pid) <= before  # the workers were started already
+            notify.wait_for("WATCHDOG", timeout=3)
+        finally:
+            for s in idle:
+                s.close()
+        deadline = time.monotonic() + 15  # idle ones are dropped after their timeout
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                              timeout=2).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+        assert "guardian_rule_state" in body and proc.poll() is None
+
+
+EVERY_TICK = '''version = 1
+[[rule]]
+name = "always"
+summary = "s"
+when = "processes.total > 0"
+cooldown = "0s"
+limit = { runs = 1000, within = "1h" }
+  [[rule.action]]
+  use = "log"
+'''
+
+
+def test_a_task_limit_costs_an_action_never_the_daemon(tmp_path: Path) -> None:
+    """Before: under a task limit (systemd's TasksMax) the next apply could not start its
+    worker thread and the daemon exited. A real pids cgroup holds it at its thread count."""
+    from .kernel import need_root
+    need_root()
+    pids = Path("/sys/fs/cgroup/pids")
+    if not (pids / "cgroup.procs").exists():
+        pytest.skip("no cgroup v1 pids hierarchy")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    write(rules, "r.toml", EVERY_TICK)
+    group = pids / f"guardian-test-{os.getpid()}"
+    group.mkdir()
+    try:
+        with daemon(tmp_path, rules=rules) as (proc, notify):
+            notify.wait_for("READY", contains="last action: log for always: ok")
+            (group / "cgroup.procs").write_text(str(proc.pid))
+            (group / "pids.max").write_text(str(_threads(proc.pid)))
+            notify.wait_for("STATUS", contains="last action: log for always: failed",
+                            timeout=10)
+            for _ in range(3):
+                notify.wait_for("WATCHDOG", timeout=3)
+            assert proc.poll() is None
+            (group / "pids.max").write_text("max")
+            notify.wait_for("STATUS", contains="last action: log for always: ok", timeout=10)
+            (pids / "cgroup.procs").write_text(str(proc.pid))
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

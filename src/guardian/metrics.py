@@ -1,6 +1,7 @@
 """Prometheus metrics: rule states, actions by outcome, source errors, tick duration,
 reloads, and the values of the signals the rules use. Served on loopback by default
-(prometheus_client), and optionally written as a node_exporter textfile."""
+(prometheus_client's exposition, served by :mod:`guardian.httpserve`, whose threads and
+connections are bounded), and optionally written as a node_exporter textfile."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
+    make_wsgi_app,
     write_to_textfile,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
+from . import httpserve
 from .snapshot import Snapshot
 
 log = logging.getLogger("guardian.metrics")
@@ -90,10 +92,11 @@ class Metrics:
         """Start the HTTP endpoint; an error message instead of raising (a port in use
         leaves guardian running without metrics)."""
         try:
-            self.server, _ = start_http_server(port, addr=address, registry=self.registry)
-        except OSError as exc:
+            self.server = httpserve.serve(address, port, make_wsgi_app(self.registry))
+        except (OSError, RuntimeError) as exc:
             log.error("metrics endpoint %s:%d not started: %s", address, port, exc)
-            return f"metrics off ({address}:{port}: {exc.strerror})"
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return f"metrics off ({address}:{port}: {why})"
         return None
 
     def write_textfile(self, path: str) -> None:
