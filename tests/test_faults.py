@@ -112,8 +112,8 @@ def test_a_slow_action_times_out_while_the_loop_feeds_the_watchdog(tmp_path: Pat
             msg = notify.read(0.5)
             pings += bool(msg and msg.get("WATCHDOG") == "1")
         assert pings >= 3, "no watchdog pings while the action ran"
-        ready = notify.wait_for("READY", timeout=10)
-        assert "last action: command for slow: failed" in ready["STATUS"]
+        notify.wait_for("STATUS", contains="last action: command for slow: failed",
+                        timeout=10)
         proc.terminate()
         proc.wait(timeout=10)
     outcomes = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text()
@@ -187,7 +187,7 @@ when = "processes.total > 0"
   env = { API_TOKEN = "s3cr3t-t0ken-value" }
 ''')
     with daemon(tmp_path, rules=rules) as (proc, notify):
-        notify.wait_for("READY", contains="last action: command for c: ok")
+        notify.wait_for("STATUS", contains="last action: command for c: ok")
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
         assert proc.stderr is not None

@@ -686,10 +686,10 @@ def test_a_task_limit_costs_an_action_never_the_daemon(tmp_path: Path) -> None:
     group.mkdir()
     try:
         with daemon(tmp_path, rules=rules) as (proc, notify):
-            notify.wait_for("READY", contains="last action: log for always: ok")
+            notify.wait_for("STATUS", contains="last action: log for always: ok")
             (group / "cgroup.procs").write_text(str(proc.pid))
             (group / "pids.max").write_text(str(_threads(proc.pid)))
-            notify.wait_for("STATUS", contains="last action: log for always: failed",
+            notify.wait_for("STATUS", contains="NOT ACTING (cannot start a thread",
                             timeout=10)
             for _ in range(3):
                 notify.wait_for("WATCHDOG", timeout=3)
@@ -704,3 +704,80 @@ def test_a_task_limit_costs_an_action_never_the_daemon(tmp_path: Path) -> None:
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+# -- the loop never blocks without a bound --------------------------------------------
+
+@contextmanager
+def dripping_api() -> Iterator[str]:
+    """An "API server" on loopback that accepts and answers one byte every 2 s, forever:
+    every read succeeds, so no per-read timeout ever fires."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n":
+                if stop.wait(2.0):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_an_api_that_drips_never_stalls_ready_the_watchdog_or_sigterm(tmp_path: Path) -> None:
+    """Before: plan() and the fleet budget ran on the loop; an API server that drips a byte
+    every 3 s gave no READY=1 and no watchdog ping for 105 s, and SIGTERM was ignored."""
+    from .test_kube_standin import kubeconfig
+
+    with dripping_api() as url:
+        kc = kubeconfig(tmp_path, url)
+        rules = tmp_path / "rules"
+        rules.mkdir()
+        write(rules, "k.toml", f'''version = 1
+[[rule]]
+name = "k"
+summary = "s"
+when = "processes.total > 0"
+  [[rule.action]]
+  use = "kube.cordon"
+  kubeconfig = "{kc}"
+  node = "node-a"
+  timeout = 5
+''')
+        with daemon(tmp_path, rules=rules) as (proc, notify):
+            t0 = time.monotonic()
+            notify.wait_for("READY", timeout=5)
+            assert time.monotonic() - t0 < 5
+            last = time.monotonic()
+            gaps = []
+            while time.monotonic() - t0 < 8:  # WATCHDOG_USEC is 1 s: a ping every 0.5 s
+                notify.wait_for("WATCHDOG", timeout=3)
+                gaps.append(time.monotonic() - last)
+                last = time.monotonic()
+            assert max(gaps) < 1.5, gaps
+            t1 = time.monotonic()
+            proc.terminate()
+            assert proc.wait(timeout=5) == 0
+            assert time.monotonic() - t1 < 3

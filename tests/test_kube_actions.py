@@ -243,7 +243,7 @@ cooldown = "1h"
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         with daemon(tmp_path, "--metrics-port", str(port), rules=rules) as (proc, notify):
-            notify.wait_for("READY", contains="last action: kube.cordon for k: refused")
+            notify.wait_for("STATUS", contains="last action: kube.cordon for k: refused")
             first = notify.messages[-1]
             notify.wait_for("WATCHDOG", timeout=3)  # still ticking
             assert proc.poll() is None and first

@@ -43,6 +43,8 @@ class Notifier:
             return
         try:
             self._notifier.notify("\n".join(fields))
+        except BlockingIOError:
+            log.debug("sd_notify: the notify socket's queue is full; dropped %s", fields[0])
         except OSError as exc:
             log.warning("sd_notify failed: %s", exc)
 
@@ -66,7 +68,10 @@ def _connect(address: str) -> sdnotify.SystemdNotifier:
     """An sdnotify notifier connected to ``address``. sdnotify itself connects to the
     process environment's NOTIFY_SOCKET; the address is given here instead, so nothing
     edits os.environ (an embedding agent's environment is its own)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    # non-blocking: a notify socket whose queue is full (nobody reading) costs a message,
+    # never the loop
+    sock = socket.socket(socket.AF_UNIX,
+                         socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
     try:
         sock.connect("\0" + address[1:] if address.startswith("@") else address)
     except OSError:

@@ -22,7 +22,7 @@ from .audit import AuditLog
 from .collector import Collector
 from .config import Config
 from .diagnostics import RuleError
-from .engine import Budget, Engine
+from .engine import Budget, Decision, Engine
 from .executor import Executed, Executor
 from .host import Host
 from .metrics import STATES, Metrics
@@ -71,6 +71,7 @@ class ServiceOptions:
     metrics_port: int | None = 9847
     textfile: str | None = None
     apply_timeout: float = 300.0
+    act_deadline: float = 360.0  # the longest the loop waits for one tick's actions
     require_root_owned_rules: bool = True
     root: Path = field(default_factory=lambda: Path("/"))
 
@@ -115,6 +116,8 @@ class Daemon:
         self.next_ping = 0.0
         self.failing: dict[str, str] = {}  # sources failing at the last tick
         self.state_fault = ""  # why the state cannot be saved now
+        self.acting: threading.Thread | None = None  # the worker carrying out decisions
+        self.act_fault = ""  # why no worker could be started to act
 
     # -- control from signal handlers and watchers --------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -285,24 +288,65 @@ class Daemon:
             # back to where it was, so it decides (and acts) again once the disk is back.
             self.engine.import_state(before)
             decisions = []
+        if not self.ready:  # ready once it evaluates: acting may wait on the outside world
+            self.ready = True
+            self.notifier.ready(self.status())
+        if decisions and self.acting is not None and self.acting.is_alive():
+            # the previous tick's actions are still waiting on the outside world: none
+            # start beside them, and nothing is decided until they are done
+            self.engine.import_state(before)
+            self._persist()
+            decisions = []
         for d in decisions:
             self.metrics.decisions.labels(d.rule, d.kind).inc()
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
-        results = self.executor.run(decisions, snap)
-        if any(r.refused and r.error.startswith("not applied: audit log") for r in results):
+        results = self._act(decisions, snap) if decisions else self.executor.run([], snap)
+        if results is None:  # nothing could be started: decide again at the next tick
+            self.engine.import_state(before)
+            self._persist()
+            results = []
+        elif any(r.refused and r.error.startswith("not applied: audit log") for r in results):
             self.engine.import_state(before)  # the audit log refused: decide again later
             self._persist()
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
         if self.opts.textfile:
             self.metrics.write_textfile(self.opts.textfile)
-        if not self.ready:
-            self.ready = True
-            self.notifier.ready(self.status())
-        else:
-            self.notifier.status(self.status())
+        self.notifier.status(self.status())
         return results
+
+    def _act(self, decisions: list[Decision], snap: Snapshot) -> list[Executed] | None:
+        """Carry out decisions off the loop: planning and the fleet budget talk to an API
+        server, which may never answer. The loop keeps its watchdog pings and honours
+        SIGTERM meanwhile, and moves on after ``act_deadline``; the worker is then left to
+        end, and no other starts beside it."""
+        assert self.executor
+        box: list[list[Executed]] = []
+        executor = self.executor
+        worker = threading.Thread(target=lambda: box.append(executor.run(decisions, snap)),
+                                  name="guardian-act", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError as exc:  # no thread to be had (TasksMax): decide again later
+            if not self.act_fault:
+                log.error("cannot start a thread to act (a task limit?): %s; nothing is "
+                          "acted on until one can be", exc)
+            self.act_fault = f"cannot start a thread: {exc}"
+            return None
+        self.act_fault = ""
+        self.acting = worker
+        deadline = time.monotonic() + self.opts.act_deadline
+        while worker.is_alive() and not self.stop_requested and time.monotonic() < deadline:
+            worker.join(0.25)
+            self.ping_if_due()
+        if box:
+            return box[0]
+        if not self.stop_requested:
+            log.error("actions did not finish within %gs (an API that does not answer?); "
+                      "the loop goes on, and nothing else acts until they end",
+                      self.opts.act_deadline)
+        return []
 
     def _persist(self) -> bool:
         """Save the engine's state before anything is acted on; False (the fault logged
@@ -369,6 +413,10 @@ class Daemon:
             parts.append(self.status_extra)
         if fault := self.persistence_fault():
             parts.append(f"NOT ACTING, persistence failing ({fault})")
+        if self.acting is not None and self.acting.is_alive():
+            parts.append("acting (waiting on the outside world)")
+        if self.act_fault:
+            parts.append(f"NOT ACTING ({self.act_fault})")
         return "; ".join(parts)
 
     def reload(self) -> bool:

@@ -135,6 +135,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         audit_path=Path(args.audit or audit_path),
         metrics_address=svc.metrics.address, metrics_port=port,
         textfile=svc.metrics.textfile or None, apply_timeout=svc.apply_timeout,
+        act_deadline=svc.apply_timeout + 60,
         root=Path(args.root))
     daemon = Daemon(opts, config)
     daemon.install_signal_handlers()
