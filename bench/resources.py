@@ -82,14 +82,14 @@ def engine_with_100k_signals(ticks: int = 40) -> dict[str, float]:
     for t in range(6):  # the tick's time, without tracemalloc's overhead
         fam = {k: float(t + i % 7) for i, k in enumerate(keys)}
         s0 = time.perf_counter()
-        untraced.evaluate(Snapshot(t * 15.0, {"big.family": fam}))
+        untraced.evaluate(Snapshot(t * 15.0, {"big.family": fam}, checked=True))
         t_tick = time.perf_counter() - s0
     engine = Engine(rules)
     tracemalloc.start()
     after10 = 0
     for t in range(ticks):
         fam = {k: float(t + i % 7) for i, k in enumerate(keys)}
-        engine.evaluate(Snapshot(t * 15.0, {"big.family": fam}))
+        engine.evaluate(Snapshot(t * 15.0, {"big.family": fam}, checked=True))
         if t == 9:
             after10 = tracemalloc.get_traced_memory()[0]
     final = tracemalloc.get_traced_memory()[0]

@@ -40,6 +40,7 @@ class Collector:
             else:
                 self.sources.append(src)
         self.error_counts = {s.name: 0 for s in self.sources}
+        self._specs = {s.name: {spec.name: spec for spec in s.specs} for s in self.sources}
         self._told: set[tuple[str, str, str]] = set()  # (source, signal, problem) logged
 
     @classmethod
@@ -68,7 +69,7 @@ class Collector:
                 snap.errors[src.name] = f"{type(exc).__name__}: {exc}"
                 log.debug("source %s failed: %s", src.name, exc)
                 continue
-            good, problems = check_values(raw, src.specs)
+            good, problems = check_values(raw, self._specs[src.name])
             snap.values.update(good)
             if problems:
                 self.error_counts[src.name] += 1

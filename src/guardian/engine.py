@@ -224,7 +224,7 @@ class Engine:
 
     def _check(self, snapshot: Snapshot) -> None:
         used = {n: v for n, v in snapshot.values.items() if n in self.ruleset.signals}
-        good, problems = check_values(used, self.ruleset.signals.values(), undeclared=False)
+        good, problems = check_values(used, self.ruleset.signals, undeclared=False)
         for name in problems:
             del snapshot.values[name]
         snapshot.values.update(good)  # canonical label order

@@ -33,6 +33,11 @@ class SignalSpec:
     def is_family(self) -> bool:
         return bool(self.labels)
 
+    @property
+    def label_order(self) -> tuple[str, ...]:
+        """The label names in the order a canonical label set has them (sorted)."""
+        return tuple(sorted(self.labels))
+
 
 @dataclass
 class Snapshot:
@@ -54,7 +59,7 @@ class Snapshot:
               specs: Iterable[SignalSpec]) -> Snapshot:
         """A snapshot of ``values`` as a source would return them, checked against
         ``specs``: a signal that breaks its spec has no value, and ``errors`` says why."""
-        good, problems = check_values(values, specs)
+        good, problems = check_values(values, {s.name: s for s in specs})
         return cls(time, good, problems, checked=True)
 
 
@@ -94,21 +99,23 @@ def parse_series_key(text: str) -> tuple[str, Labels]:
     return name, labels_of(labels)
 
 
-def check_values(raw: Mapping[str, object], specs: Iterable[SignalSpec],
+def check_values(raw: Mapping[str, object], specs: Mapping[str, SignalSpec],
                  undeclared: bool = True) -> tuple[dict[str, Value], dict[str, str]]:
-    """Hold a source's output to its specs: the values that keep them, and for each
-    signal that does not (or, with ``undeclared``, a name no spec declares) why. ``None``
-    means "no value now" and is no error."""
-    declared = {s.name: s for s in specs}
+    """Hold a source's output to its specs (by name): the values that keep them, and for
+    each signal that does not (or, with ``undeclared``, a name no spec declares) why.
+    ``None`` means "no value now" and is no error."""
     good: dict[str, Value] = {}
     problems: dict[str, str] = {}
     for name, value in raw.items():
-        spec = declared.get(name)
+        spec = specs.get(name)
         if spec is None:
             if undeclared:
                 problems[name] = "not a signal this source declares"
             continue
         if value is None:
+            continue
+        if type(value) is float and not spec.labels and value - value == 0.0:
+            good[name] = value  # the common case: a finite float (inf - inf is nan)
             continue
         checked, why = check_value(spec, value)
         if checked is None:
@@ -126,22 +133,35 @@ def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
     if not isinstance(value, dict):
         return None, f"a family keyed by {', '.join(spec.labels)} was expected, " \
                      f"not {type(value).__name__}"
-    want = sorted(spec.labels)
+    want = spec.label_order
     fam: Family = {}
+    same = True  # every key canonical and every member a float: keep the family as it is
     for key, member in value.items():
-        if not (isinstance(key, tuple) and all(
-                isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)
-                for p in key)):
+        try:
+            names = tuple(k for k, _ in key)
+        except (TypeError, ValueError):
             return None, f"member key {key!r} is not a label set ((name, value) pairs)"
-        labels = tuple(sorted(key))
-        if [k for k, _ in labels] != want:
-            return None, f"member {format_labels(labels)} does not have the labels " \
-                         f"{', '.join(want)}"
+        if names != want:  # not canonical: sort, then it must be
+            try:
+                key = tuple(sorted(key))
+            except TypeError:
+                return None, f"member key {key!r} is not a label set ((name, value) pairs)"
+            names = tuple(k for k, _ in key)
+            if names != want:
+                return None, f"member {key!r} does not have the labels " \
+                             f"{', '.join(want)}"
+            same = False
+        if not all(type(v) is str for _, v in key):
+            return None, f"member key {key!r} is not a label set ((name, value) pairs)"
+        if type(member) is float and member - member == 0.0:
+            fam[key] = member
+            continue
         number, why = _number(member)
         if number is None:
-            return None, f"member {format_labels(labels)}: {why}"
-        fam[labels] = number
-    return fam, ""
+            return None, f"member {format_labels(key)}: {why}"
+        fam[key] = number
+        same = False
+    return (value if same else fam), ""
 
 
 def _number(value: object) -> tuple[float | None, str]:
