@@ -40,8 +40,9 @@ class Decision:
     """A state change of a rule, or an action run it asks for.
 
     ``kind`` is one of: ``pending``, ``firing``, ``retry`` (actions again while firing,
-    after the cooldown), ``suppressed`` (wanted to act but a limit said no), ``resolved``,
-    ``inactive`` (pending ended without firing).
+    after the cooldown), ``suppressed`` (wanted to act but a limit said no), ``held`` (its
+    disruptive actions wait while a rule that causes it is pending or firing; the reason
+    names it), ``resolved``, ``inactive`` (pending ended without firing).
     """
 
     time: float
@@ -91,6 +92,7 @@ class RuleState:
     last_run: float | None = None
     runs: list[float] = field(default_factory=list)  # action runs within the limit window
     said_suppressed: bool = False
+    held: bool = False  # disruptive actions are owed: they were held while a cause was active
     unknown: bool = False  # condition had no value at the last tick
     changed: bool = False  # reloaded with another condition or timing; not yet evaluated
 
@@ -137,9 +139,9 @@ class Engine:
             states[rule.name] = st or RuleState()
         self.states = states
         self.ruleset = ruleset
-        self.active = [(r, states[r.name], r.condition.fn) for r in sorted(
+        self.active = [(r, states[r.name], r.condition.fn) for r in _causes_first(sorted(
             (r for r in ruleset.rules if r.spec.enabled),
-            key=lambda r: SEVERITY_ORDER[r.spec.severity])]
+            key=lambda r: SEVERITY_ORDER[r.spec.severity]))]
         old_samples = self.history.samples
         self.history = History(ruleset.windows)
         for name, dq in self.history.samples.items():
@@ -215,7 +217,7 @@ class Engine:
                 if now - st.last_true >= rule.spec.keep_firing_for:
                     st.phase = "inactive"
                     st.since = st.active_at = None
-                    st.said_suppressed = False
+                    st.said_suppressed = st.held = False
                     # clean-up actions (on = "resolve"/"both") are not held to the limits
                     cleanup = [a for a in rule.actions if a.spec.on != "fire"]
                     out.append(self._decision(rule, "resolved", now, values, result,
@@ -245,7 +247,9 @@ class Engine:
         if not acting:
             return False
         spec = rule.spec
-        if st.last_run is not None and now - st.last_run < spec.cooldown:
+        holders = self.holders(rule)
+        owed = st.held and not holders  # the cause resolved: what was held runs now
+        if not owed and st.last_run is not None and now - st.last_run < spec.cooldown:
             return False
         horizon = now - spec.limit.within
         st.runs = [t for t in st.runs if t > horizon]
@@ -268,12 +272,36 @@ class Engine:
                 out.append(self._decision(rule, "suppressed", now, values, result,
                                           reason=reason))
             return False
-        st.runs.append(now)
-        st.last_run = now
+        held = [a for a in acting if a.disruptive] if holders else []
+        if held:
+            acting = [a for a in acting if not a.disruptive]
+        st.last_run = now  # held or not: the next look is after the cooldown
         st.said_suppressed = False
-        self.global_runs.append(now)
-        out.append(self._decision(rule, kind, now, values, result, actions=acting))
+        if acting:
+            st.runs.append(now)
+            self.global_runs.append(now)
+            out.append(self._decision(rule, kind, now, values, result, actions=acting,
+                                      reason="its cause resolved" if owed else ""))
+        elif kind == "firing":
+            out.append(self._decision(rule, kind, now, values, result))
+        st.held = bool(held)
+        if held:
+            causes = ", ".join(f"{name} is {phase}" for name, phase in holders)
+            out.append(self._decision(
+                rule, "held", now, values, result,
+                reason=f"{', '.join(a.use for a in held)} held while its cause {causes}: "
+                       f"the cause is fixed first"))
         return True
+
+    def holders(self, rule: CompiledRule) -> list[tuple[str, str]]:
+        """The causes of ``rule`` (``caused_by``) that are pending or firing, with their
+        phase: while there are any, its disruptive actions are held."""
+        out = []
+        for cause in rule.spec.caused_by:
+            st = self.states.get(cause)
+            if st is not None and st.phase in ("pending", "firing"):
+                out.append((cause, st.phase))
+        return out
 
     def _decision(self, rule: CompiledRule, kind: str, now: float, values: Any,
                   result: object, actions: list[BoundAction] | None = None,
@@ -311,7 +339,7 @@ class Engine:
                              "active_at": t(st.active_at),
                              "last_true": t(st.last_true), "last_run": t(st.last_run),
                              "runs": [x + offset for x in st.runs],
-                             "said_suppressed": st.said_suppressed}
+                             "said_suppressed": st.said_suppressed, "held": st.held}
                       for name, st in self.states.items()},
             "global_runs": [x + offset for x in self.global_runs],
         }
@@ -338,6 +366,7 @@ class Engine:
             st.last_run = t(saved.get("last_run"))
             st.runs = [v for x in saved.get("runs", []) if (v := t(x)) is not None]
             st.said_suppressed = bool(saved.get("said_suppressed"))
+            st.held = bool(saved.get("held"))
             restored.append(name)
         self.global_runs = deque(sorted(v for x in data.get("global_runs", [])
                                         if (v := t(x)) is not None))
@@ -349,6 +378,27 @@ class Engine:
 
     def pending(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "pending"]
+
+
+def _causes_first(rules: list[CompiledRule]) -> list[CompiledRule]:
+    """``rules`` in their order, except that a rule comes after the rules that cause it
+    (its `caused_by`), so a symptom sees its causes' phase of the same evaluation."""
+    by_name = {r.name: r for r in rules}
+    out: list[CompiledRule] = []
+    placed: set[str] = set()
+
+    def place(r: CompiledRule, trail: frozenset[str]) -> None:
+        if r.name in placed or r.name in trail:  # a cycle (refused at load) stops here
+            return
+        for cause in r.spec.caused_by:
+            if cause in by_name:
+                place(by_name[cause], trail | {r.name})
+        placed.add(r.name)
+        out.append(r)
+
+    for r in rules:
+        place(r, frozenset())
+    return out
 
 
 def render_values(evidence: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class SavedRule(BaseModel):
     last_run: Time | None = None
     runs: list[Time] = Field(default_factory=list)
     said_suppressed: bool = False
+    held: bool = False
 
     @model_validator(mode="after")
     def _started(self) -> SavedRule:

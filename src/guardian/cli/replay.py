@@ -153,7 +153,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     st = engine.states[rule.name]
     tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
     missing = missing_signals(rule.condition.refs, snap.values)
-    state = _state_words(rule, st, snap.time, missing)
+    state = _state_words(rule, st, snap.time, missing, engine.holders(rule))
     plans: list[dict[str, Any]] = []
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
@@ -162,6 +162,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         plans = [ex.to_dict() for ex in executor.run([d], snap)]  # dry run: never applies
     if args.json:
         print(json.dumps({"rule": rule.name, "state": state, "missing": missing,
+                          "held_by": [name for name, _ in engine.holders(rule)],
                           "condition": tree.to_dict(), "plans": plans,
                           "actions": [{"use": a.use, **a.public_params}
                                       for a in rule.actions]}, indent=2, default=str))
@@ -182,7 +183,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _state_words(rule: Any, st: Any, now: float, missing: list[str]) -> str:
+def _state_words(rule: Any, st: Any, now: float, missing: list[str],
+                 holders: list[tuple[str, str]]) -> str:
     spec = rule.spec
     if not spec.enabled:
         return "disabled"
@@ -197,5 +199,9 @@ def _state_words(rule: Any, st: Any, now: float, missing: list[str]) -> str:
         cool = ""
         if st.last_run is not None and now - st.last_run < spec.cooldown:
             cool = f"; actions again in {spec.cooldown - (now - st.last_run):g}s (cooldown)"
-        return f"FIRING since {now - st.since:g}s{cool}"
+        held = ""
+        if holders:
+            held = ("; its disruptive actions are held while its cause " +
+                    ", ".join(f"{name} is {phase}" for name, phase in holders))
+        return f"FIRING since {now - st.since:g}s{cool}{held}"
     return "INACTIVE: the condition does not hold"

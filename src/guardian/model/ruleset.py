@@ -45,6 +45,7 @@ class CompiledRule:
     line: int
     condition: Condition
     actions: list[BoundAction]
+    caused_by_at: tuple[int, int] = (0, 0)  # line, column of `caused_by` in the file
 
     @property
     def name(self) -> str:

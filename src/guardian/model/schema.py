@@ -68,6 +68,10 @@ class Rule(BaseModel):
     enabled: bool = True
     fleet: bool = Field(False, description="take a slot of the fleet-wide disruption budget "
                         "(Kubernetes Leases, [fleet] in guardian.toml) before acting")
+    caused_by: list[str] = Field(
+        default_factory=list, description="rules that cause this one: while any of them is "
+        "pending or firing, this rule's disruptive actions are held (its log, condition and "
+        "event actions still run), so the cause is fixed first")
     action: list[ActionSpec] = Field(default_factory=list)
 
 

@@ -61,10 +61,50 @@ def load_rules(
                 continue
             seen[rule.name] = (rule.path, rule.line, 1)
             ruleset.rules.append(rule)
+    diags.extend(check_causes(ruleset.rules))
     if diags:
         raise RuleError(diags)
     ruleset.signals = _used_signals(ruleset.rules, cat)
     return ruleset
+
+
+def check_causes(rules: list[CompiledRule]) -> list[Diagnostic]:
+    """`caused_by` must name rules of the set, and causes must not go round in a cycle."""
+    names = {r.name: r for r in rules}
+    out: list[Diagnostic] = []
+    for r in rules:
+        line, col = r.caused_by_at if r.caused_by_at[0] else (r.line, 1)
+        for cause in r.spec.caused_by:
+            if cause not in names:
+                hint = difflib.get_close_matches(cause, list(names), n=1)
+                more = f"; did you mean {hint[0]!r}?" if hint else ""
+                out.append(Diagnostic(r.path, line, col,
+                                      f"caused_by: no rule named {cause!r}{more}"))
+            elif cause == r.name:
+                out.append(Diagnostic(r.path, line, col, "caused_by: a rule cannot cause "
+                                                         "itself"))
+    seen: set[str] = set()
+    for r in rules:
+        cycle = _cycle(r.name, names, [], seen)
+        if cycle and cycle[0] == r.name:
+            line, col = r.caused_by_at if r.caused_by_at[0] else (r.line, 1)
+            out.append(Diagnostic(r.path, line, col, "caused_by: causes go round in a "
+                                                     "cycle: " + " → ".join(cycle)))
+    return out
+
+
+def _cycle(name: str, rules: dict[str, CompiledRule], path: list[str],
+           done: set[str]) -> list[str]:
+    """The first cycle reached from ``name`` through `caused_by`, as a closed path."""
+    if name in path:
+        return [*path[path.index(name):], name]
+    if name in done or name not in rules:
+        return []
+    for cause in rules[name].spec.caused_by:
+        if cause != name and (found := _cycle(cause, rules, [*path, name], done)):
+            return found
+    done.add(name)
+    return []
 
 
 def _used_signals(rules: list[CompiledRule], cat: Mapping[str, SignalSpec]
@@ -80,6 +120,7 @@ def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
     diags: list[Diagnostic] = []
     cat = catalogue if catalogue is not None else reg.catalogue()
     rules = _load_source(text, path, reg, cat, diags)
+    diags.extend(check_causes(rules))
     if diags:
         raise RuleError(diags)
     return Ruleset(rules=rules, files=[path], signals=_used_signals(rules, cat))
@@ -134,7 +175,9 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
         actions = _bind_actions(spec.action if spec else _action_specs(raw_dict), loc, reg,
                                 report)
         if spec is not None and condition is not None and actions is not None:
-            out.append(CompiledRule(spec, path, report.at(loc).line, condition, actions))
+            cause_at = report.at((*loc, "caused_by"))
+            out.append(CompiledRule(spec, path, report.at(loc).line, condition, actions,
+                                   (cause_at.value_line, cause_at.value_col)))
     return out
 
 
