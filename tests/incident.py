@@ -10,6 +10,15 @@ container's systemd through the systemd source's argv prefix.
 
     python -m tests.incident record  OUT [--minutes 9]   # the incident, recorded
     python -m tests.incident healthy OUT [--minutes 3]   # a busy, healthy node, recorded
+    python -m tests.incident chain   OUT [--minutes 13]  # the whole chain, recorded
+
+The chain recording adds the later links. Kernel time on a core: on this VM's kernel the
+root memory.stat read stays flat however many memcgs are dying, so kubelet's walk of older
+kernels cannot be reproduced; a process pinned to core 1 (`dd` from /dev/zero, which the
+kernel clears page by page) burns that core in system time instead. The ENA reset
+sequence: this VM has no ENA NIC, so the driver's own lines (format strings of
+drivers/net/ethernet/amazon/ena/ena_netdev.c, netdev_err: "ena <pci> <netdev>: ...") are
+written to /dev/kmsg at the moments they would come. The recording's note says so.
 """
 
 from __future__ import annotations
@@ -166,13 +175,73 @@ def healthy(out: Path, minutes: float, interval: str = "2s") -> None:
         parent.rmdir()
 
 
+# (seconds into the recording, line): the driver's words, in the order it says them
+ENA_SEQUENCE = [
+    # ena_netdev.c, the tx_timeout/missing-completion check: "TX q %d is paused for too
+    # long (threshold %u). Time since last napi %u usec. napi scheduled: %d"
+    (430, "ena 0000:00:05.0 eth0: TX q 3 is paused for too long (threshold 5000000). "
+          "Time since last napi 6104000 usec. napi scheduled: 1"),
+    # the same check, next line: "napi handler hasn't been called for a long time but is
+    # scheduled"
+    (430, "ena 0000:00:05.0 eth0: napi handler hasn't been called for a long time but is "
+          "scheduled"),
+    # check_missing_comp_in_tx_queue: "Found a Tx that wasn't completed on time, qid %d,
+    # index %d. %u usecs have passed since last napi execution. Missing Tx timeout value
+    # %u msecs"
+    (470, "ena 0000:00:05.0 eth0: Found a Tx that wasn't completed on time, qid 3, index "
+          "812. 6102000 usecs have passed since last napi execution. Missing Tx timeout "
+          "value 5000 msecs"),
+    # ena_timer_service / check_for_admin_com_state: "Trigger reset is on"
+    (520, "ena 0000:00:05.0 eth0: Trigger reset is on"),
+    # ena_restore_device: "Device reset completed successfully, Driver info: %s"
+    (540, "ena 0000:00:05.0 eth0: Device reset completed successfully, Driver info: "
+          "Elastic Network Adapter (ENA) v2.8.1g"),
+]
+BURN_AT = 300  # seconds: the dying memcgs have piled up by then
+
+
+def chain(out: Path, minutes: float, interval: str = "5s", cap: int = 20_000) -> None:
+    """The incident's chain from the crash-looping unit to the NIC reset (see above)."""
+    from .kernel import inject_kmsg
+    note = ("crash-looping ecs.service in systemd-nspawn leaking dying memcgs into the "
+            f"host; at {BURN_AT}s a dd pinned to core 1 burns it in system time (this "
+            "kernel's memory.stat read stays flat, so kubelet's walk is not reproducible "
+            "here); the ENA reset sequence written to /dev/kmsg at "
+            f"{', '.join(str(t) for t, _ in ENA_SEQUENCE)}s (no ENA NIC on this VM)")
+    with crash_loop() as (c, spill), tempfile.TemporaryDirectory() as tmp:
+        cap_leak(spill, cap)
+        cfg = config_for(c, Path(tmp) / "guardian.toml")
+        rec = subprocess.Popen([sys.executable, "-m", "guardian", "record", "-o", str(out),
+                                "--interval", interval, "--duration", f"{minutes * 60:g}s",
+                                "--config", str(cfg), "--note", note])
+        start = time.monotonic()
+        burner = None
+        try:
+            pending = list(ENA_SEQUENCE)
+            while rec.poll() is None:
+                now = time.monotonic() - start
+                if burner is None and now >= BURN_AT:
+                    burner = subprocess.Popen(["taskset", "-c", "1", "dd", "if=/dev/zero",
+                                               "of=/dev/null", "bs=4M"],
+                                              stderr=subprocess.DEVNULL)
+                while pending and now >= pending[0][0]:
+                    inject_kmsg(pending.pop(0)[1])
+                time.sleep(0.2)
+        finally:
+            if burner is not None:
+                burner.kill()
+                burner.wait()
+            rec.wait()
+    drop_caches()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["record", "healthy"])
+    ap.add_argument("mode", choices=["record", "healthy", "chain"])
     ap.add_argument("out", type=Path)
     ap.add_argument("--minutes", type=float, default=9.0)
     args = ap.parse_args()
-    (record if args.mode == "record" else healthy)(args.out, args.minutes)
+    {"record": record, "healthy": healthy, "chain": chain}[args.mode](args.out, args.minutes)
     return 0
 
 

@@ -272,9 +272,9 @@ class Engine:
                 out.append(self._decision(rule, "suppressed", now, values, result,
                                           reason=reason))
             return False
-        held = [a for a in acting if a.disruptive] if holders else []
+        held = [a for a in acting if a.held_by_causes] if holders else []
         if held:
-            acting = [a for a in acting if not a.disruptive]
+            acting = [a for a in acting if not a.held_by_causes]
         st.last_run = now  # held or not: the next look is after the cooldown
         st.said_suppressed = False
         if acting:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 from .model.ruleset import Ruleset
 from .policy.expr import parse_condition
 from .recording import Recording
 from .replay import Replay
 from .snapshot import format_labels
+from .why import Link
 
 MAX_LINES = 8  # members of a family drawn per signal
 
@@ -29,7 +31,7 @@ def thresholds(when: str) -> list[float]:
     return sorted(set(out))
 
 
-def plot(rec: Recording, ruleset: Ruleset, r: Replay, out: Path) -> None:
+def _pyplot() -> Any:
     try:
         import logging
 
@@ -39,6 +41,34 @@ def plot(rec: Recording, ruleset: Ruleset, r: Replay, out: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise RuntimeError("plotting needs matplotlib: pip install 'guardian[plot]'") from exc
+    return plt
+
+
+def plot_why(chain: list[Link], now: float, out: Path) -> None:
+    """The links of `guardian why` on one time axis, root cause at the top: a bar from
+    when each began to now, its phase as the colour, an x where guardian held actions."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(11, 0.6 * max(len(chain), 1) + 1.2))
+    for row, link in enumerate(chain):
+        start = (link.since if link.since is not None else now) / 60
+        ax.barh(row, now / 60 - start, left=start, height=0.5,
+                color="tab:red" if link.phase == "firing" else "tab:orange")
+        causes = f"  ← {', '.join(link.causes)}" if link.causes else "  (root cause)"
+        ax.text(start, row - 0.35, link.rule + causes, fontsize=8)
+        for t in link.held_at:
+            ax.plot(t / 60, row, marker="x", color="black")
+    ax.set_yticks([])
+    ax.invert_yaxis()
+    ax.set_xlabel("minutes since the recording started (or since guardian started)")
+    ax.set_title("guardian why: root cause at the top, symptoms below", fontsize=9,
+                 loc="left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def plot(rec: Recording, ruleset: Ruleset, r: Replay, out: Path) -> None:
+    plt = _pyplot()
     rules = [rule for rule in ruleset.rules if rule.spec.enabled]
     fig, axes = plt.subplots(len(rules), 1, figsize=(11, 2.4 * len(rules)), sharex=True,
                              squeeze=False)

@@ -33,11 +33,12 @@ class RecordingError(Exception):
     """A recording that cannot be read at all (not one, or from a newer guardian)."""
 
 
-def header(collector: Collector, interval: float) -> dict[str, Any]:
+def header(collector: Collector, interval: float, note: str = "") -> dict[str, Any]:
+    """The first line of a recording; ``note`` says how it was made (kept as given)."""
     specs = {spec.name: spec for src in collector.sources for spec in src.specs}
     specs[SOURCE_ERRORS.name] = SOURCE_ERRORS
     return {
-        "format": FORMAT, "version": VERSION, "host": socket.gethostname(),
+        "format": FORMAT, "version": VERSION, "host": socket.gethostname(), "note": note,
         "kernel": platform.release(), "started": time.time(), "interval": interval,
         "sources": [s.name for s in collector.sources], "unavailable": collector.unavailable,
         "signals": {n: {"labels": list(s.labels), "unit": s.unit, "counter": s.counter,

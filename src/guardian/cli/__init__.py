@@ -14,7 +14,7 @@ from ..actions import irq as irq_action
 from ..plugins import RegistryError
 from .common import DEFAULT_RULES, config_option
 from .host import cmd_act, cmd_irq, cmd_run, cmd_signals
-from .replay import cmd_explain, cmd_record, cmd_replay
+from .replay import cmd_explain, cmd_record, cmd_replay, cmd_why
 from .rules import cmd_check, cmd_schema, cmd_test
 
 __all__ = ["main"]
@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration", default="10m", help="how long (default 10m); Ctrl-C "
                      "stops early and keeps everything written")
     rec.add_argument("--root", default="/", help="host root (default /)")
+    rec.add_argument("--note", default="", help="how the recording was made (kept in it)")
     config_option(rec)
     rec.set_defaults(func=cmd_record)
 
@@ -138,6 +139,23 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(ex)
     ex.set_defaults(func=cmd_explain)
+
+    w = sub.add_parser("why", help="what is wrong, as chains from root cause to symptoms")
+    w.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
+                   f"(default: the config's, else {DEFAULT_RULES})")
+    w.add_argument("--recording", metavar="FILE", help="at a point of a recording instead "
+                   "of on this host")
+    w.add_argument("--at", metavar="TIME", help="with --recording: time since its start "
+                   "(default: its end)")
+    w.add_argument("--state", metavar="FILE", help="live: the service's state file, for "
+                   "when each rule began (default: none)")
+    w.add_argument("--warmup", default="1s", help="live: time between the two samples")
+    w.add_argument("--root", default="/", help="host root (default /)")
+    w.add_argument("--json", action="store_true", help="machine-readable output")
+    w.add_argument("--plot", metavar="OUT.png", help="draw the links on one time axis "
+                   "(needs matplotlib)")
+    config_option(w)
+    w.set_defaults(func=cmd_why)
 
     s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)

@@ -39,7 +39,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     coll = host_collector(args.root, config)
     report_sources(coll)
     try:
-        writer = Writer(args.output, header(coll, interval))
+        writer = Writer(args.output, header(coll, interval, args.note))
     except FileExistsError:
         print(f"guardian record: {args.output} exists; record into a new file",
               file=sys.stderr)
@@ -205,3 +205,53 @@ def _state_words(rule: Any, st: Any, now: float, missing: list[str],
                     ", ".join(f"{name} is {phase}" for name, phase in holders))
         return f"FIRING since {now - st.since:g}s{cool}{held}"
     return "INACTIVE: the condition does not hold"
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    """The pending and firing rules as chains, root cause first (see guardian.why)."""
+    from .. import why
+    try:
+        config = cli_config(args)
+    except RuleError as exc:
+        return print_errors(exc)
+    rec = None
+    catalogue = default_registry().catalogue()
+    if args.recording:
+        rec = _load_recording(args.recording)
+        if rec is None:
+            return 2
+        catalogue = {**catalogue, **rec.catalogue}
+    try:
+        rules = load_rules(args.rules or config.service.rules, catalogue=catalogue)
+    except RuleError as exc:
+        return print_errors(exc)
+    if rec is not None:
+        from ..replay import replay
+        r = replay(rec, rules, parse_duration(args.at) if args.at else None)
+        engine, snap, decisions = r.engine, r.last, r.decisions
+        if snap is None:
+            print("guardian why: no snapshot at or before --at", file=sys.stderr)
+            return 2
+    else:
+        from .. import state as state_file
+        engine = Engine(rules)
+        if args.state and Path(args.state).exists():
+            state_file.load(engine, Path(args.state))
+        snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
+        decisions = engine.evaluate(snap)
+    chain = why.links(engine, snap, decisions)
+    if args.json:
+        print(json.dumps({"time": snap.time, "recording": args.recording,
+                          "chain": [link.to_dict() for link in chain]}, indent=2,
+                         default=str))
+    else:
+        for line in why.text(chain, snap.time, "would act" if rec is not None else "acted"):
+            print(line)
+    if args.plot:
+        from ..plot import plot_why
+        try:
+            plot_why(chain, snap.time, Path(args.plot))
+        except RuntimeError as exc:
+            print(f"guardian why: {exc}", file=sys.stderr)
+            return 1
+    return 0

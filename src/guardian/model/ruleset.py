@@ -37,6 +37,11 @@ class BoundAction:
     def disruptive(self) -> bool:
         return type(self.action).disruptive
 
+    @property
+    def held_by_causes(self) -> bool:
+        """Whether this action waits while a cause of its rule is active."""
+        return self.disruptive and self.spec.hold
+
 
 @dataclass
 class CompiledRule:

@@ -28,6 +28,9 @@ class ActionSpec(BaseModel):
     on: Literal["fire", "resolve", "both"] = Field(
         "fire", description="run when the rule fires (and again after each cooldown while "
         "it fires), when it resolves, or both")
+    hold: bool = Field(True, description="with `caused_by`: a disruptive action waits while "
+                       "a cause is pending or firing; false runs it anyway (a remedy of the "
+                       "cause itself, such as stopping the unit that leaks)")
 
     @property
     def params(self) -> dict[str, Any]:

@@ -1,0 +1,157 @@
+"""`guardian why`: the pending and firing rules as chains from root cause to symptoms.
+
+Rules name their causes (`caused_by`); the active ones (pending or firing) form a graph,
+and each chain is printed root first: what each link shows (its evidence: the values and
+the members that matched, such as which unit, which core, which NIC), when it began, what
+guardian did or would do there, and what it holds back while a cause is being fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .durations import format_duration
+from .engine import Decision, Engine, render_values
+from .model.ruleset import CompiledRule
+from .snapshot import Snapshot
+
+ACTIVE = ("pending", "firing")
+
+
+@dataclass
+class Link:
+    """One active rule in a chain."""
+
+    rule: str
+    summary: str
+    phase: str
+    severity: str
+    since: float | None  # when its condition began to hold
+    evidence: dict[str, Any]
+    causes: list[str]  # active rules that cause it
+    effects: list[str] = field(default_factory=list)  # active rules it causes
+    did: list[str] = field(default_factory=list)  # actions run (or planned)
+    held: list[str] = field(default_factory=list)  # what it holds back, and why
+    held_at: list[float] = field(default_factory=list)  # when it held them
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "summary": self.summary, "phase": self.phase,
+                "severity": self.severity, "since": self.since, "evidence": self.evidence,
+                "causes": self.causes, "effects": self.effects, "did": self.did,
+                "held": self.held}
+
+
+def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list[Link]:
+    """The active rules, each chain root first (roots in order of when they began)."""
+    rules = {r.name: r for r in engine.ruleset.rules}
+    active = {name for name, st in engine.states.items()
+              if st.phase in ACTIVE and name in rules}
+    out: dict[str, Link] = {}
+    for name in active:
+        rule, st = rules[name], engine.states[name]
+        out[name] = Link(name, rule.spec.summary, st.phase, rule.spec.severity,
+                         st.active_at if st.active_at is not None else st.since,
+                         _evidence(engine, rule, snapshot),
+                         [c for c in rule.spec.caused_by if c in active])
+    for link in out.values():
+        for cause in link.causes:
+            out[cause].effects.append(link.rule)
+    for d in decisions:
+        found = out.get(d.rule)
+        if found is None:
+            continue
+        if d.kind == "held":
+            found.held.append(f"+{format_duration(round(d.time))}: {d.reason}")
+            found.held_at.append(d.time)
+        elif d.actions:
+            found.did.append(f"+{format_duration(round(d.time))}: {d.kind}: "
+                             + ", ".join(a.use for a in d.actions))
+    return _root_first(out)
+
+
+def _evidence(engine: Engine, rule: CompiledRule, snapshot: Snapshot) -> dict[str, Any]:
+    try:
+        result = rule.condition.fn(snapshot.values, engine.history)
+    except Exception:  # a compiled condition should not raise; evidence is best effort
+        result = None
+    return render_values(Engine.decision_values(rule, snapshot.values, result))
+
+
+def _root_first(by_name: dict[str, Link]) -> list[Link]:
+    ordered: list[Link] = []
+    seen: set[str] = set()
+
+    def visit(link: Link) -> None:
+        if link.rule in seen:
+            return
+        if any(c not in seen for c in link.causes):
+            return  # placed when its last cause is
+        seen.add(link.rule)
+        ordered.append(link)
+        for effect in sorted(link.effects, key=lambda n: _began(by_name[n])):
+            visit(by_name[effect])
+
+    roots = sorted((lk for lk in by_name.values() if not lk.causes), key=_began)
+    for root in roots:
+        visit(root)
+    for link in sorted(by_name.values(), key=_began):  # anything left (should not be)
+        if link.rule not in seen:
+            seen.add(link.rule)
+            ordered.append(link)
+    return ordered
+
+
+def _began(link: Link) -> float:
+    return link.since if link.since is not None else float("inf")
+
+
+def text(chain: list[Link], now: float, acted: str = "acted") -> list[str]:
+    """The chain for people: root cause first, each link with its evidence; ``acted``
+    names what the actions were ("would act" over a recording)."""
+    if not chain:
+        return ["Nothing is wrong: no rule is pending or firing."]
+    depth: dict[str, int] = {}
+    lines: list[str] = []
+    roots = [lk for lk in chain if not lk.causes]
+    if roots:
+        lines.append("Root cause" + ("s" if len(roots) > 1 else "") + ": "
+                     + ", ".join(f"{r.rule} ({r.summary})" for r in roots))
+    for link in chain:
+        depth[link.rule] = 1 + max((depth[c] for c in link.causes if c in depth), default=-1)
+        pad = "  " * depth[link.rule]
+        began = "" if link.since is None else \
+            f", began {format_duration(round(max(now - link.since, 0.0)))} ago"
+        arrow = "" if not link.causes else f" ← caused by {', '.join(link.causes)}"
+        lines.append(f"{pad}{'└─ ' if link.causes else ''}{link.rule} "
+                     f"[{link.phase.upper()}, {link.severity}{began}]{arrow}")
+        lines.append(f"{pad}   {link.summary}")
+        for key, value in link.evidence.items():
+            lines.append(f"{pad}   evidence: {key} = {_short(value)}")
+        for did in link.did[-3:]:
+            lines.append(f"{pad}   {acted}: {did}")
+        for held in link.held[-2:]:
+            lines.append(f"{pad}   held: {held}")
+    first, last = _span(chain)
+    if first is not None and last is not None and first.rule != last.rule:
+        assert first.since is not None and last.since is not None
+        lines.append(f"{first.rule} began {format_duration(round(last.since - first.since))}"
+                     f" before {last.rule}.")
+    return lines
+
+
+def _span(chain: list[Link]) -> tuple[Link | None, Link | None]:
+    timed = [lk for lk in chain if lk.since is not None]
+    roots = [lk for lk in timed if not lk.causes]
+    leaves = [lk for lk in timed if not lk.effects and lk.causes]
+    if not roots or not leaves:
+        return None, None
+    return min(roots, key=_began), max(leaves, key=_began)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        items = list(value.items())
+        body = ", ".join(f"{k}: {v}" for k, v in items[:4])
+        return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
+    return str(value)

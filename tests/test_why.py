@@ -1,0 +1,59 @@
+"""`guardian why` over real recordings (tests/data, made by tests/incident.py on this VM):
+the crash-looping unit named as the root cause with its evidence, the links below it, and
+nothing on a healthy node. Without `caused_by` every link stands alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import RULES
+
+DATA = Path(__file__).parent / "data"
+
+
+def _why(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "guardian", "why", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_why_names_the_crash_looping_unit_as_the_root_cause() -> None:
+    proc = _why("--rules", str(RULES), "--recording", str(DATA / "incident.rec"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    chain = json.loads(proc.stdout)["chain"]
+    assert chain[0]["rule"] == "unit-crashloop" and chain[0]["causes"] == []
+    assert '{unit="ecs.service"}' in chain[0]["evidence"]["matched"]
+    memcgs = next(link for link in chain if link["rule"] == "dying-memcgs")
+    assert memcgs["causes"] == ["unit-crashloop"] and memcgs["evidence"]["memcg.dying"] > 10000
+    text = _why("--rules", str(RULES), "--recording", str(DATA / "incident.rec")).stdout
+    assert text.startswith("Root cause: unit-crashloop")
+    assert "└─ dying-memcgs [FIRING, critical" in text and "← caused by unit-crashloop" in text
+    assert re.search(r"unit-crashloop began \S+ before dying-memcgs", text)
+
+
+def test_nothing_is_wrong_on_a_healthy_node() -> None:
+    proc = _why("--rules", str(RULES), "--recording", str(DATA / "healthy.rec"))
+    assert proc.returncode == 0 and proc.stdout.strip() == \
+        "Nothing is wrong: no rule is pending or firing."
+
+
+def test_without_causes_every_link_stands_alone(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for f in RULES.glob("*.toml"):
+        if not f.name.endswith(".test.toml"):
+            (rules / f.name).write_text(re.sub(r"(?m)^caused_by = .*\n", "", f.read_text()))
+    proc = _why("--rules", str(rules), "--recording", str(DATA / "incident.rec"), "--json")
+    chain = json.loads(proc.stdout)["chain"]
+    assert len(chain) >= 2 and all(link["causes"] == [] for link in chain)
+
+
+def test_why_draws_the_links(tmp_path: Path) -> None:
+    out = tmp_path / "why.png"
+    proc = _why("--rules", str(RULES), "--recording", str(DATA / "incident.rec"), "--plot",
+                str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
