@@ -57,3 +57,44 @@ def test_why_draws_the_links(tmp_path: Path) -> None:
                 str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+CHAIN = DATA / "chain.rec"  # tests/incident.py chain: the whole chain, made on this VM
+
+
+def test_the_whole_chain_root_first_with_its_symptom_remedy_held() -> None:
+    """The recording's note says how each link was made for real (see tests/incident.py)."""
+    # at 9m30s every link is active (the kernel later frees enough memcgs that dying-memcgs
+    # resolves at 9m55s, and the held IRQ move runs then: "its cause resolved")
+    proc = _why("--rules", str(RULES), "--recording", str(CHAIN), "--at", "9m30s", "--json")
+    assert proc.returncode == 0, proc.stderr
+    chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
+    order = list(chain)
+    assert order[0] == "unit-crashloop"
+    assert '{unit="ecs.service"}' in chain["unit-crashloop"]["evidence"]["matched"]
+    for cause, effect in [("unit-crashloop", "dying-memcgs"),
+                          ("dying-memcgs", "core-system-saturated"),
+                          ("core-system-saturated", "nic-tx-stall"),
+                          ("nic-tx-stall", "nic-reset")]:
+        assert cause in chain[effect]["causes"], (effect, chain[effect]["causes"])
+        assert order.index(cause) < order.index(effect)
+    hot = chain["core-system-saturated"]
+    assert '{cpu="1"}' in hot["evidence"]["matched"]  # the core dd burned
+    assert hot["held"] and "irq.move held while its cause dying-memcgs is" in hot["held"][0]
+    text = _why("--rules", str(RULES), "--recording", str(CHAIN), "--at", "9m30s").stdout
+    assert text.startswith("Root cause: unit-crashloop")
+    assert "unit-crashloop began 8m35s before nic-reset." in text
+
+
+def test_the_whole_chain_without_causes_acts_link_by_link(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for f in RULES.glob("*.toml"):
+        if not f.name.endswith(".test.toml"):
+            (rules / f.name).write_text(re.sub(r"(?m)^caused_by = .*\n", "", f.read_text()))
+    proc = _why("--rules", str(rules), "--recording", str(CHAIN), "--at", "9m30s", "--json")
+    chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
+    assert {"unit-crashloop", "dying-memcgs", "core-system-saturated", "nic-tx-stall",
+            "nic-reset"} <= set(chain)
+    assert all(link["causes"] == [] and link["held"] == [] for link in chain.values())
+    assert any("irq.move" in did for did in chain["core-system-saturated"]["did"])
