@@ -407,6 +407,15 @@ def render_values(evidence: dict[str, Any]) -> dict[str, Any]:
     return {k: _plain(v) for k, v in evidence.items()}
 
 
+def short(v: Any) -> str:
+    """A rendered value in one short line: at most four members of a family."""
+    if isinstance(v, dict):
+        items = list(v.items())
+        body = ", ".join(f"{k}: {x}" for k, x in items[:4])
+        return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
+    return str(v)
+
+
 def _plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {(format_key("", k) or "{}") if isinstance(k, tuple) else k: _num(x)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .durations import format_duration
-from .engine import Decision, Engine, render_values
+from .engine import Decision, Engine, render_values, short
 from .model.ruleset import CompiledRule
 from .snapshot import Snapshot
 
@@ -127,7 +127,7 @@ def text(chain: list[Link], now: float, acted: str = "acted") -> list[str]:
                      f"[{link.phase.upper()}, {link.severity}{began}]{arrow}")
         lines.append(f"{pad}   {link.summary}")
         for key, value in link.evidence.items():
-            lines.append(f"{pad}   evidence: {key} = {_short(value)}")
+            lines.append(f"{pad}   evidence: {key} = {short(value)}")
         for did in link.did[-3:]:
             lines.append(f"{pad}   {acted}: {did}")
         for held in link.held[-2:]:
@@ -147,11 +147,3 @@ def _span(chain: list[Link]) -> tuple[Link | None, Link | None]:
     if not roots or not leaves:
         return None, None
     return min(roots, key=_began), max(leaves, key=_began)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, dict):
-        items = list(value.items())
-        body = ", ".join(f"{k}: {v}" for k, v in items[:4])
-        return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
-    return str(value)

@@ -84,11 +84,3 @@ def print_plan(p: dict[str, Any]) -> None:
         print(f"           => {head}")
         if out["data"]:
             print(f"              {json.dumps(out['data'], sort_keys=True, default=str)}")
-
-
-def short(v: Any) -> str:
-    if isinstance(v, dict):
-        items = list(v.items())
-        body = ", ".join(f"{k}: {x}" for k, x in items[:4])
-        return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
-    return str(v)

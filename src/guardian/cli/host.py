@@ -20,7 +20,7 @@ from ..collector import Collector
 from ..config import Config
 from ..diagnostics import RuleError
 from ..durations import parse_duration
-from ..engine import Budget, Decision, Engine, RuleState, render_values
+from ..engine import Budget, Decision, Engine, RuleState, render_values, short
 from ..executor import Executor
 from ..host import Host
 from ..model.ruleset import CompiledRule, Ruleset
@@ -35,7 +35,6 @@ from .common import (
     print_plan,
     registry_warnings,
     report_sources,
-    short,
     warm_snapshot,
 )
 

@@ -7,15 +7,21 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..config import Config
 from ..diagnostics import RuleError
 from ..durations import parse_duration
 from ..engine import Decision, Engine
 from ..executor import Executor
 from ..host import Host
+from ..model.ruleset import Ruleset
 from ..plugins import default_registry
 from ..policy.loader import load_rules
+from ..snapshot import SignalSpec
+
+if TYPE_CHECKING:
+    from ..recording import Recording
 from .common import (
     cli_config,
     host_collector,
@@ -116,8 +122,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if rec.damage else 0
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from ..policy.explain import explain_condition, missing_signals
+def _rules_and_recording(args: argparse.Namespace
+                         ) -> tuple[Config, Recording | None, Ruleset,
+                                    dict[str, SignalSpec]] | int:
+    """The config, the --recording (if any), the rules checked against the signals of
+    both, and that catalogue; or the exit code after saying what is wrong."""
     try:
         config = cli_config(args)
     except RuleError as exc:
@@ -133,6 +142,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
         rules = load_rules(args.rules or config.service.rules, catalogue=catalogue)
     except RuleError as exc:
         return print_errors(exc)
+    return config, rec, rules, catalogue
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from ..policy.explain import explain_condition, missing_signals
+    loaded = _rules_and_recording(args)
+    if isinstance(loaded, int):
+        return loaded
+    config, rec, rules, catalogue = loaded
     rule = rules.by_name(args.rule)
     if rule is None:
         print(f"guardian explain: no rule {args.rule!r} (rules: "
@@ -210,21 +228,10 @@ def _state_words(rule: Any, st: Any, now: float, missing: list[str],
 def cmd_why(args: argparse.Namespace) -> int:
     """The pending and firing rules as chains, root cause first (see guardian.why)."""
     from .. import why
-    try:
-        config = cli_config(args)
-    except RuleError as exc:
-        return print_errors(exc)
-    rec = None
-    catalogue = default_registry().catalogue()
-    if args.recording:
-        rec = _load_recording(args.recording)
-        if rec is None:
-            return 2
-        catalogue = {**catalogue, **rec.catalogue}
-    try:
-        rules = load_rules(args.rules or config.service.rules, catalogue=catalogue)
-    except RuleError as exc:
-        return print_errors(exc)
+    loaded = _rules_and_recording(args)
+    if isinstance(loaded, int):
+        return loaded
+    config, rec, rules, _ = loaded
     if rec is not None:
         from ..replay import replay
         r = replay(rec, rules, parse_duration(args.at) if args.at else None)
