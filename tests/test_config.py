@@ -99,4 +99,4 @@ def test_guardian_check_checks_the_config_too(tmp_path: Path) -> None:
     good = subprocess.run([sys.executable, "-m", "guardian", "check", "--config",
                            str(REPO / "systemd" / "guardian.toml"), str(REPO / "rules")],
                           capture_output=True, text=True, timeout=60)
-    assert good.returncode == 0 and good.stdout.startswith("ok: 12 rule(s)")
+    assert good.returncode == 0 and good.stdout.startswith("ok: 13 rule(s)")

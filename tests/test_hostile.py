@@ -781,3 +781,27 @@ when = "processes.total > 0"
             proc.terminate()
             assert proc.wait(timeout=5) == 0
             assert time.monotonic() - t1 < 3
+
+
+# -- who burns kernel time --------------------------------------------------------------
+
+def test_the_command_burning_a_core_in_the_kernel_is_named() -> None:
+    """A real dd pinned to one core, clearing pages from /dev/zero: nearly all of it is
+    system time (utime and stime are fields 14 and 15 of /proc/<pid>/stat)."""
+    from guardian.snapshot import labels_of
+    from guardian.sources.processes import ProcessesConfig, ProcessesSource
+
+    src = ProcessesSource(Host(), ProcessesConfig(top=3))
+    burner = subprocess.Popen(["taskset", "-c", "0", "dd", "if=/dev/zero", "of=/dev/null",
+                               "bs=4M"], stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        assert src.collect(time.monotonic())["processes.top_system_cpu_pct"] is None
+        time.sleep(1.5)
+        top = src.collect(time.monotonic())["processes.top_system_cpu_pct"]
+    finally:
+        burner.kill()
+        burner.wait()
+    assert isinstance(top, dict) and 0 < len(top) <= 3
+    assert top[labels_of({"comm": "dd"})] >= 50, top
+    assert max(top, key=lambda k: top[k]) == labels_of({"comm": "dd"})

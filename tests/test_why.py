@@ -63,9 +63,8 @@ CHAIN = DATA / "chain.rec"  # tests/incident.py chain: the whole chain, made on 
 
 
 def test_the_whole_chain_root_first_with_its_symptom_remedy_held() -> None:
-    """The recording's note says how each link was made for real (see tests/incident.py)."""
-    # at 9m30s every link is active (the kernel later frees enough memcgs that dying-memcgs
-    # resolves at 9m55s, and the held IRQ move runs then: "its cause resolved")
+    """The recording's note says how each link was made for real (see tests/incident.py).
+    At 9m30s every link is active."""
     proc = _why("--rules", str(RULES), "--recording", str(CHAIN), "--at", "9m30s", "--json")
     assert proc.returncode == 0, proc.stderr
     chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
@@ -73,14 +72,17 @@ def test_the_whole_chain_root_first_with_its_symptom_remedy_held() -> None:
     assert order[0] == "unit-crashloop"
     assert '{unit="ecs.service"}' in chain["unit-crashloop"]["evidence"]["matched"]
     for cause, effect in [("unit-crashloop", "dying-memcgs"),
-                          ("dying-memcgs", "core-system-saturated"),
+                          ("dying-memcgs", "kernel-time-hog"),
+                          ("kernel-time-hog", "core-system-saturated"),
                           ("core-system-saturated", "nic-tx-stall"),
                           ("nic-tx-stall", "nic-reset")]:
         assert cause in chain[effect]["causes"], (effect, chain[effect]["causes"])
         assert order.index(cause) < order.index(effect)
+    assert '{comm="dd"}' in chain["kernel-time-hog"]["evidence"]["matched"]  # who burns
     hot = chain["core-system-saturated"]
     assert '{cpu="1"}' in hot["evidence"]["matched"]  # the core dd burned
-    assert hot["held"] and "irq.move held while its cause dying-memcgs is" in hot["held"][0]
+    assert hot["held"] and "irq.move held while its cause kernel-time-hog is firing" in \
+        hot["held"][0]
     text = _why("--rules", str(RULES), "--recording", str(CHAIN), "--at", "9m30s").stdout
     assert text.startswith("Root cause: unit-crashloop")
     assert "unit-crashloop began 8m35s before nic-reset." in text
@@ -94,7 +96,7 @@ def test_the_whole_chain_without_causes_acts_link_by_link(tmp_path: Path) -> Non
             (rules / f.name).write_text(re.sub(r"(?m)^caused_by = .*\n", "", f.read_text()))
     proc = _why("--rules", str(rules), "--recording", str(CHAIN), "--at", "9m30s", "--json")
     chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
-    assert {"unit-crashloop", "dying-memcgs", "core-system-saturated", "nic-tx-stall",
-            "nic-reset"} <= set(chain)
+    assert {"unit-crashloop", "dying-memcgs", "kernel-time-hog", "core-system-saturated",
+            "nic-tx-stall", "nic-reset"} <= set(chain)
     assert all(link["causes"] == [] and link["held"] == [] for link in chain.values())
     assert any("irq.move" in did for did in chain["core-system-saturated"]["did"])

@@ -1,18 +1,30 @@
-"""Processes: zombies in total and per parent, how long they have been seen, and
-kernel threads kept apart (they are never targets)."""
+"""Processes: zombies in total and per parent, how long they have been seen, kernel
+threads kept apart (they are never targets), and who burns kernel time: the top commands
+by system CPU, from the same scan of /proc/<pid>/stat (the incident was found by seeing
+kubelet spend its time in the kernel)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..host import Host
-from ..hostio.procfs import all_stats, zombies_by_parent
-from ..plugins import NoParams, Source
+from ..hostio.procfs import CLK_TCK, all_stats, zombies_by_parent
+from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
 
 
-class ProcessesSource(Source[NoParams]):
+class ProcessesConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    top: int = Field(5, ge=1, le=50, description="commands kept in "
+                     "processes.top_system_cpu_pct (bounds its cardinality)")
+
+
+class ProcessesSource(Source[ProcessesConfig]):
     name: ClassVar[str] = "processes"
+    Config = ProcessesConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("processes.total", "processes and kernel threads", "processes"),
         SignalSpec("processes.kernel_threads", "kernel threads (PF_KTHREAD)", "threads"),
@@ -21,13 +33,18 @@ class ProcessesSource(Source[NoParams]):
                    labels=("ppid", "comm")),
         SignalSpec("processes.zombie_max_age_seconds",
                    "how long guardian has seen the longest-standing zombie", "seconds"),
+        SignalSpec("processes.top_system_cpu_pct", "system (kernel) CPU of the commands "
+                   "that used the most since the last collection, in percent of one core "
+                   "(processes of one command added up; the top `top`, 5 unless configured)",
+                   "percent", labels=("comm",)),
     )
 
-    def __init__(self, host: Host, config: NoParams | None = None) -> None:
+    def __init__(self, host: Host, config: ProcessesConfig | None = None) -> None:
         super().__init__(host, config)
         # (pid, starttime) of each zombie -> when guardian first saw it; the kernel does
         # not record when a process exited, so age is measured from first sight.
         self.first_seen: dict[tuple[int, int], float] = {}
+        self.prev_stime: tuple[float, dict[tuple[int, int], int]] | None = None
 
     def unavailable(self) -> str | None:
         return None if (self.host.proc / "self").exists() or any(
@@ -49,6 +66,7 @@ class ProcessesSource(Source[NoParams]):
             float(len(zs)) for ppid, zs in by_parent.items()
         }
         return {
+            "processes.top_system_cpu_pct": self._top_system(now, stats.values()),
             "processes.total": len(stats),
             "processes.kernel_threads": sum(1 for st in stats.values() if st.is_kernel_thread),
             "processes.zombies": len(seen),
@@ -56,3 +74,20 @@ class ProcessesSource(Source[NoParams]):
             "processes.zombie_max_age_seconds": max((now - t for t in seen.values()),
                                                     default=0.0),
         }
+
+    def _top_system(self, now: float, stats: Any) -> Family | None:
+        """System CPU per command since the last collection; no value at the first."""
+        stime = {(st.pid, st.starttime): st.stime for st in stats}
+        comms = {(st.pid, st.starttime): st.comm for st in stats}
+        prev, self.prev_stime = self.prev_stime, (now, stime)
+        if prev is None or now <= prev[0]:
+            return None
+        seconds = now - prev[0]
+        per_comm: dict[str, float] = {}
+        for key, ticks in stime.items():
+            delta = ticks - prev[1].get(key, ticks)  # a process new since then: no delta
+            if delta > 0:
+                per_comm[comms[key]] = per_comm.get(comms[key], 0.0) + delta
+        top = sorted(per_comm.items(), key=lambda kv: (-kv[1], kv[0]))[:self.config.top]
+        return {labels_of({"comm": comm}): round(100.0 * ticks / CLK_TCK / seconds, 3)
+                for comm, ticks in top}
