@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 PF_KTHREAD = 0x00200000
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    """The fields of /proc/<pid>/stat that guardian uses."""
+class ProcStat(NamedTuple):
+    """The fields of /proc/<pid>/stat that guardian uses (a tuple: made per process per
+    tick, so it must be cheap)."""
 
     pid: int
     comm: str
@@ -54,46 +54,49 @@ def parse_proc_stat(text: str) -> ProcStat:
     rpar = text.rindex(")")
     pid = int(text[:lpar])
     comm = text[lpar + 1:rpar]
-    rest = text[rpar + 2:].split()
+    rest = text[rpar + 2:].split(None, 20)  # the fields up to starttime, no further
     if len(rest) < 20:
         raise ValueError(f"/proc/{pid}/stat has {len(rest) + 2} fields, expected 22 or more")
     return ProcStat(pid, comm, rest[0], int(rest[1]), int(rest[6]), int(rest[11]),
                     int(rest[12]), int(rest[19]), int(rest[17]))
 
 
-def pids(proc: Path) -> Iterator[int]:
-    for name in os.listdir(proc):
-        if name.isdigit():
-            yield int(name)
+def pids(proc: Path) -> list[int]:
+    return [int(name) for name in os.listdir(proc) if name.isdigit()]
 
 
 def read_proc_stat(proc: Path | str, pid: int) -> ProcStat | None:
     """The stat of one process, or None when it exited meanwhile."""
+    raw = _read_stat(f"{proc}/{pid}/stat")
+    return None if raw is None else parse_proc_stat(raw.decode("utf-8", errors="replace"))
+
+
+def _read_stat(path: str) -> bytes | None:
     try:
-        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, ProcessLookupError):
         return None
     try:
-        raw = os.read(fd, 4096)
+        return os.read(fd, 4096)
     except ProcessLookupError:  # exited between open and read
         return None
     finally:
         os.close(fd)
-    return parse_proc_stat(raw.decode("utf-8", errors="replace"))
 
 
 def all_stats(proc: Path, strict: bool = True) -> Iterator[ProcStat]:
     """The stat of every process; those that exit meanwhile are skipped, and so are
     malformed ones unless ``strict`` (then they raise ValueError)."""
+    base = str(proc)
     for pid in pids(proc):
+        raw = _read_stat(f"{base}/{pid}/stat")
+        if raw is None:
+            continue
         try:
-            st = read_proc_stat(proc, pid)
+            yield parse_proc_stat(raw.decode("utf-8", errors="replace"))
         except ValueError:
             if strict:
                 raise
-            continue
-        if st is not None:
-            yield st
 
 
 def uptime(proc: Path) -> float:

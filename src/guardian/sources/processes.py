@@ -44,7 +44,8 @@ class ProcessesSource(Source[ProcessesConfig]):
         # (pid, starttime) of each zombie -> when guardian first saw it; the kernel does
         # not record when a process exited, so age is measured from first sight.
         self.first_seen: dict[tuple[int, int], float] = {}
-        self.prev_stime: tuple[float, dict[tuple[int, int], int]] | None = None
+        # (time, {(pid, starttime): (stime, comm)}) of the last collection
+        self.prev_stime: tuple[float, dict[tuple[int, int], tuple[int, str]]] | None = None
 
     def unavailable(self) -> str | None:
         return None if (self.host.proc / "self").exists() or any(
@@ -77,17 +78,17 @@ class ProcessesSource(Source[ProcessesConfig]):
 
     def _top_system(self, now: float, stats: Any) -> Family | None:
         """System CPU per command since the last collection; no value at the first."""
-        stime = {(st.pid, st.starttime): st.stime for st in stats}
-        comms = {(st.pid, st.starttime): st.comm for st in stats}
-        prev, self.prev_stime = self.prev_stime, (now, stime)
+        cur = {(st.pid, st.starttime): (st.stime, st.comm) for st in stats}
+        prev, self.prev_stime = self.prev_stime, (now, cur)
         if prev is None or now <= prev[0]:
             return None
-        seconds = now - prev[0]
+        before = prev[1]
         per_comm: dict[str, float] = {}
-        for key, ticks in stime.items():
-            delta = ticks - prev[1].get(key, ticks)  # a process new since then: no delta
-            if delta > 0:
-                per_comm[comms[key]] = per_comm.get(comms[key], 0.0) + delta
+        for key, (ticks, comm) in cur.items():
+            old = before.get(key)  # a process new since then has no delta yet
+            if old is not None and ticks > old[0]:
+                per_comm[comm] = per_comm.get(comm, 0.0) + ticks - old[0]
         top = sorted(per_comm.items(), key=lambda kv: (-kv[1], kv[0]))[:self.config.top]
+        seconds = now - prev[0]
         return {labels_of({"comm": comm}): round(100.0 * ticks / CLK_TCK / seconds, 3)
                 for comm, ticks in top}
