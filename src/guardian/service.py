@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -281,12 +282,12 @@ class Daemon:
         started = time.monotonic()
         snap = self.collector.collect(started)
         self._source_health(snap.errors)
-        before = self.engine.export_state()
+        before = self.engine.export_state(), list(self.engine.ending)
         decisions = self.engine.evaluate(snap)
         if decisions and not self._persist():
             # Fail closed: what cannot be made durable did not happen. The engine goes
             # back to where it was, so it decides (and acts) again once the disk is back.
-            self.engine.import_state(before)
+            self._undo(before)
             decisions = []
         if not self.ready:  # ready once it evaluates: acting may wait on the outside world
             self.ready = True
@@ -294,7 +295,7 @@ class Daemon:
         if decisions and self.acting is not None and self.acting.is_alive():
             # the previous tick's actions are still waiting on the outside world: none
             # start beside them, and nothing is decided until they are done
-            self.engine.import_state(before)
+            self._undo(before)
             self._persist()
             decisions = []
         for d in decisions:
@@ -303,11 +304,11 @@ class Daemon:
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
         results = self._act(decisions, snap) if decisions else self.executor.run([], snap)
         if results is None:  # nothing could be started: decide again at the next tick
-            self.engine.import_state(before)
+            self._undo(before)
             self._persist()
             results = []
         elif any(r.refused and r.error.startswith("not applied: audit log") for r in results):
-            self.engine.import_state(before)  # the audit log refused: decide again later
+            self._undo(before)  # the audit log refused: decide again later
             self._persist()
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
@@ -315,6 +316,14 @@ class Daemon:
             self.metrics.write_textfile(self.opts.textfile)
         self.notifier.status(self.status())
         return results
+
+    def _undo(self, before: tuple[dict[str, Any], list[Any]]) -> None:
+        """Put the engine back where it was before this tick's evaluation (its states, and
+        the resolutions a reload still owes), so it decides again at the next tick."""
+        assert self.engine
+        state, ending = before
+        self.engine.import_state(state)
+        self.engine.ending = ending
 
     def _act(self, decisions: list[Decision], snap: Snapshot) -> list[Executed] | None:
         """Carry out decisions off the loop: planning and the fleet budget talk to an API
