@@ -220,8 +220,8 @@ class Executor:
 
     def _refuse(self, d: Decision, use: str, plan: Plan | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""
-        self.audit_entry({"type": "refused", "dry_run": self.dry_run, "rule": d.rule, "use": use,
-                     "reason": why})
+        self.audit_entry({"type": "refused", "dry_run": self.dry_run, "rule": d.rule,
+                          "use": use, "reason": why})
         log.warning("rule %s: action %s not applied: %s", d.rule, use, why)
         return self._done(Executed(d, use, plan, None, error=why, refused=True))
 

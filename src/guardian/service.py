@@ -284,6 +284,11 @@ class Daemon:
         self._source_health(snap.errors)
         before = self.engine.export_state(), list(self.engine.ending)
         decisions = self.engine.evaluate(snap)
+        if decisions and self.acting is not None and self.acting.is_alive():
+            # the previous tick's actions are still waiting on the outside world: none
+            # start beside them, and nothing is decided until they are done
+            self._undo(before)
+            decisions = []
         if decisions and not self._persist():
             # Fail closed: what cannot be made durable did not happen. The engine goes
             # back to where it was, so it decides (and acts) again once the disk is back.
@@ -292,12 +297,6 @@ class Daemon:
         if not self.ready:  # ready once it evaluates: acting may wait on the outside world
             self.ready = True
             self.notifier.ready(self.status())
-        if decisions and self.acting is not None and self.acting.is_alive():
-            # the previous tick's actions are still waiting on the outside world: none
-            # start beside them, and nothing is decided until they are done
-            self._undo(before)
-            self._persist()
-            decisions = []
         for d in decisions:
             self.metrics.decisions.labels(d.rule, d.kind).inc()
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
@@ -307,8 +306,8 @@ class Daemon:
             self._undo(before)
             self._persist()
             results = []
-        elif any(r.refused and r.error.startswith("not applied: audit log") for r in results):
-            self._undo(before)  # the audit log refused: decide again later
+        elif self.executor.audit_fault:
+            self._undo(before)  # not in the audit log, so not decided: again later
             self._persist()
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
