@@ -183,6 +183,10 @@ class FleetBudget:
             _, _, holders = self._survey()
         except API_ERRORS:
             return None
+        return self._own(holders)
+
+    def _own(self, holders: dict[str, str]) -> str | None:
+        """The slot among ``holders`` that this node holds, if any."""
         return next((s for s, h in holders.items() if h == self.me), None)
 
     def acquire(self) -> tuple[str | None, str]:
@@ -190,7 +194,7 @@ class FleetBudget:
         why not."""
         try:
             nodes, slots, holders = self._survey()
-            mine = next((s for s, h in holders.items() if h == self.me), None)
+            mine = self._own(holders)
             if mine is not None:
                 return mine, ""
             why = self._verdict(nodes, slots, holders)
