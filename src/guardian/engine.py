@@ -142,10 +142,7 @@ class Engine:
         self.active = [(r, states[r.name], r.condition.fn) for r in _causes_first(sorted(
             (r for r in ruleset.rules if r.spec.enabled),
             key=lambda r: SEVERITY_ORDER[r.spec.severity]))]
-        old_samples = self.history.samples
-        self.history = History(ruleset.windows)
-        for name, dq in self.history.samples.items():
-            dq.extend(old_samples.get(name, ()))
+        self.history = History(ruleset.lookbacks, previous=self.history)
 
     # -- evaluation ----------------------------------------------------------------------
     def observe(self, snapshot: Snapshot) -> None:

@@ -1,20 +1,35 @@
-"""Bounded per-signal history and the time functions conditions use over it.
+"""Bounded history of what rules look back on, and the time functions over it.
 
-Only signals that some rule passes to a time function are kept, each for the longest
-window any rule asks of it. Samples are (time, value) pairs; a tick where a signal has no
-value adds no sample, so a gap never reads as zero.
+History is kept per *lookback*: a signal with the label matchers a rule's time function
+gives it, for the longest window any rule asks of it. Matchers are resolved once, when a
+member first appears, and only the members they select are kept. Each tick appends one
+row: an array of floats, one per kept member (NaN where a member has no value at that
+tick), and drops the rows older than the window. Counter resets are noted as rows arrive,
+so ``rate``, ``increase`` and ``delta`` read only a window's first and last rows and the
+resets between them; the ``*_over_time`` functions read the window's rows in C. A tick
+where a signal has no value adds no row, so a gap never reads as zero.
+
+Memory is bounded by construction: per lookback, rows x members x 8 bytes, with rows at
+most ``min(window / tick, MAX_ROWS)`` and members those some rule selects that had a value
+within the window.
 """
 
 from __future__ import annotations
 
+import math
+from array import array
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import islice, repeat
+from operator import gt, sub, truediv
 from typing import Any
 
-from .model.runtime import Matcher, sel
-from .snapshot import Family, Labels, Value
+from .model.runtime import Lookback, Matcher, matches, sel
+from .snapshot import Family, Labels
 
-MAX_SAMPLES = 10_000  # per signal, whatever the window: bounds memory at fast tick rates
+MAX_ROWS = 10_000  # per lookback, whatever the window: bounds memory at fast tick rates
+NAN = math.nan
 
 Series = list[tuple[float, float]]
 
@@ -35,50 +50,234 @@ def _rate(s: Series) -> float | None:
 
 
 _FUNCS: dict[str, tuple[int, Callable[[Series], float | None]]] = {
-    # name: (fewest samples needed, function)
+    # name: (fewest samples needed, function over one member's samples in the window)
     "rate": (2, _rate),
     "increase": (2, _increase),
     "delta": (2, lambda s: s[-1][1] - s[0][1]),
     "max_over_time": (1, lambda s: max(v for _, v in s)),
     "min_over_time": (1, lambda s: min(v for _, v in s)),
-    "avg_over_time": (1, lambda s: sum(v for _, v in s) / len(s)),
+    "avg_over_time": (1, lambda s: math.fsum(v for _, v in s) / len(s)),
 }
+_ENDS = {"rate", "increase", "delta"}  # functions of a window's ends (and resets) only
+
+
+class _Rows:
+    """The rows of one lookback: kept members, their values per tick, counter resets."""
+
+    def __init__(self, matchers: tuple[Matcher, ...] | None, window: float) -> None:
+        self.matchers = matchers
+        self.window = window
+        self.scalar = False
+        self.keys: list[Labels] = []
+        self.index: dict[Labels, int] = {}
+        self.selected: dict[Labels, bool] = {}  # every member seen: does it match?
+        self.times: deque[float] = deque(maxlen=MAX_ROWS)
+        self.rows: deque[array[float]] = deque(maxlen=MAX_ROWS)
+        self.complete: deque[bool] = deque(maxlen=MAX_ROWS)  # every kept member has a value
+        self.last = array("d")  # each member's newest value (NaN: none yet)
+        self.resets: deque[tuple[float, int, float]] = deque()  # time, member, value before
+        self.undo: tuple[array[float], int] | None = None
+        self.ticks_since_compaction = 0
+        self.order: list[Labels] | None = None  # the family's members at the last change
+        self.positions: list[int] = []  # each kept member's place in ``order`` (-1: none)
+        self.all_placed = False
+        self.identity = False  # kept members are ``order`` itself
+
+    # -- recording ---------------------------------------------------------------------
+    def record(self, now: float, value: object) -> None:
+        if value is not None:
+            if self.times and self.times[-1] >= now:
+                self._drop_newest()  # the same instant twice (an event wake-up): keep newest
+                if self.times and self.times[-1] >= now:  # the clock went back: start over
+                    self.__init__(self.matchers, self.window)  # type: ignore[misc]
+            if isinstance(value, dict):
+                self.scalar = False
+                self._append(now, value)
+            elif isinstance(value, int | float):
+                self.scalar = True
+                self._append(now, {(): float(value)})
+        self._evict(now - self.window)
+
+    def _admit(self, fam: Mapping[Labels, float]) -> None:
+        """Give members seen for the first time their column, if the matchers pick them."""
+        if fam.keys() <= self.selected.keys():
+            return
+        for key in fam.keys() - self.selected.keys():
+            chosen = self.matchers is None or matches(key, self.matchers)
+            self.selected[key] = chosen
+            if chosen:
+                self.index[key] = len(self.keys)
+                self.keys.append(key)
+        # a copy: ``last`` may be the newest row itself, which must not change
+        self.last = self.last + array("d", repeat(NAN, len(self.keys) - len(self.last)))
+
+    def _row(self, fam: Mapping[Labels, float]) -> tuple[array[float], bool]:
+        """This tick's row, and whether every kept member has a value in it."""
+        order = list(fam)
+        if order == self.order:  # the same members in the same order: place by position
+            if self.identity:
+                return array("d", fam.values()), True
+            vals = [*fam.values(), NAN]  # position -1: a kept member the family lacks
+            return array("d", map(vals.__getitem__, self.positions)), self.all_placed
+        self._admit(fam)
+        keys = self.keys
+        pos = {k: i for i, k in enumerate(order)}
+        self.order = order
+        self.positions = [pos.get(k, -1) for k in keys]
+        self.all_placed = -1 not in self.positions
+        self.identity = self.all_placed and len(keys) == len(order) \
+            and self.positions == list(range(len(keys)))
+        return array("d", map(fam.get, keys, repeat(NAN))), self.all_placed
+
+    def _append(self, now: float, fam: Mapping[Labels, float]) -> None:
+        row, complete = self._row(fam)
+        last = self.last
+        self.undo = (last, len(self.resets))
+        if any(map(gt, last, row)):  # NaN compares false: only real drops are resets
+            self.resets.extend((now, i, a) for i, (a, b) in enumerate(zip(last, row, strict=False))
+                               if a > b)
+        if complete:
+            self.last = row
+        else:
+            merged = array("d", last)
+            for i, v in enumerate(row):
+                if v == v:
+                    merged[i] = v
+            self.last = merged
+        self.times.append(now)
+        self.rows.append(row)
+        self.complete.append(complete)
+        self.ticks_since_compaction += 1
+        if not complete and self.ticks_since_compaction > max(len(self.rows), 64):
+            self._compact(fam)
+
+    def _drop_newest(self) -> None:
+        self.times.pop()
+        self.rows.pop()
+        self.complete.pop()
+        if self.undo is not None:
+            self.last, n_resets = self.undo
+            while len(self.resets) > n_resets:
+                self.resets.pop()
+            self.undo = None
+        self.last = self.last + array("d", repeat(NAN, len(self.keys) - len(self.last)))
+
+    def _evict(self, horizon: float) -> None:
+        times = self.times
+        while times and times[0] < horizon:
+            times.popleft()
+            self.rows.popleft()
+            self.complete.popleft()
+        while self.resets and self.resets[0][0] < horizon:
+            self.resets.popleft()
+
+    def _compact(self, fam: Mapping[Labels, float]) -> None:
+        """Forget members with no value in the window, and matcher answers for members
+        gone from the newest row (they are asked again if they come back)."""
+        self.ticks_since_compaction = 0
+        alive = [i for i in range(len(self.keys))
+                 if any(i < len(r) and r[i] == r[i] for r in self.rows)]
+        if len(alive) < len(self.keys):
+            remap = {old: new for new, old in enumerate(alive)}
+            self.rows = deque((array("d", (r[i] if i < len(r) else NAN for i in alive))
+                               for r in self.rows), maxlen=MAX_ROWS)
+            self.last = array("d", (self.last[i] for i in alive))
+            self.resets = deque((t, remap[i], a) for t, i, a in self.resets if i in remap)
+            self.keys = [self.keys[i] for i in alive]
+            self.index = {k: i for i, k in enumerate(self.keys)}
+            self.undo = None
+            self.order = None
+        prune = len(self.selected) - len(self.keys) > 2 * len(fam) + 64
+        self.selected = {k: chosen for k, chosen in self.selected.items()
+                         if (k in self.index if chosen else not prune or k in fam)}
+
+    # -- queries -----------------------------------------------------------------------
+    def query(self, fn: str, now: float, window: float) -> float | Family | None:
+        i0 = bisect_left(self.times, now - window)
+        n_rows = len(self.rows) - i0
+        if n_rows <= 0:
+            return None
+        need, func = _FUNCS[fn]
+        if n_rows < need:
+            out: dict[Labels, float] = {}
+        elif fn in _ENDS and self.complete[i0] and self.complete[-1] \
+                and len(self.rows[i0]) == len(self.rows[-1]):
+            out = self._ends(fn, i0)
+        elif fn not in _ENDS and all(islice(self.complete, i0, None)) \
+                and len(self.rows[i0]) == len(self.rows[-1]):
+            out = self._over_time(fn, i0)
+        else:
+            out = self._per_member(func, need, i0)
+        if self.scalar:
+            return out.get(())
+        return out
+
+    def _ends(self, fn: str, i0: int) -> dict[Labels, float]:
+        first_t, last_t = self.times[i0], self.times[-1]
+        diffs = list(map(sub, self.rows[-1], self.rows[i0]))
+        if fn != "delta":
+            for t, i, before in reversed(self.resets):
+                if t <= first_t:
+                    break
+                diffs[i] += before
+        if fn == "rate":
+            if last_t <= first_t:
+                return {}
+            diffs = list(map(truediv, diffs, repeat(last_t - first_t)))
+        return dict(zip(self.keys, diffs, strict=False))
+
+    def _over_time(self, fn: str, i0: int) -> dict[Labels, float]:
+        cols = list(islice(self.rows, i0, None))
+        vals: Iterable[float]
+        if len(cols) == 1:
+            vals = cols[0]
+        elif fn == "max_over_time":
+            vals = map(max, *cols)
+        elif fn == "min_over_time":
+            vals = map(min, *cols)
+        else:
+            vals = map(truediv, map(math.fsum, zip(*cols, strict=False)), repeat(len(cols)))
+        return dict(zip(self.keys, vals, strict=False))
+
+    def _per_member(self, func: Callable[[Series], float | None], need: int,
+                    i0: int) -> dict[Labels, float]:
+        rows = list(islice(self.rows, i0, None))
+        times = list(islice(self.times, i0, None))
+        out: dict[Labels, float] = {}
+        for i, key in enumerate(self.keys):
+            s = [(t, r[i]) for t, r in zip(times, rows, strict=True)
+                 if i < len(r) and r[i] == r[i]]
+            if len(s) >= need and (v := func(s)) is not None:
+                out[key] = v
+        return out
 
 
 class History:
-    """Samples of the signals rules look back on, and queries over them."""
+    """The lookbacks rules need, and the time-function queries conditions make over them.
 
-    def __init__(self, windows: Mapping[str, float]) -> None:
-        self.windows = dict(windows)
-        self.samples: dict[str, deque[tuple[float, Value]]] = {
-            name: deque(maxlen=MAX_SAMPLES) for name in self.windows
-        }
-        self.now = 0.0
+    ``lookbacks`` maps a signal name, or a (name, matchers) pair, to its longest window.
+    """
+
+    def __init__(self, lookbacks: Mapping[str, float] | Mapping[Lookback, float],
+                 previous: History | None = None) -> None:
+        self.stores: dict[Lookback, _Rows] = {}
+        for key, window in lookbacks.items():
+            lb: Lookback = (key, None) if isinstance(key, str) else key
+            kept = previous.stores.get(lb) if previous is not None else None
+            if kept is not None:
+                kept.window = window
+                self.stores[lb] = kept
+            else:
+                self.stores[lb] = _Rows(lb[1], window)
+        self.now: float = previous.now if previous is not None else 0.0
         # rules often ask the same question; answers hold until the next record()
         self.memo: dict[tuple[str, str, object, float], float | Family | None] = {}
 
     def record(self, now: float, values: Mapping[str, Any]) -> None:
         self.now = now
         self.memo.clear()
-        for name, window in self.windows.items():
-            dq = self.samples[name]
-            v = values.get(name)
-            if v is not None:
-                if dq and dq[-1][0] >= now:
-                    dq.pop()  # same instant twice (an event wake-up): keep the newest
-                dq.append((now, v))
-            horizon = now - window
-            while dq and dq[0][0] < horizon:
-                dq.popleft()
-
-    def _window(self, name: str, window: float) -> list[tuple[float, Value]]:
-        dq = self.samples.get(name)
-        if not dq:
-            return []
-        horizon = self.now - window
-        if dq[0][0] >= horizon:  # the usual case: the whole kept history is the window
-            return list(dq)
-        return [(t, v) for t, v in dq if t >= horizon]
+        for (name, _), rows in self.stores.items():
+            rows.record(now, values.get(name))
 
     def query(
         self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
@@ -86,30 +285,13 @@ class History:
         key = (fn, name, matchers, window)
         if key in self.memo:
             return self.memo[key]
-        result = self._query(fn, name, matchers, window)
+        rows = self.stores.get((name, matchers))
+        if rows is not None:
+            result = rows.query(fn, self.now, window)
+        elif matchers and (whole := self.stores.get((name, None))) is not None:
+            got = whole.query(fn, self.now, window)  # narrowed after the fact
+            result = sel(got, matchers) if isinstance(got, dict) else got
+        else:
+            result = None
         self.memo[key] = result
         return result
-
-    def _query(
-        self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
-    ) -> float | Family | None:
-        need, func = _FUNCS[fn]
-        samples = self._window(name, window)
-        if not samples:
-            return None
-        if not isinstance(samples[-1][1], dict):  # a scalar signal: every sample a float
-            return func(samples) if len(samples) >= need else None  # type: ignore[arg-type]
-        per_key: dict[Labels, Series] = {}
-        for t, fam in samples:
-            if isinstance(fam, dict):
-                chosen = sel(fam, matchers) if matchers else fam
-                for k, v in (chosen or {}).items():
-                    per_key.setdefault(k, []).append((t, v))
-        out: Family = {}
-        for k, s in per_key.items():
-            if len(s) >= need and (r := func(s)) is not None:
-                out[k] = r
-        return out
-
-    def state(self) -> dict[str, list[tuple[float, Value]]]:
-        return {name: list(dq) for name, dq in self.samples.items()}

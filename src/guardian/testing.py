@@ -55,6 +55,73 @@ def snapshot(time: float, values: Mapping[str, object],
     return Snapshot.build(time, values, reg.catalogue().values())
 
 
+# -- a synthetic node of the size guardian is for ---------------------------------------
+
+# ethtool -S names of the ENA driver (amzn-drivers kernel/linux/ena/ena_ethtool.c:
+# ena_stats_global_strings, ena_hw_stats_strings, ena_stats_tx_strings and
+# ena_stats_rx_strings per queue as "queue_%u_tx_%s" / "queue_%u_rx_%s",
+# ena_stats_ena_com_admin_strings as "ena_admin_q_%s").
+ENA_GLOBAL = ("tx_timeout", "suspend", "resume", "wd_expired", "interface_up",
+              "interface_down", "admin_q_pause", "reset_fail")
+ENA_ENI = ("bw_in_allowance_exceeded", "bw_out_allowance_exceeded", "pps_allowance_exceeded",
+           "conntrack_allowance_exceeded", "linklocal_allowance_exceeded",
+           "conntrack_allowance_available")
+ENA_TX = ("cnt", "bytes", "queue_stop", "queue_wakeup", "dma_mapping_err", "linearize",
+          "linearize_failed", "napi_comp", "tx_poll", "doorbells", "prepare_ctx_err",
+          "bad_req_id", "llq_buffer_copy", "missed_tx", "unmask_interrupt")
+ENA_RX = ("cnt", "bytes", "rx_copybreak_pkt", "csum_good", "refil_partial", "csum_bad",
+          "page_alloc_fail", "skb_alloc_fail", "dma_mapping_err", "bad_desc_num",
+          "bad_req_id", "empty_rx_ring", "csum_unchecked", "lpc_warm_up", "lpc_full",
+          "lpc_wrong_numa")
+ENA_ADMIN = ("aborted_cmd", "submitted_cmd", "completed_cmd", "out_of_space", "no_completion")
+
+
+def ena_stat_names(queues: int = 32) -> list[str]:
+    """The statistics an ENA interface with ``queues`` I/O queues lists, in its order."""
+    names = [*ENA_GLOBAL, *ENA_ENI]
+    for q in range(queues):
+        names += [f"queue_{q}_tx_{s}" for s in ENA_TX]
+        names += [f"queue_{q}_rx_{s}" for s in ENA_RX]
+    return names + [f"ena_admin_q_{s}" for s in ENA_ADMIN]
+
+
+class SyntheticNode:
+    """The signals the shipped rules read, shaped like a large healthy GPU node: an ENA
+    interface with ``queues`` queues (about 1,000 ``nic.stat`` members at 32), ``cores``
+    cores, ``units`` systemd units. :meth:`values` builds a fresh value map per tick, with
+    fresh label tuples, as the sources do."""
+
+    def __init__(self, queues: int = 32, cores: int = 64, units: int = 200) -> None:
+        self.stats = ena_stat_names(queues)
+        self.cores = [str(c) for c in range(cores)]
+        self.units = [f"unit-{u}.service" for u in range(units)]
+
+    def values(self, tick: int) -> dict[str, object]:
+        """Values at tick ``tick``: counters rising steadily, gauges wobbling."""
+        nic = {labels_of({"iface": "eth0", "driver": "ena", "stat": s}):
+               float(tick * (i % 97)) for i, s in enumerate(self.stats)}
+        per_core = {name: {labels_of({"cpu": c}): float((tick * step + i) % 30)
+                           for i, c in enumerate(self.cores)}
+                    for name, step in (("cpu.core.sys_pct", 7), ("cpu.ksoftirqd_pct", 3))}
+        counters = {name: {labels_of({"cpu": c}): float(tick * (i % 5))
+                           for i, c in enumerate(self.cores)}
+                    for name in ("softnet.time_squeeze", "softnet.dropped")}
+        patterns = ("ena_reset_triggered", "nic_tx_timeout", "ena_tx_paused",
+                    "ena_tx_missing_completion")
+        return {
+            "nic.stat": nic, **per_core, **counters,
+            "memcg.dying": float(50 + tick % 20), "memcg.live": 400.0,
+            "kmsg.matches": {labels_of({"pattern": p}): 0.0 for p in patterns},
+            "processes.top_system_cpu_pct": {labels_of({"comm": c}): float(tick % 7 + n)
+                                             for n, c in enumerate(("kubelet",
+                                                                    "containerd",
+                                                                    "python3"))},
+            "systemd.unit_restarts_recent": {labels_of({"unit": u}): 0.0
+                                             for u in self.units},
+            "processes.zombies_by_parent": {}, "processes.zombies": 0.0,
+        }
+
+
 # -- real kernel objects (root) ---------------------------------------------------------
 
 MEMCG_V1 = Path("/sys/fs/cgroup/memory")

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from ..snapshot import Family
 from . import runtime
-from .runtime import Matcher
+from .runtime import Lookback, Matcher
 
 
 class TimeFunctions(Protocol):
@@ -51,5 +51,13 @@ class Condition:
     text: str
     fn: CompiledFn
     refs: list[SignalRef]
-    windows: dict[str, float]  # signal name -> longest history window needed
+    lookbacks: dict[Lookback, float]  # what time functions read -> longest window
     source: str = ""
+
+    @property
+    def windows(self) -> dict[str, float]:
+        """Signal name -> the longest window any time function asks of it."""
+        out: dict[str, float] = {}
+        for (name, _), w in self.lookbacks.items():
+            out[name] = max(out.get(name, 0.0), w)
+        return out

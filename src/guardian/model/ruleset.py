@@ -8,6 +8,7 @@ from typing import Any
 from ..plugins import Action, redact
 from ..snapshot import SignalSpec
 from .condition import Condition
+from .runtime import Lookback
 from .schema import ActionSpec, Rule
 
 
@@ -67,11 +68,12 @@ class Ruleset:
     _index: dict[str, CompiledRule] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def windows(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def lookbacks(self) -> dict[Lookback, float]:
+        """What the rules' time functions read, each with its longest window."""
+        out: dict[Lookback, float] = {}
         for r in self.rules:
-            for name, w in r.condition.windows.items():
-                out[name] = max(out.get(name, 0.0), w)
+            for key, w in r.condition.lookbacks.items():
+                out[key] = max(out.get(key, 0.0), w)
         return out
 
     def by_name(self, name: str) -> CompiledRule | None:

@@ -13,6 +13,7 @@ from fnmatch import fnmatchcase
 from ..snapshot import Family, Labels
 
 Matcher = tuple[str, str, bool]  # label, value or glob, is_glob
+Lookback = tuple[str, tuple[Matcher, ...] | None]  # a signal a time function reads, narrowed
 Operand = float | Family | None
 
 

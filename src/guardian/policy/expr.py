@@ -26,7 +26,7 @@ from typing import Any
 from ..durations import parse_duration
 from ..model import runtime
 from ..model.condition import Condition, SignalRef, TimeFunctions
-from ..model.runtime import Matcher
+from ..model.runtime import Lookback, Matcher
 from ..snapshot import SignalSpec
 
 
@@ -73,7 +73,7 @@ class _Compiler:
     catalogue: Mapping[str, SignalSpec]
     consts: list[object] = field(default_factory=list)
     refs: dict[str, SignalRef] = field(default_factory=dict)
-    windows: dict[str, float] = field(default_factory=dict)
+    lookbacks: dict[Lookback, float] = field(default_factory=dict)
     temps: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def temp(self) -> str:
@@ -337,8 +337,9 @@ class _Compiler:
             raise _err(window_ast, f"{fname}() needs a window longer than zero")
         name = _dotted(target.func if isinstance(target, ast.Call) else target)
         assert name is not None
-        self.windows[name] = max(self.windows.get(name, 0.0), window)
         matchers = self.matchers_of(target) if isinstance(target, ast.Call) else None
+        self.lookbacks[(name, matchers)] = max(self.lookbacks.get((name, matchers), 0.0),
+                                               window)
         return _Node(f"T.query({fname!r}, {name!r}, {self.const(matchers)}, {window!r})",
                      ref.kind)
 
@@ -480,4 +481,4 @@ def compile_condition(text: str, catalogue: Mapping[str, SignalSpec]) -> Conditi
         fn = eval(compile(source, "<condition>", "eval"), env)
     except (SyntaxError, RecursionError, MemoryError) as exc:
         raise ExprError(f"condition is too complex to compile: {exc}") from None
-    return Condition(text, fn, list(comp.refs.values()), comp.windows, source)
+    return Condition(text, fn, list(comp.refs.values()), comp.lookbacks, source)
