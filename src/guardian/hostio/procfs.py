@@ -4,7 +4,7 @@ the actions alike."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,17 +48,23 @@ def zombies_by_parent(stats: Iterable[ProcStat]) -> dict[int, list[ProcStat]]:
     return out
 
 
-def parse_proc_stat(text: str) -> ProcStat:
+def parse_proc_stat(text: str | bytes) -> ProcStat:
     """Parse /proc/<pid>/stat; the comm may contain spaces and parentheses."""
-    lpar = text.index("(")
-    rpar = text.rindex(")")
-    pid = int(text[:lpar])
-    comm = text[lpar + 1:rpar]
-    rest = text[rpar + 2:].split(None, 20)  # the fields up to starttime, no further
+    raw = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
+    lpar = raw.find(b"(")
+    rpar = raw.rfind(b")")
+    if lpar < 0 or rpar < lpar:
+        raise ValueError("/proc/<pid>/stat without a (comm)")
+    rest = raw[rpar + 2:].split(None, 20)  # the fields up to starttime, no further
     if len(rest) < 20:
-        raise ValueError(f"/proc/{pid}/stat has {len(rest) + 2} fields, expected 22 or more")
-    return ProcStat(pid, comm, rest[0], int(rest[1]), int(rest[6]), int(rest[11]),
-                    int(rest[12]), int(rest[19]), int(rest[17]))
+        raise ValueError(f"/proc/<pid>/stat has {len(rest) + 2} fields, expected 22 or more")
+    return _new_stat(ProcStat, (  # tuple.__new__: no Python frame per process
+        int(raw[:lpar]), raw[lpar + 1:rpar].decode("utf-8", errors="replace"),
+        rest[0].decode("ascii", errors="replace"), int(rest[1]), int(rest[6]),
+        int(rest[11]), int(rest[12]), int(rest[19]), int(rest[17])))
+
+
+_new_stat = tuple.__new__
 
 
 def pids(proc: Path) -> list[int]:
@@ -68,7 +74,7 @@ def pids(proc: Path) -> list[int]:
 def read_proc_stat(proc: Path | str, pid: int) -> ProcStat | None:
     """The stat of one process, or None when it exited meanwhile."""
     raw = _read_stat(f"{proc}/{pid}/stat")
-    return None if raw is None else parse_proc_stat(raw.decode("utf-8", errors="replace"))
+    return None if raw is None else parse_proc_stat(raw)
 
 
 def _read_stat(path: str) -> bytes | None:
@@ -87,16 +93,60 @@ def _read_stat(path: str) -> bytes | None:
 def all_stats(proc: Path, strict: bool = True) -> Iterator[ProcStat]:
     """The stat of every process; those that exit meanwhile are skipped, and so are
     malformed ones unless ``strict`` (then they raise ValueError)."""
-    base = str(proc)
-    for pid in pids(proc):
-        raw = _read_stat(f"{base}/{pid}/stat")
-        if raw is None:
+    return _stats(f"{proc}/", os.listdir(proc), strict, ())
+
+
+def _stats(base: str, names: Iterable[str], strict: bool,
+           skip: Container[str]) -> Iterator[ProcStat]:
+    flags = os.O_RDONLY | os.O_CLOEXEC
+    for name in names:
+        if not name.isdigit() or name in skip:
+            continue
+        try:  # _read_stat, inlined: this loop runs once per process per tick
+            fd = os.open(base + name + "/stat", flags)
+        except (FileNotFoundError, ProcessLookupError):
             continue
         try:
-            yield parse_proc_stat(raw.decode("utf-8", errors="replace"))
+            raw = os.read(fd, 4096)
+        except ProcessLookupError:
+            continue
+        finally:
+            os.close(fd)
+        try:
+            yield parse_proc_stat(raw)
         except ValueError:
             if strict:
                 raise
+
+
+class ProcessTable:
+    """Scans /proc/<pid>/stat for the processes, reading a kernel thread only when it is
+    first seen: a kernel thread stays one while it lives, so afterwards only its PID's
+    presence is checked. Every ``recheck`` scans all are read again, which also catches
+    a kernel thread's PID reused by a process (that takes a PID-space wrap meanwhile)."""
+
+    def __init__(self, proc: Path, recheck: int = 60) -> None:
+        self.proc = proc
+        self.recheck = recheck
+        self.kernel_threads: set[str] = set()
+        self.scans = 0
+
+    def scan(self) -> tuple[list[ProcStat], int]:
+        """The processes (kernel threads left out) and the number of kernel threads."""
+        if self.scans % self.recheck == 0:
+            self.kernel_threads = set()
+        self.scans += 1
+        names = os.listdir(self.proc)
+        known = self.kernel_threads
+        if known:
+            known.intersection_update(names)  # forget those that exited
+        out: list[ProcStat] = []
+        for st in _stats(f"{self.proc}/", names, True, known):
+            if st.flags & PF_KTHREAD:
+                known.add(str(st.pid))
+            else:
+                out.append(st)
+        return out, len(known)
 
 
 def uptime(proc: Path) -> float:

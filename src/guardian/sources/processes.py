@@ -5,12 +5,12 @@ kubelet spend its time in the kernel)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..host import Host
-from ..hostio.procfs import CLK_TCK, all_stats, zombies_by_parent
+from ..hostio.procfs import CLK_TCK, ProcessTable, ProcStat, zombies_by_parent
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
 
@@ -35,7 +35,8 @@ class ProcessesSource(Source[ProcessesConfig]):
                    "how long guardian has seen the longest-standing zombie", "seconds"),
         SignalSpec("processes.top_system_cpu_pct", "system (kernel) CPU of the commands "
                    "that used the most since the last collection, in percent of one core "
-                   "(processes of one command added up; the top `top`, 5 unless configured)",
+                   "(processes of one command added up; the top `top`, 5 unless configured; "
+                   "kernel threads are not read each tick: see cpu.ksoftirqd_pct)",
                    "percent", labels=("comm",)),
     )
 
@@ -44,18 +45,19 @@ class ProcessesSource(Source[ProcessesConfig]):
         # (pid, starttime) of each zombie -> when guardian first saw it; the kernel does
         # not record when a process exited, so age is measured from first sight.
         self.first_seen: dict[tuple[int, int], float] = {}
-        # (time, {(pid, starttime): (stime, comm)}) of the last collection
-        self.prev_stime: tuple[float, dict[tuple[int, int], tuple[int, str]]] | None = None
+        # (time, {pid: stat}) of the last collection
+        self.prev_stats: tuple[float, dict[int, ProcStat]] | None = None
+        self.table = ProcessTable(host.proc)
 
     def unavailable(self) -> str | None:
         return None if (self.host.proc / "self").exists() or any(
             p.name.isdigit() for p in self.host.proc.iterdir()) else "no processes in procfs"
 
     def collect(self, now: float) -> dict[str, object]:
-        proc = self.host.proc
-        stats = {st.pid: st for st in all_stats(proc)}
-        if not stats:
-            raise RuntimeError(f"no readable processes under {proc}")
+        found, kernel_threads = self.table.scan()
+        if not found and not kernel_threads:
+            raise RuntimeError(f"no readable processes under {self.host.proc}")
+        stats = {st.pid: st for st in found}
         by_parent = zombies_by_parent(stats.values())
         seen: dict[tuple[int, int], float] = {}
         for zombies in by_parent.values():
@@ -67,27 +69,26 @@ class ProcessesSource(Source[ProcessesConfig]):
             float(len(zs)) for ppid, zs in by_parent.items()
         }
         return {
-            "processes.top_system_cpu_pct": self._top_system(now, stats.values()),
-            "processes.total": len(stats),
-            "processes.kernel_threads": sum(1 for st in stats.values() if st.is_kernel_thread),
+            "processes.top_system_cpu_pct": self._top_system(now, stats),
+            "processes.total": len(stats) + kernel_threads,
+            "processes.kernel_threads": kernel_threads,
             "processes.zombies": len(seen),
             "processes.zombies_by_parent": family,
             "processes.zombie_max_age_seconds": max((now - t for t in seen.values()),
                                                     default=0.0),
         }
 
-    def _top_system(self, now: float, stats: Any) -> Family | None:
+    def _top_system(self, now: float, stats: dict[int, ProcStat]) -> Family | None:
         """System CPU per command since the last collection; no value at the first."""
-        cur = {(st.pid, st.starttime): (st.stime, st.comm) for st in stats}
-        prev, self.prev_stime = self.prev_stime, (now, cur)
+        prev, self.prev_stats = self.prev_stats, (now, stats)
         if prev is None or now <= prev[0]:
             return None
         before = prev[1]
         per_comm: dict[str, float] = {}
-        for key, (ticks, comm) in cur.items():
-            old = before.get(key)  # a process new since then has no delta yet
-            if old is not None and ticks > old[0]:
-                per_comm[comm] = per_comm.get(comm, 0.0) + ticks - old[0]
+        for pid, st in stats.items():
+            old = before.get(pid)  # a process new since then has no delta yet
+            if old is not None and st.stime > old.stime and st.starttime == old.starttime:
+                per_comm[st.comm] = per_comm.get(st.comm, 0.0) + st.stime - old.stime
         top = sorted(per_comm.items(), key=lambda kv: (-kv[1], kv[0]))[:self.config.top]
         seconds = now - prev[0]
         return {labels_of({"comm": comm}): round(100.0 * ticks / CLK_TCK / seconds, 3)
