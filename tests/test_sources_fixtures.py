@@ -13,7 +13,7 @@ import pytest
 from guardian.collector import Collector
 from guardian.host import Host
 from guardian.hostio.cgroupfs import detect_layout
-from guardian.hostio.procfs import parse_proc_stat
+from guardian.hostio.procfs import ProcessTable, parse_proc_stat
 from guardian.hostio.systemctl import parse_show
 from guardian.plugins import Source
 from guardian.snapshot import labels_of
@@ -25,6 +25,7 @@ from guardian.sources.net import NetSource
 from guardian.sources.pressure import PressureSource
 from guardian.sources.processes import ProcessesSource
 from guardian.sources.systemd import SystemdSource
+from guardian.testing import FakeHost
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -39,6 +40,27 @@ def test_processes_on_a_recorded_tree(procfs_fixtures: Path) -> None:
     assert out["processes.total"] == 4
     assert out["processes.kernel_threads"] == 1
     assert out["processes.zombies"] == 0
+
+
+def test_kernel_threads_are_read_once_then_counted_by_pid(tmp_path: Path) -> None:
+    """Issue 20: a kernel thread's stat is read when it is first seen, then only its PID's
+    presence is checked, until the periodic re-read (which catches a reused PID)."""
+    fake = FakeHost(tmp_path)
+    fake.process(2, "kthreadd", flags=0x00200000, ppid=0)
+    fake.process(40, "ksoftirqd/0", flags=0x00200040, ppid=2)
+    fake.process(100, "kubelet")
+    table = ProcessTable(fake.host.proc, recheck=3)
+    procs, kthreads = table.scan()
+    assert ([p.comm for p in procs], kthreads) == (["kubelet"], 2)
+    # garbage in a known kernel thread's stat would raise if it were read again
+    fake.write("proc/40/stat", "garbage")
+    procs, kthreads = table.scan()
+    assert ([p.comm for p in procs], kthreads) == (["kubelet"], 2)
+    shutil.rmtree(tmp_path / "proc/2")  # exited: no longer counted
+    assert table.scan()[1] == 1
+    fake.process(40, "reused")  # every third scan (recheck=3) re-reads every PID
+    procs, kthreads = table.scan()
+    assert (sorted(p.comm for p in procs), kthreads) == (["kubelet", "reused"], 0)
 
 
 def test_comm_with_spaces_and_parentheses(procfs_fixtures: Path) -> None:
