@@ -68,9 +68,7 @@ import os, sys
 if os.path.exists({str(flag)!r}):
     print("Failed to connect to bus: Connection refused", file=sys.stderr)
     sys.exit(1)
-if sys.argv[1] == "list-units":
-    print("ecs.service loaded activating auto-restart x")
-elif "--property=Version" in sys.argv:
+if "--property=Version" in sys.argv:
     print("Version=252")
 else:
     print("Id=ecs.service\\nNRestarts=40\\nActiveState=activating\\nSubState=auto-restart")

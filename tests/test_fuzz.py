@@ -18,7 +18,7 @@ from guardian.diagnostics import RuleError
 from guardian.durations import parse_duration
 from guardian.history import History
 from guardian.hostio.procfs import parse_proc_stat
-from guardian.hostio.systemctl import parse_list_units, parse_show
+from guardian.hostio.systemctl import parse_show
 from guardian.policy.expr import ExprError, compile_condition
 from guardian.policy.loader import load_text
 from guardian.policy.ruletest import parse_series
@@ -109,7 +109,7 @@ def test_positions_of_any_valid_toml(top: dict[str, object], rules: list[dict[st
 @given(st.text(max_size=300))
 def test_text_parsers(text: str) -> None:
     for parse in (parse_proc_stat, parse_proc_stat_cpus, parse_softirqs, parse_softnet_stat,
-                  parse_net_dev, parse_pressure, parse_show, parse_list_units, parse_series,
+                  parse_net_dev, parse_pressure, parse_show, parse_series,
                   parse_duration, parse_series_key, parse_cpu_list):
         with contextlib.suppress(*CLEAN):
             parse(text)  # type: ignore[operator]

@@ -218,11 +218,17 @@ def test_a_plugin_that_collides_with_a_built_in_is_a_load_error(tmp_path: Path) 
     assert proc.returncode == 78
     assert "signal 'memcg.dying' is provided twice" in proc.stderr
     assert "'acme-memcg'" in proc.stderr
+    # actions are imported when first used (issue 20): a class whose name disagrees with
+    # its entry point is an error located at the rule that uses it
     misnamed = _plugin(tmp_path, "acme-drain", "guardian.actions", "acme.drain", "Impostor",
                        LOG_IMPOSTOR.format(name="acme.drian"))
-    proc = _guardian("check", str(rules), env=_env(misnamed))
-    assert proc.returncode == 78
-    assert "entry point 'acme.drain'" in proc.stderr and "'acme.drian'" in proc.stderr
+    uses = write(tmp_path, "uses.toml", RULE.format(use="acme.drain"))
+    proc = _guardian("check", str(uses), env=_env(misnamed))
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "uses.toml:7:" in out, out
+    assert "entry point 'acme.drain'" in out and "'acme.drian'" in out
+    assert "Traceback" not in out
 
 
 def test_in_process_registration_cannot_replace_a_name() -> None:

@@ -25,8 +25,6 @@ from .diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
 from .durations import Duration, PositiveDuration
 from .plugins import Registry
 
-DEFAULT_CONFIG = Path("/etc/guardian/guardian.toml")
-
 
 class BudgetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -11,7 +11,7 @@ import json
 import os
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from string import Template
@@ -190,6 +190,66 @@ class RegistryError(Exception):
         super().__init__("; ".join(problems))
 
 
+class Actions(MutableMapping[str, "type[Action[Any]]"]):
+    """Action classes by name. An entry point's class is imported when the action is
+    first looked up (a rule or a command uses it), not when guardian starts: listing,
+    ``in`` and ``len`` import nothing. A class that fails to import, or whose ``name``
+    disagrees with its entry point, is left out; :attr:`failed` says why."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[Action[Any]]] = {}
+        self._deferred: dict[str, tuple[EntryPoint, Who]] = {}  # name -> (entry point, who)
+        self.failed: dict[str, str] = {}
+
+    def defer(self, name: str, ep: EntryPoint, who: Who) -> None:
+        self._deferred[name] = (ep, who)
+
+    def deferred(self, name: str) -> EntryPoint | None:
+        got = self._deferred.get(name)
+        return got[0] if got else None
+
+    def __getitem__(self, name: str) -> type[Action[Any]]:
+        cls = self._classes.get(name)
+        if cls is not None:
+            return cls
+        ep, who = self._deferred.pop(name)  # KeyError: no such action
+        try:
+            loaded = ep.load()
+        except Exception as exc:  # a broken plugin must not take guardian down
+            self.failed[name] = f"{who} failed to import: {exc}"
+            raise KeyError(name) from None
+        declared = getattr(loaded, "name", None)
+        if declared != name:
+            self.failed[name] = (f"{who}: entry point {name!r} in guardian.actions loads a "
+                                 f"class named {declared!r}; the two must agree")
+            raise KeyError(name)
+        self._classes[name] = loaded
+        return cast("type[Action[Any]]", loaded)
+
+    def __setitem__(self, name: str, cls: type[Action[Any]]) -> None:
+        self._deferred.pop(name, None)
+        self._classes[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        if self._classes.pop(name, None) is None:
+            del self._deferred[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes or name in self._deferred
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._classes, *self._deferred])
+
+    def __len__(self) -> int:
+        return len(self._classes) + len(self._deferred)
+
+    def copy(self) -> Actions:
+        out = Actions()
+        out._classes, out._deferred = dict(self._classes), dict(self._deferred)
+        out.failed = dict(self.failed)
+        return out
+
+
 class Registry:
     """Sources and actions by name, filled from entry points and in-process calls.
 
@@ -199,33 +259,46 @@ class Registry:
 
     def __init__(self) -> None:
         self.sources: dict[str, type[Source[Any]]] = {}
-        self.actions: dict[str, type[Action[Any]]] = {}
+        self.actions: MutableMapping[str, type[Action[Any]]] = Actions()
         self.load_errors: list[str] = []
-        self.providers: dict[tuple[str, str], str] = {}  # (kind, name) -> who provides it
+        self.providers: dict[tuple[str, str], Who] = {}  # (kind, name) -> who provides it
 
     @classmethod
     def from_entry_points(cls) -> Registry:
-        """Every installed plugin. Raises :class:`RegistryError` on a name collision."""
+        """Every installed plugin: sources imported (their signals make the catalogue),
+        actions listed and imported on first use. Raises :class:`RegistryError` when two
+        distributions claim one name."""
         reg = cls()
         problems: list[str] = []
-        for group, add in (("guardian.sources", reg.add_source),
-                           ("guardian.actions", reg.add_action)):
-            for ep in entry_points(group=group):
-                try:
-                    loaded = ep.load()
-                except Exception as exc:  # a broken plugin must not take guardian down
-                    reg.load_errors.append(f"{group} entry point {ep.name!r}: {exc}")
-                    continue
-                who = _provider(ep)
-                declared = getattr(loaded, "name", None)
-                if declared != ep.name:
-                    problems.append(f"{who}: entry point {ep.name!r} in {group} loads a class "
-                                    f"named {declared!r}; the two must agree")
-                    continue
-                try:
-                    add(loaded, who)
-                except RegistryError as exc:
-                    problems.extend(exc.problems)
+        for ep in entry_points(group="guardian.sources"):
+            who = _Provider(ep)
+            try:
+                loaded = ep.load()
+            except Exception as exc:  # a broken plugin must not take guardian down
+                reg.load_errors.append(f"guardian.sources entry point {ep.name!r}: {exc}")
+                continue
+            declared = getattr(loaded, "name", None)
+            if declared != ep.name:
+                problems.append(f"{who}: entry point {ep.name!r} in guardian.sources loads "
+                                f"a class named {declared!r}; the two must agree")
+                continue
+            try:
+                reg.add_source(loaded, who)
+            except RegistryError as exc:
+                problems.extend(exc.problems)
+        actions = Actions()
+        for ep in entry_points(group="guardian.actions"):
+            who = _Provider(ep)
+            first = actions.deferred(ep.name)
+            if first is not None and first.value == ep.value:
+                continue  # one distribution seen twice on the path
+            try:
+                reg._claim("action", ep.name, who, False)
+            except RegistryError as exc:
+                problems.extend(exc.problems)
+                continue
+            actions.defer(ep.name, ep, who)
+        reg.actions = actions
         if problems:
             raise RegistryError(problems)
         if not reg.actions and not reg.load_errors:
@@ -235,13 +308,13 @@ class Registry:
             )
         return reg
 
-    def _claim(self, kind: str, name: str, who: str, same: bool) -> None:
+    def _claim(self, kind: str, name: str, who: Who, same: bool) -> None:
         first = self.providers.get((kind, name))
         if first is not None and not same:
             raise RegistryError([f"{kind} {name!r} is provided twice: by {first} and by {who}"])
         self.providers[(kind, name)] = first or who
 
-    def add_source(self, source: type[Source[Any]], provider: str = "") -> None:
+    def add_source(self, source: type[Source[Any]], provider: Who = "") -> None:
         """Register a source class. Raises :class:`RegistryError` when its name or one of
         its signals is already provided by another class."""
         who = provider or _class_path(source)
@@ -253,24 +326,31 @@ class Registry:
             problems.extend(exc.problems)
         for spec in source.specs:
             try:
-                self._claim("signal", spec.name, f"{who} (source {source.name!r})", same)
+                self._claim("signal", spec.name, _with(who, f" (source {source.name!r})"), same)
             except RegistryError as exc:
                 problems.extend(exc.problems)
         if problems:
             raise RegistryError(problems)
         self.sources[source.name] = source
 
-    def add_action(self, action: type[Action[Any]], provider: str = "") -> None:
+    def add_action(self, action: type[Action[Any]], provider: Who = "") -> None:
         """Register an action class. Raises :class:`RegistryError` when its name is already
         provided by another class."""
         who = provider or _class_path(action)
-        self._claim("action", action.name, who, self.actions.get(action.name) is action)
+        same = action.name in self.actions and self.actions.get(action.name) is action
+        self._claim("action", action.name, who, same)
         self.actions[action.name] = action
+
+    def action_failure(self, name: str) -> str | None:
+        """Why a listed action could not be loaded, if it could not."""
+        return self.actions.failed.get(name) if isinstance(self.actions, Actions) else None
 
     def copy(self) -> Registry:
         """An independent registry with the same plugins (to add test plugins to)."""
         reg = Registry()
-        reg.sources, reg.actions = dict(self.sources), dict(self.actions)
+        reg.sources = dict(self.sources)
+        reg.actions = self.actions.copy() if isinstance(self.actions, Actions) \
+            else dict(self.actions)
         reg.providers, reg.load_errors = dict(self.providers), list(self.load_errors)
         return reg
 
@@ -285,6 +365,25 @@ class Registry:
 
 def _class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class _Provider:
+    """Who provides a plugin, named when a message needs it: naming a distribution
+    parses its metadata, a cost every command would otherwise pay per entry point."""
+
+    def __init__(self, ep: EntryPoint, suffix: str = "") -> None:
+        self.ep, self.suffix = ep, suffix
+
+    def __str__(self) -> str:
+        return _provider(self.ep) + self.suffix
+
+
+Who = str | _Provider
+
+
+def _with(who: Who, suffix: str) -> Who:
+    return _Provider(who.ep, who.suffix + suffix) if isinstance(who, _Provider) \
+        else who + suffix
 
 
 def _provider(ep: EntryPoint) -> str:

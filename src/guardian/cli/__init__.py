@@ -4,18 +4,14 @@ run the service, record and replay."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .. import __version__
-from ..actions import irq as irq_action
-from ..plugins import RegistryError
-from .common import DEFAULT_RULES, config_option
-from .host import cmd_act, cmd_irq, cmd_run, cmd_signals
-from .replay import cmd_explain, cmd_record, cmd_replay, cmd_why
-from .rules import cmd_check, cmd_schema, cmd_test
+from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
 
 __all__ = ["main"]
 
@@ -33,13 +29,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc: int = args.func(args)
     except BrokenPipeError:
         return 1
-    except RegistryError as exc:
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from ..plugins import RegistryError  # imported here: --version needs no plugins
+
+        if not isinstance(exc, RegistryError):
+            raise
         for problem in exc.problems:
             print(f"guardian: plugin conflict: {problem}", file=sys.stderr)
         return 78  # EX_CONFIG: the unit does not restart into the same conflict
-    except KeyboardInterrupt:
-        return 130
     return rc
+
+
+def config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help=f"guardian config (default {DEFAULT_CONFIG} when it exists)")
+
+
+def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command's function, imported when the command runs: each command loads only
+    the modules it needs (`guardian check` never imports the service or Kubernetes)."""
+
+    def run(args: argparse.Namespace) -> int:
+        fn: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f"{__name__}.{module}"), name)
+        return fn(args)
+
+    return run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,13 +74,13 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"rule files or directories (default {DEFAULT_RULES})")
     c.add_argument("--config", metavar="FILE", help="also check this guardian config file")
     c.add_argument("--json", action="store_true", help="machine-readable output")
-    c.set_defaults(func=cmd_check)
+    c.set_defaults(func=_command("rules", "cmd_check"))
 
     t = sub.add_parser("test", help="run rule unit tests (*.test.toml), like promtool test")
     t.add_argument("paths", nargs="+", help="test files, or directories of *.test.toml")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(t)
-    t.set_defaults(func=cmd_test)
+    t.set_defaults(func=_command("rules", "cmd_test"))
 
     r = sub.add_parser("run", help="the service loop (or one evaluation with --once)")
     r.add_argument("--rules", nargs="+", metavar="PATH",
@@ -83,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="metrics endpoint port on the configured address; 0 turns it off")
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
     config_option(r)
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=_command("host", "cmd_run"))
 
     a = sub.add_parser("act", help="run one action once on this host, outside any rule "
                        "(same plan, apply, verify and audit path)")
@@ -97,14 +114,15 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--audit", metavar="FILE", help="append the plan and outcome to FILE")
     a.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(a)
-    a.set_defaults(func=cmd_act)
+    a.set_defaults(func=_command("host", "cmd_act"))
 
     q = sub.add_parser("irq", help="IRQ affinity changes made by irq.move")
     q.add_argument("verb", choices=["restore", "show"],
                    help="restore: put every saved affinity back; show: list them")
-    q.add_argument("--state", default=irq_action.DEFAULT_STATE, help="state file")
+    q.add_argument("--state", help="state file (default: irq.move's, "
+                   "/var/lib/guardian/irq-affinity.json)")
     q.add_argument("--root", default="/", help="host root (default /)")
-    q.set_defaults(func=cmd_irq)
+    q.set_defaults(func=_command("host", "cmd_irq"))
 
     rec = sub.add_parser("record", help="record every signal over time into a file")
     rec.add_argument("-o", "--output", required=True, metavar="FILE",
@@ -115,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--root", default="/", help="host root (default /)")
     rec.add_argument("--note", default="", help="how the recording was made (kept in it)")
     config_option(rec)
-    rec.set_defaults(func=cmd_record)
+    rec.set_defaults(func=_command("replay", "cmd_record"))
 
     rp = sub.add_parser("replay", help="run rules over a recording; print the decisions")
     rp.add_argument("recording", help="a file from guardian record")
@@ -124,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--plot", metavar="OUT.png", help="draw signals, thresholds and "
                     "firing windows (needs matplotlib: guardian[plot])")
     rp.add_argument("--json", action="store_true", help="decisions as JSON")
-    rp.set_defaults(func=cmd_replay)
+    rp.set_defaults(func=_command("replay", "cmd_replay"))
 
     ex = sub.add_parser("explain", help="why a rule is inactive, pending, firing or unknown")
     ex.add_argument("rule", help="rule name")
@@ -138,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--root", default="/", help="host root (default /)")
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(ex)
-    ex.set_defaults(func=cmd_explain)
+    ex.set_defaults(func=_command("replay", "cmd_explain"))
 
     w = sub.add_parser("why", help="what is wrong, as chains from root cause to symptoms")
     w.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
@@ -155,15 +173,15 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--plot", metavar="OUT.png", help="draw the links on one time axis "
                    "(needs matplotlib)")
     config_option(w)
-    w.set_defaults(func=cmd_why)
+    w.set_defaults(func=_command("replay", "cmd_why"))
 
     s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
-    s.set_defaults(func=cmd_schema)
+    s.set_defaults(func=_command("rules", "cmd_schema"))
 
     g = sub.add_parser("signals", help="list every signal with value, unit, help, source")
     g.add_argument("--root", default="/", help="host root to read (default /)")
     g.add_argument("--warmup", default="1s", help="time between two samples (for rates)")
     g.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(g)
-    g.set_defaults(func=cmd_signals)
+    g.set_defaults(func=_command("host", "cmd_signals"))
     return p

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..collector import Collector
-from ..config import DEFAULT_CONFIG, Config, load_config
+from ..config import Config, load_config
+from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
 from ..diagnostics import RuleError
 from ..durations import parse_duration
 from ..engine import Engine
@@ -18,12 +19,7 @@ from ..host import Host
 from ..plugins import default_registry
 from ..snapshot import Snapshot
 
-DEFAULT_RULES = "/etc/guardian/rules"
-
-
-def config_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE",
-                   help=f"guardian config (default {DEFAULT_CONFIG} when it exists)")
+__all__ = ["DEFAULT_RULES"]
 
 
 def cli_config(args: argparse.Namespace) -> Config:

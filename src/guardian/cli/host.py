@@ -275,14 +275,15 @@ def open_audit(path: str) -> AuditLog | None:
 
 def cmd_irq(args: argparse.Namespace) -> int:
     host = Host(Path(args.root))
+    state = args.state or irq_action.DEFAULT_STATE
     if args.verb == "show":
-        for irq, cpus in sorted(irq_action.load_state(args.state).items()):
+        for irq, cpus in sorted(irq_action.load_state(state).items()):
             print(f"irq {irq}: saved smp_affinity_list {cpus}")
         return 0
-    results = irq_action.restore(host, args.state)
+    results = irq_action.restore(host, state)
     for r in results:
-        state = "restored to " + r["new"] if r["ok"] else "FAILED: " + r["error"]
-        print(f"irq {r['irq']}: {state}")
+        said = "restored to " + r["new"] if r["ok"] else "FAILED: " + r["error"]
+        print(f"irq {r['irq']}: {said}")
     if not results:
         print("nothing to restore")
     return 0 if all(r["ok"] for r in results) else 1

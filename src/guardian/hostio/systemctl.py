@@ -49,13 +49,3 @@ def parse_show(text: str) -> list[dict[str, str]]:
     if cur:
         units.append(cur)
     return units
-
-
-def parse_list_units(text: str) -> list[str]:
-    """Unit names from ``systemctl list-units --plain --no-legend``."""
-    names = []
-    for line in text.splitlines():
-        parts = line.split()
-        if parts:
-            names.append(parts[0].lstrip("●*"))
-    return [n for n in names if n]

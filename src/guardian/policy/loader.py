@@ -231,6 +231,11 @@ def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...]
             ok = False
             continue
         cls = reg.actions.get(aspec.use)
+        if cls is None and (why := reg.action_failure(aspec.use)) is not None:
+            report((*aloc, "use"), f"action {aspec.use!r} could not be loaded: {why}",
+                   value=True)
+            ok = False
+            continue
         if cls is None:
             hint = difflib.get_close_matches(aspec.use, list(reg.actions), n=3)
             more = f"; did you mean {', '.join(hint)}?" if hint else ""

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..durations import Duration
 from ..host import Host
 from ..hostio import systemctl
-from ..hostio.systemctl import parse_list_units, parse_show
+from ..hostio.systemctl import parse_show
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
 
@@ -71,11 +71,13 @@ class SystemdSource(Source[SystemdConfig]):
         return None
 
     def collect(self, now: float) -> dict[str, object]:
-        names = [n for n in parse_list_units(self._run(
-            "list-units", "--all", "--type=service", "--plain", "--no-legend", "--no-pager",
-            "--full")) if any(fnmatchcase(n, g) for g in self.cfg.units)]
-        units = parse_show(self._run("show", "--no-pager", "--property=" + ",".join(
-            PROPERTIES), "--", *names)) if names else []
+        # One call a tick: `show` expands the globs itself, to the units systemd holds in
+        # memory that are not inactive (a crash-looping unit is activating or failed). The
+        # list-units-then-show pair it replaces cost 3.5x the CPU (systemctl and PID 1
+        # together, measured in the nspawn systemd of tests/nspawn.py).
+        units = [u for u in parse_show(self._run(
+            "show", "--no-pager", "--property=" + ",".join(PROPERTIES), "--",
+            *self.cfg.units)) if any(fnmatchcase(u.get("Id", ""), g) for g in self.cfg.units)]
         restarts: Family = {}
         recent: Family = {}
         active: Family = {}
