@@ -125,6 +125,10 @@ def check_values(raw: Mapping[str, object], specs: Mapping[str, SignalSpec],
     return good, problems
 
 
+# label sets already found canonical, by label names: a family's members recur each tick
+_CANONICAL: dict[tuple[str, ...], set[Labels]] = {}
+
+
 def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
     """``value`` as a value of ``spec`` (a finite number, or a family keyed by exactly the
     spec's label names), or None and why not."""
@@ -134,25 +138,31 @@ def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
         return None, f"a family keyed by {', '.join(spec.labels)} was expected, " \
                      f"not {type(value).__name__}"
     want = spec.label_order
+    known = _CANONICAL.setdefault(want, set())
+    if len(known) > 100_000:  # a bound, whatever the sources' label churn
+        known.clear()
     fam: Family = {}
     same = True  # every key canonical and every member a float: keep the family as it is
     for key, member in value.items():
-        try:
-            names = tuple(k for k, _ in key)
-        except (TypeError, ValueError):
-            return None, f"member key {key!r} is not a label set ((name, value) pairs)"
-        if names != want:  # not canonical: sort, then it must be
+        if key not in known:  # not checked before: canonical, with these label names?
             try:
-                key = tuple(sorted(key))
-            except TypeError:
+                names = tuple(k for k, _ in key)
+            except (TypeError, ValueError):
                 return None, f"member key {key!r} is not a label set ((name, value) pairs)"
-            names = tuple(k for k, _ in key)
-            if names != want:
-                return None, f"member {key!r} does not have the labels " \
-                             f"{', '.join(want)}"
-            same = False
-        if not all(type(v) is str for _, v in key):
-            return None, f"member key {key!r} is not a label set ((name, value) pairs)"
+            if names != want:  # not canonical: sort, then it must be
+                try:
+                    key = tuple(sorted(key))
+                except TypeError:
+                    return None, f"member key {key!r} is not a label set ((name, value) " \
+                                 "pairs)"
+                names = tuple(k for k, _ in key)
+                if names != want:
+                    return None, f"member {key!r} does not have the labels " \
+                                 f"{', '.join(want)}"
+                same = False
+            if not all(type(v) is str for _, v in key):
+                return None, f"member key {key!r} is not a label set ((name, value) pairs)"
+            known.add(key)
         if type(member) is float and member - member == 0.0:
             fam[key] = member
             continue
