@@ -1,9 +1,14 @@
 """The systemd source against a real systemd (252, booted in systemd-nspawn; this VM has
-no systemd as PID 1). guardian runs on the host and reaches the container's systemd
-through the configurable systemctl argv prefix, as a DaemonSet reaches the host's."""
+no systemd as PID 1), over both transports: its private D-Bus socket (in the container's
+PID namespace, as guardian is in the host's on a node: systemd refuses a peer whose PID it
+cannot see), and the configurable systemctl argv prefix, as a DaemonSet without
+/run/systemd mounted reaches the host's."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from guardian.host import Host
@@ -19,7 +24,8 @@ def test_a_crash_looping_unit_is_visible() -> None:
               "RestartSec=100ms", "-p", "StartLimitIntervalSec=0", "/bin/false")
         c.run("systemd-run", "--unit=steady", "/bin/sleep", "600")
         src = SystemdSource(Host(), SystemdSource.Config(
-            systemctl=[*c.enter, "systemctl"], restart_window="1m", crashloop_restarts=5))
+            systemctl=[*c.enter, "systemctl"], transport="systemctl", restart_window="1m",
+            crashloop_restarts=5))
         assert src.unavailable() is None
         first = src.collect(0.0)
         time.sleep(2.0)
@@ -38,3 +44,72 @@ def test_a_crash_looping_unit_is_visible() -> None:
         assert isinstance(states, dict)
         assert labels_of({"unit": "steady.service", "active": "active", "sub": "running"}) \
             in states
+
+
+PROBE = r"""
+import json, sys, time
+from guardian.host import Host
+from guardian.sources.systemd import SystemdSource
+src = SystemdSource(Host(), SystemdSource.Config(transport="dbus", bus_socket=sys.argv[1],
+                                                 restart_window="1m", crashloop_restarts=5))
+assert src.unavailable() is None
+for line in sys.stdin:
+    try:
+        out = src.collect(float(line))
+        bus = src.bus
+        print(json.dumps({"restarts": {dict(k)["unit"]: v for k, v in
+                                       out["systemd.unit_restarts"].items()},
+                          "recent": {dict(k)["unit"]: v for k, v in
+                                     out["systemd.unit_restarts_recent"].items()},
+                          "crashlooping": out["systemd.crashlooping_units"],
+                          "pending": len(bus.pending)}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+"""
+
+
+def test_over_the_private_bus_units_are_kept_current_from_signals() -> None:
+    """Issue 20: no fork a tick. The source lists the units once, then follows systemd's
+    PropertiesChanged signals; it sees a crash loop as systemctl does, a unit created
+    after it started, and recovers when systemd re-executes (which closes the socket)."""
+    with booted() as c:
+        c.run("systemd-run", "--unit=steady", "/bin/sleep", "600")
+        probe = subprocess.Popen(
+            ["nsenter", "--target", str(c.leader), "--pid", "--", sys.executable, "-c",
+             PROBE, f"/proc/{c.leader}/root/run/systemd/private"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert probe.stdin is not None and probe.stdout is not None
+
+        def collect(t: float) -> dict[str, object]:
+            assert probe.stdin is not None and probe.stdout is not None
+            probe.stdin.write(f"{t}\n")
+            probe.stdin.flush()
+            out: dict[str, object] = json.loads(probe.stdout.readline())
+            return out
+
+        try:
+            first = collect(0.0)
+            assert first["restarts"]["steady.service"] == 0  # type: ignore[index]
+            # created after the source listed the units: seen through UnitNew
+            c.run("systemd-run", "--unit=crashy", "-p", "Restart=always", "-p",
+                  "RestartSec=100ms", "-p", "StartLimitIntervalSec=0", "/bin/false")
+            collect(1.0)  # first sight of crashy: its restarts so far are the baseline
+            time.sleep(2.0)
+            out = collect(3.0)
+            shown = c.run("systemctl", "show", "--property=NRestarts", "--value",
+                          "crashy.service").stdout.strip()
+            restarts, recent = out["restarts"], out["recent"]
+            assert isinstance(restarts, dict) and isinstance(recent, dict)
+            assert recent["crashy.service"] >= 5, out
+            # systemctl, asked just after, has seen at least as many (it keeps looping)
+            assert int(shown) >= restarts["crashy.service"]
+            assert out["crashlooping"] == 1 and restarts["steady.service"] == 0
+            c.run("systemctl", "daemon-reexec")
+            time.sleep(1.0)
+            after = [collect(4.0 + i) for i in range(3)]
+            assert "error" in after[0], after  # the re-exec closed the socket: no value
+            assert "restarts" in after[-1], after  # reconnected and listed again
+            assert after[-1]["restarts"]["crashy.service"] >= restarts["crashy.service"]  # type: ignore[index]
+        finally:
+            probe.kill()
+            probe.wait(timeout=10)
