@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 CACHE = Path(os.environ.get("GUARDIAN_TEST_CACHE", "/var/cache/guardian-test"))
 PACKAGES = "systemd,systemd-sysv,dbus,procps,python3,python3-venv"
 ROOT = CACHE / f"rootfs-bookworm-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:8]}"
@@ -107,6 +105,8 @@ def booted(binds: list[tuple[str, str]] | None = None,
     """Boot a clean container (volatile overlay), yield it, power it off."""
     why = nspawn_unavailable()
     if why:
+        import pytest  # here: the benchmarks boot containers too, without pytest
+
         pytest.skip(f"systemd-nspawn test skipped: {why}")
     root = build_root()
     args = ["systemd-nspawn", "-q", "-D", str(root), "-M", f"{name}-{os.getpid()}",
