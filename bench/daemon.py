@@ -96,9 +96,12 @@ def side_by_side(minutes: float) -> dict[str, Any]:
         peer_rss = rss_mib(peer.pid) if peer else None
     per_min = [100 * (b - a) / 60 for a, b in itertools.pairwise(ours)]
     peer_min = [100 * (b - a) / 60 for a, b in itertools.pairwise(theirs)]
-    return {"ours": statistics.median(per_min[-3:]), "minute2": per_min[1],
-            "last": per_min[-1], "peer": statistics.median(peer_min[-3:]) if peer else None,
-            "rss": rss, "peer_rss": peer_rss, "minutes": len(per_min)}
+    # CPU is counted in 10 ms clock ticks: a minute's share moves in steps of 0.017%, so
+    # growth compares medians of three minutes (2-4 against the last three)
+    return {"ours": statistics.median(per_min[-3:]), "early": statistics.median(per_min[1:4]),
+            "peer": statistics.median(peer_min[-3:]) if peer else None,
+            "rss": rss, "peer_rss": peer_rss, "minutes": len(per_min),
+            "per_minute": [round(m, 3) for m in per_min]}
 
 
 def under_flood(seconds: float = 10.0, rate: int = 5000) -> tuple[float, float, float]:
@@ -138,9 +141,10 @@ def run() -> Iterator[dict[str, Any]]:
     yield figure("daemon.cpu at steady state", r["ours"], "% of a core", how,
                  "node_exporter, same collectors" if r["peer"] is not None else "",
                  r["peer"], target="≤ 0.5%, ≤ 0.3x node_exporter", digits=2)
-    yield figure("daemon.cpu last minute vs minute 2", r["last"], "% of a core",
-                 "the same run: does the tick grow as history fills?", "minute 2",
-                 r["minute2"], target="≤ 1.1x", digits=2)
+    yield figure("daemon.cpu last 3 minutes vs minutes 2-4", r["ours"], "% of a core",
+                 "the same run, medians of three minutes: does the tick grow as history "
+                 f"fills? (per minute: {r['per_minute']})", "minutes 2-4", r["early"],
+                 target="≤ 1.1x", digits=2)
     yield figure("daemon.rss at the end", r["rss"], "MiB", "VmRSS after the run",
                  "node_exporter" if r["peer_rss"] else "", r["peer_rss"],
                  target="≤ 50 MiB", digits=1)
