@@ -76,6 +76,7 @@ class SystemdSource(Source[SystemdConfig]):
         return str(self.host.root / self.cfg.bus_socket.lstrip("/"))
 
     def unavailable(self) -> str | None:
+        bus_said = ""
         if self.cfg.transport != "systemctl":
             bus = SystemdBus(self.cfg.units, self._socket(), self.cfg.timeout)
             try:
@@ -84,14 +85,16 @@ class SystemdSource(Source[SystemdConfig]):
                 return None
             except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
                 bus.close()
+                bus_said = f"cannot talk to systemd on {self._socket()}: {exc}"
                 if self.cfg.transport == "dbus":
-                    return f"cannot talk to systemd on {self._socket()}: {exc}"
+                    return bus_said
+                bus_said += "; "
         if shutil.which(self.cfg.systemctl[0]) is None:
-            return f"{self.cfg.systemctl[0]} not found"
+            return f"{bus_said}{self.cfg.systemctl[0]} not found"
         try:
             self._run("show", "--property=Version")
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            return f"no systemd to talk to: {exc}"
+            return f"{bus_said}no systemd to talk to: {exc}"
         return None
 
     def close(self) -> None:
