@@ -3,6 +3,7 @@ exercise the same code as the live host."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,3 +29,17 @@ class Host:
     @property
     def is_live(self) -> bool:
         return self.root == Path("/")
+
+
+def read_kernel_file(path: str | Path) -> str:
+    """The whole text of a /proc or /sys file, read with plain system calls: these files
+    are read every tick, and a buffered text file costs several times the read itself.
+    Raises OSError as ``open`` does."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace")

@@ -7,6 +7,7 @@ from the snapshot: absence is "unknown", never zero.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -68,6 +69,13 @@ def labels_of(mapping: Mapping[str, str]) -> Labels:
     return tuple(sorted((str(k), str(v)) for k, v in mapping.items()))
 
 
+@functools.lru_cache(maxsize=8192)
+def label(name: str, value: str) -> Labels:
+    """The label set of one label, made once (sources build per-CPU and per-interface
+    families every tick, with the same members)."""
+    return ((name, value),)
+
+
 def format_labels(labels: Labels) -> str:
     return "{" + ", ".join(f'{k}="{v}"' for k, v in labels) + "}"
 
@@ -114,9 +122,13 @@ def check_values(raw: Mapping[str, object], specs: Mapping[str, SignalSpec],
             continue
         if value is None:
             continue
-        if type(value) is float and not spec.labels and value - value == 0.0:
-            good[name] = value  # the common case: a finite float (inf - inf is nan)
-            continue
+        if not spec.labels:  # the common cases: a finite float (inf - inf is nan), an int
+            if type(value) is float and value - value == 0.0:
+                good[name] = value
+                continue
+            if type(value) is int and -2**63 <= value < 2**64:
+                good[name] = float(value)
+                continue
         checked, why = check_value(spec, value)
         if checked is None:
             problems[name] = why

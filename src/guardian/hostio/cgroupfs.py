@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host import Host
+from ..host import Host, read_kernel_file
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,10 @@ def count_dirs(top: Path) -> int:
 
 
 def proc_cgroups_count(proc: Path, controller: str = "memory") -> int:
-    with open(proc / "cgroups", encoding="utf-8") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 4 and parts[0] == controller:
-                return int(parts[2])
+    for line in read_kernel_file(proc / "cgroups").splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == controller:
+            return int(parts[2])
     raise LookupError(f"no {controller!r} line in {proc / 'cgroups'}")
 
 

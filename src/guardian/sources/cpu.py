@@ -12,10 +12,10 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..host import Host
+from ..host import Host, read_kernel_file
 from ..hostio.procfs import CLK_TCK, all_stats, read_proc_stat
 from ..plugins import Source
-from ..snapshot import Family, SignalSpec, labels_of
+from ..snapshot import Family, SignalSpec, label
 
 # /proc/stat cpuN columns, in order; guest time is already counted in user.
 COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -71,12 +71,13 @@ class CpuSource(Source[CpuConfig]):
         self.prev: dict[str, tuple[int, ...]] | None = None
         self.ksoftirqd: dict[int, str] = {}  # pid -> cpu
         self.prev_ksoftirqd: tuple[float, dict[int, int]] | None = None
+        self.stat_path = str(host.proc / "stat")
 
     def unavailable(self) -> str | None:
         return None if (self.host.proc / "stat").exists() else "no /proc/stat"
 
     def collect(self, now: float) -> dict[str, object]:
-        cur = parse_proc_stat_cpus((self.host.proc / "stat").read_text())
+        cur = parse_proc_stat_cpus(read_kernel_file(self.stat_path))
         prev, self.prev = self.prev, cur
         out: dict[str, object] = {"cpu.cores": len(cur)}
         out.update(self._ksoftirqd(now))
@@ -93,7 +94,7 @@ class CpuSource(Source[CpuConfig]):
             span = sum(deltas)
             if span <= 0:
                 continue
-            key = labels_of({"cpu": cpu})
+            key = label("cpu", cpu)
             for col, d in zip(COLUMNS, deltas, strict=True):
                 fams[PCT_SIGNALS[col]][key] = 100.0 * d / span
             kernel = 100.0 * (deltas[2] + deltas[5] + deltas[6]) / span
@@ -126,7 +127,7 @@ class CpuSource(Source[CpuConfig]):
         for pid, t in ticks.items():
             if pid in prev[1]:
                 used = (t - prev[1][pid]) / CLK_TCK
-                fam[labels_of({"cpu": self.ksoftirqd[pid]})] = min(100.0 * used / span, 100.0)
+                fam[label("cpu", self.ksoftirqd[pid])] = min(100.0 * used / span, 100.0)
         return {"cpu.ksoftirqd_pct": fam}
 
     def _find_ksoftirqd(self, proc: Path) -> dict[int, int]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..host import Host
+from ..host import Host, read_kernel_file
 from ..plugins import NoParams, Source
-from ..snapshot import Family, SignalSpec, labels_of
+from ..snapshot import Family, SignalSpec
+from ..snapshot import label as label_of
 
 SOFTNET_COLUMNS = {0: "processed", 1: "dropped", 2: "time_squeeze"}
 NET_DEV = {"rx_bytes": 0, "rx_packets": 1, "rx_errors": 2, "rx_dropped": 3,
@@ -71,8 +72,8 @@ def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def _family(label: str, values: dict[str, int]) -> Family:
-    return {labels_of({label: k}): float(v) for k, v in values.items()}
+def _family(name: str, values: dict[str, int]) -> Family:
+    return {label_of(name, k): float(v) for k, v in values.items()}
 
 
 class NetSource(Source[NoParams]):
@@ -105,21 +106,23 @@ class NetSource(Source[NoParams]):
     def __init__(self, host: Host, config: NoParams | None = None) -> None:
         super().__init__(host, config)
         self.prev: tuple[float, dict[str, dict[str, int]]] | None = None
+        self.proc = f"{host.proc}/"
 
     def collect(self, now: float) -> dict[str, object]:
-        proc = self.host.proc
+        proc = self.proc
         out: dict[str, object] = {}
-        softirqs = parse_softirqs((proc / "softirqs").read_text())
+        softirqs = parse_softirqs(read_kernel_file(proc + "softirqs"))
         out["softirq.net_rx"] = _family("cpu", softirqs["NET_RX"])
         out["softirq.net_tx"] = _family("cpu", softirqs["NET_TX"])
         prev, self.prev = self.prev, (now, softirqs)
         if prev is not None and now > prev[0]:
             for row in ("NET_RX", "NET_TX"):
                 out[f"softirq.{row.lower()}_per_second"] = {
-                    labels_of({"cpu": c}): max(v - prev[1][row].get(c, v), 0) / (now - prev[0])
+                    label_of("cpu", c): max(v - prev[1][row].get(c, v), 0) / (now - prev[0])
                     for c, v in softirqs[row].items() if c in prev[1][row]}
-        for name, per_cpu in parse_softnet_stat((proc / "net/softnet_stat").read_text()).items():
+        softnet = parse_softnet_stat(read_kernel_file(proc + "net/softnet_stat"))
+        for name, per_cpu in softnet.items():
             out[f"softnet.{name}"] = _family("cpu", per_cpu)
-        for name, per_iface in parse_net_dev((proc / "net/dev").read_text()).items():
+        for name, per_iface in parse_net_dev(read_kernel_file(proc + "net/dev")).items():
             out[f"net.dev.{name}"] = _family("iface", per_iface)
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ..host import Host, read_kernel_file
 from ..plugins import NoParams, Source
 from ..snapshot import SignalSpec
 
@@ -43,6 +44,13 @@ class PressureSource(Source[NoParams]):
         )
     )
 
+    def __init__(self, host: Host, config: NoParams | None = None) -> None:
+        super().__init__(host, config)
+        self.files = [(res, str(host.proc / "pressure" / res)) for res in RESOURCES]
+        self.names = {res: {f"{kind}_{k}": f"pressure.{res}.{kind}_{k}" for kind in KINDS
+                            for k in ("avg10", "avg60", "avg300", "total")}
+                      for res in RESOURCES}
+
     def unavailable(self) -> str | None:
         if not (self.host.proc / "pressure").is_dir():
             return "no /proc/pressure (kernel without PSI, or psi=0 on its command line)"
@@ -50,10 +58,12 @@ class PressureSource(Source[NoParams]):
 
     def collect(self, now: float) -> dict[str, object]:
         out: dict[str, object] = {}
-        for res in RESOURCES:
-            path = self.host.proc / "pressure" / res
-            if not path.exists():
+        for res, path in self.files:
+            try:
+                text = read_kernel_file(path)
+            except FileNotFoundError:
                 continue
-            for k, v in parse_pressure(path.read_text()).items():
-                out[f"pressure.{res}.{k}"] = v
+            names = self.names[res]
+            for k, v in parse_pressure(text).items():
+                out[names[k]] = v
         return out
