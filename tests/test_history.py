@@ -126,6 +126,25 @@ def test_only_selected_members_are_kept_and_gone_members_are_forgotten() -> None
     assert len(store.selected) < 1000
 
 
+def test_answers_hold_across_compaction_of_departed_members() -> None:
+    """Members come and go for 300 ticks (so departed ones are compacted away several
+    times): every answer, every tick, equals the definition's."""
+    hist = History({"n.stat": 10.0})
+    records: list[tuple[float, dict[str, object]]] = []
+    keys = [labels_of({"q": str(i), "stat": "tx"}) for i in range(200)]
+    store = hist.stores[("n.stat", None)]
+    for t in range(300):
+        # a sliding population (members leave for good), with gaps within it
+        fam = {k: float(t // 3 + i) for i, k in enumerate(keys)
+               if t // 2 <= i < t // 2 + 30 and (t // 7 + i) % 5}
+        hist.record(float(t), {"n.stat": fam})
+        records.append((float(t), {"n.stat": fam}))
+        for fn in FUNCS:
+            got = hist.query(fn, "n.stat", None, 10.0)
+            assert close(got, reference(records, fn, "n.stat", None, 10.0, 10.0)), (fn, t)
+        assert len(store.keys) <= 30 + 10 // 2 + 64  # departed members are forgotten
+
+
 @pytest.mark.parametrize("fn", FUNCS)
 def test_a_reload_keeps_history(fn: str) -> None:
     old = History({"a.x": 60.0})

@@ -75,6 +75,8 @@ class _Rows:
         self.rows: deque[array[float]] = deque(maxlen=MAX_ROWS)
         self.complete: deque[bool] = deque(maxlen=MAX_ROWS)  # every kept member has a value
         self.last = array("d")  # each member's newest value (NaN: none yet)
+        self.seen = array("d")  # when each member last had a value (slow path only) ...
+        self.all_seen = (-math.inf, 0)  # ... and when the first n members all had one
         self.resets: deque[tuple[float, int, float]] = deque()  # time, member, value before
         self.undo: tuple[array[float], int] | None = None
         self.ticks_since_compaction = 0
@@ -110,6 +112,7 @@ class _Rows:
                 self.keys.append(key)
         # a copy: ``last`` may be the newest row itself, which must not change
         self.last = self.last + array("d", repeat(NAN, len(self.keys) - len(self.last)))
+        self.seen.extend(repeat(-math.inf, len(self.keys) - len(self.seen)))
 
     def _row(self, fam: Mapping[Labels, float]) -> tuple[array[float], bool]:
         """This tick's row, and whether every kept member has a value in it."""
@@ -138,11 +141,14 @@ class _Rows:
                                if a > b)
         if complete:
             self.last = row
+            self.all_seen = (now, len(row))
         else:
             merged = array("d", last)
+            seen = self.seen
             for i, v in enumerate(row):
                 if v == v:
                     merged[i] = v
+                    seen[i] = now
             self.last = merged
         self.times.append(now)
         self.rows.append(row)
@@ -175,13 +181,19 @@ class _Rows:
         """Forget members with no value in the window, and matcher answers for members
         gone from the newest row (they are asked again if they come back)."""
         self.ticks_since_compaction = 0
-        alive = [i for i in range(len(self.keys))
-                 if any(i < len(r) and r[i] == r[i] for r in self.rows)]
+        oldest = self.times[0] if self.times else math.inf
+        all_t, all_n = self.all_seen
+        alive = [i for i, t in enumerate(self.seen)
+                 if t >= oldest or (i < all_n and all_t >= oldest)]
         if len(alive) < len(self.keys):
+            n = len(self.keys)
             remap = {old: new for new, old in enumerate(alive)}
-            self.rows = deque((array("d", (r[i] if i < len(r) else NAN for i in alive))
-                               for r in self.rows), maxlen=MAX_ROWS)
-            self.last = array("d", (self.last[i] for i in alive))
+            self.rows = deque((array("d", map((r + array("d", repeat(NAN, n - len(r))))
+                                              .__getitem__, alive)) for r in self.rows),
+                              maxlen=MAX_ROWS)
+            self.last = array("d", map(self.last.__getitem__, alive))
+            self.seen = array("d", map(self.seen.__getitem__, alive))
+            self.all_seen = (all_t, sum(1 for i in alive if i < all_n))
             self.resets = deque((t, remap[i], a) for t, i, a in self.resets if i in remap)
             self.keys = [self.keys[i] for i in alive]
             self.index = {k: i for i, k in enumerate(self.keys)}
