@@ -31,7 +31,7 @@ PRIVATE_SOCKET = "/run/systemd/private"
 SYSTEMD = "org.freedesktop.systemd1"
 MANAGER = DBusAddress("/org/freedesktop/systemd1", SYSTEMD, f"{SYSTEMD}.Manager")
 PROPERTIES = "org.freedesktop.DBus.Properties"
-MAX_MESSAGES_PER_POLL = 10_000  # a bound on one tick's reading; the rest waits
+READS_PER_POLL = 128  # of up to 64 KiB: a bound on one tick's reading; the rest waits
 NUDGE = 0.2  # s without an answer before systemd is pinged (see _wait)
 
 
@@ -110,6 +110,7 @@ class SystemdBus:
     def _sync(self) -> None:
         self.close()
         self.sock = prep_socket(self.path, timeout=self.timeout)
+        self.sock.settimeout(self.timeout)  # a send to a systemd that reads nothing ends
         serial = self._send(new_method_call(MANAGER, "ListUnitsByPatterns", "asas",
                                             ([], self.globs)))
         self.units, self.paths = {}, {}
@@ -161,7 +162,7 @@ class SystemdBus:
             self._wait(deadline)
 
     def _drain(self) -> None:
-        for _ in range(MAX_MESSAGES_PER_POLL):
+        for _ in range(READS_PER_POLL):
             if not self._read(0.0):
                 break
         for _ in self._messages():
