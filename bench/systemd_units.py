@@ -67,10 +67,7 @@ def run() -> Iterator[dict[str, Any]]:
         print(f"bench: systemd_units skipped: {why}", file=sys.stderr)
         return
     with booted(name="guardian-bench") as c:
-        probe = subprocess.Popen(
-            ["nsenter", "--target", str(c.leader), "--pid", "--", sys.executable, "-c",
-             PROBE, f"/proc/{c.leader}/root/run/systemd/private"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        probe = c.python_in_pid_namespace(PROBE, c.private_socket)
         try:
             for label in ("idle", "one unit crash-looping"):
                 if label != "idle":

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -82,6 +83,18 @@ class Container:
         cmd = [*self.enter, "env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", *envs, *argv]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               check=check, input=input)
+
+    @property
+    def private_socket(self) -> str:
+        """systemd's private D-Bus socket, as the host reaches it."""
+        return f"/proc/{self.leader}/root/run/systemd/private"
+
+    def python_in_pid_namespace(self, code: str, *args: str) -> subprocess.Popen[str]:
+        """This interpreter running ``code`` in the container's PID namespace (systemd
+        refuses a peer whose PID it cannot see), with text pipes to talk to it by line."""
+        return subprocess.Popen(
+            ["nsenter", "--target", str(self.leader), "--pid", "--", sys.executable, "-c",
+             code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def write(self, path: str, text: str) -> None:
         """Write a file inside the container (through tee: argv, no shell)."""

@@ -7,8 +7,6 @@ cannot see), and the configurable systemctl argv prefix, as a DaemonSet without
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 from guardian.host import Host
@@ -74,10 +72,7 @@ def test_over_the_private_bus_units_are_kept_current_from_signals() -> None:
     after it started, and recovers when systemd re-executes (which closes the socket)."""
     with booted() as c:
         c.run("systemd-run", "--unit=steady", "/bin/sleep", "600")
-        probe = subprocess.Popen(
-            ["nsenter", "--target", str(c.leader), "--pid", "--", sys.executable, "-c",
-             PROBE, f"/proc/{c.leader}/root/run/systemd/private"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        probe = c.python_in_pid_namespace(PROBE, c.private_socket)
         assert probe.stdin is not None and probe.stdout is not None
 
         def collect(t: float) -> dict[str, object]:

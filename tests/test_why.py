@@ -40,12 +40,17 @@ def test_nothing_is_wrong_on_a_healthy_node() -> None:
         "Nothing is wrong: no rule is pending or firing."
 
 
-def test_without_causes_every_link_stands_alone(tmp_path: Path) -> None:
+def _shipped_rules_without_causes(tmp_path: Path) -> Path:
     rules = tmp_path / "rules"
     rules.mkdir()
     for f in RULES.glob("*.toml"):
         if not f.name.endswith(".test.toml"):
             (rules / f.name).write_text(re.sub(r"(?m)^caused_by = .*\n", "", f.read_text()))
+    return rules
+
+
+def test_without_causes_every_link_stands_alone(tmp_path: Path) -> None:
+    rules = _shipped_rules_without_causes(tmp_path)
     proc = _why("--rules", str(rules), "--recording", str(DATA / "incident.rec"), "--json")
     chain = json.loads(proc.stdout)["chain"]
     assert len(chain) >= 2 and all(link["causes"] == [] for link in chain)
@@ -89,11 +94,7 @@ def test_the_whole_chain_root_first_with_its_symptom_remedy_held() -> None:
 
 
 def test_the_whole_chain_without_causes_acts_link_by_link(tmp_path: Path) -> None:
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    for f in RULES.glob("*.toml"):
-        if not f.name.endswith(".test.toml"):
-            (rules / f.name).write_text(re.sub(r"(?m)^caused_by = .*\n", "", f.read_text()))
+    rules = _shipped_rules_without_causes(tmp_path)
     proc = _why("--rules", str(rules), "--recording", str(CHAIN), "--at", "9m30s", "--json")
     chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
     assert {"unit-crashloop", "dying-memcgs", "kernel-time-hog", "core-system-saturated",

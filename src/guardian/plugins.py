@@ -220,8 +220,7 @@ class Actions(MutableMapping[str, "type[Action[Any]]"]):
             raise KeyError(name) from None
         declared = getattr(loaded, "name", None)
         if declared != name:
-            self.failed[name] = (f"{who}: entry point {name!r} in guardian.actions loads a "
-                                 f"class named {declared!r}; the two must agree")
+            self.failed[name] = _misnamed(who, "guardian.actions", name, declared)
             raise KeyError(name)
         self._classes[name] = loaded
         return cast("type[Action[Any]]", loaded)
@@ -279,8 +278,7 @@ class Registry:
                 continue
             declared = getattr(loaded, "name", None)
             if declared != ep.name:
-                problems.append(f"{who}: entry point {ep.name!r} in guardian.sources loads "
-                                f"a class named {declared!r}; the two must agree")
+                problems.append(_misnamed(who, "guardian.sources", ep.name, declared))
                 continue
             try:
                 reg.add_source(loaded, who)
@@ -361,6 +359,11 @@ class Registry:
             for spec in src.specs:
                 out[spec.name] = spec
         return out
+
+
+def _misnamed(who: Who, group: str, name: str, declared: object) -> str:
+    return (f"{who}: entry point {name!r} in {group} loads a class named {declared!r}; "
+            "the two must agree")
 
 
 def _class_path(cls: type) -> str:

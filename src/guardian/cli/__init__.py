@@ -47,6 +47,20 @@ def config_option(p: argparse.ArgumentParser) -> None:
                    help=f"guardian config (default {DEFAULT_CONFIG} when it exists)")
 
 
+def _at_a_point(p: argparse.ArgumentParser, recording_help: str) -> None:
+    """The options of commands that look at this host now, or at a point of a
+    recording (explain, why)."""
+    p.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
+                   f"(default: the config's, else {DEFAULT_RULES})")
+    p.add_argument("--recording", metavar="FILE", help=recording_help)
+    p.add_argument("--at", metavar="TIME", help="with --recording: time since its start "
+                   "(default: its end)")
+    p.add_argument("--warmup", default="1s", help="live: time between the two samples")
+    p.add_argument("--root", default="/", help="host root (default /)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(p)
+
+
 def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """A command's function, imported when the command runs: each command loads only
     the modules it needs (`guardian check` never imports the service or Kubernetes)."""
@@ -146,33 +160,15 @@ def _parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("explain", help="why a rule is inactive, pending, firing or unknown")
     ex.add_argument("rule", help="rule name")
-    ex.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
-                    f"(default: the config's, else {DEFAULT_RULES})")
-    ex.add_argument("--recording", metavar="FILE", help="explain at a point of a "
-                    "recording instead of on this host")
-    ex.add_argument("--at", metavar="TIME", help="with --recording: time since its start "
-                    "(default: its end)")
-    ex.add_argument("--warmup", default="1s", help="live: time between the two samples")
-    ex.add_argument("--root", default="/", help="host root (default /)")
-    ex.add_argument("--json", action="store_true", help="machine-readable output")
-    config_option(ex)
+    _at_a_point(ex, "explain at a point of a recording instead of on this host")
     ex.set_defaults(func=_command("replay", "cmd_explain"))
 
     w = sub.add_parser("why", help="what is wrong, as chains from root cause to symptoms")
-    w.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
-                   f"(default: the config's, else {DEFAULT_RULES})")
-    w.add_argument("--recording", metavar="FILE", help="at a point of a recording instead "
-                   "of on this host")
-    w.add_argument("--at", metavar="TIME", help="with --recording: time since its start "
-                   "(default: its end)")
+    _at_a_point(w, "at a point of a recording instead of on this host")
     w.add_argument("--state", metavar="FILE", help="live: the service's state file, for "
                    "when each rule began (default: none)")
-    w.add_argument("--warmup", default="1s", help="live: time between the two samples")
-    w.add_argument("--root", default="/", help="host root (default /)")
-    w.add_argument("--json", action="store_true", help="machine-readable output")
     w.add_argument("--plot", metavar="OUT.png", help="draw the links on one time axis "
                    "(needs matplotlib)")
-    config_option(w)
     w.set_defaults(func=_command("replay", "cmd_why"))
 
     s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")

@@ -72,20 +72,21 @@ class SystemdSource(Source[SystemdConfig]):
     def _run(self, *args: str) -> str:
         return systemctl.output(self.cfg.systemctl, *args, timeout=self.cfg.timeout)
 
-    def _socket(self) -> str:
-        return str(self.host.root / self.cfg.bus_socket.lstrip("/"))
+    def _new_bus(self) -> SystemdBus:
+        socket = str(self.host.root / self.cfg.bus_socket.lstrip("/"))
+        return SystemdBus(self.cfg.units, socket, self.cfg.timeout)
 
     def unavailable(self) -> str | None:
         bus_said = ""
         if self.cfg.transport != "systemctl":
-            bus = SystemdBus(self.cfg.units, self._socket(), self.cfg.timeout)
+            bus = self._new_bus()
             try:
                 bus.poll()
                 self.bus = bus
                 return None
             except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
                 bus.close()
-                bus_said = f"cannot talk to systemd on {self._socket()}: {exc}"
+                bus_said = f"cannot talk to systemd on {bus.path}: {exc}"
                 if self.cfg.transport == "dbus":
                     return bus_said
                 bus_said += "; "
@@ -105,7 +106,7 @@ class SystemdSource(Source[SystemdConfig]):
         """(unit, NRestarts, ActiveState, SubState) of each watched unit."""
         if self.bus is not None or self.cfg.transport == "dbus":
             if self.bus is None:
-                self.bus = SystemdBus(self.cfg.units, self._socket(), self.cfg.timeout)
+                self.bus = self._new_bus()
             return [(name, st.restarts, st.active, st.sub)
                     for name, st in self.bus.poll().items() if st.restarts is not None]
         # One call a tick: `show` expands the globs itself, to the units systemd holds in
