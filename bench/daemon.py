@@ -40,8 +40,11 @@ def _free_port() -> int:
 def _daemon(tmp: str, interval: str = "1s") -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("NOTIFY_SOCKET", "PYTHONDONTWRITEBYTECODE")}
+    # the flood below is written from user space: let its facility reach the patterns
+    Path(tmp, "g.toml").write_text('[sources.kmsg]\nfacilities = ["kern", "user"]\n')
     proc = subprocess.Popen(
         [sys.executable, "-m", "guardian", "run", "--dry-run", "--rules", str(REPO / "rules"),
+         "--config", f"{tmp}/g.toml",
          "--interval", interval, "--metrics-port", "0", "--state", f"{tmp}/s.json",
          "--audit", f"{tmp}/a.jsonl"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

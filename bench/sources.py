@@ -137,7 +137,9 @@ def kmsg_flood_cost(lines: int = 20_000) -> tuple[float, float]:
     knob = Path("/proc/sys/kernel/printk_devkmsg")
     old = knob.read_text().strip()
     payload = b"<7>guardian-bench: flood line that matches no pattern " + b"x" * 60 + b"\n"
-    src = KmsgSource(Host(), KmsgSource.Config(max_records_per_drain=1_000_000))
+    # the flood is written from user space (user facility): let it reach the patterns
+    src = KmsgSource(Host(), KmsgSource.Config(max_records_per_drain=1_000_000,
+                                               facilities=["kern", "user"]))
     floor_fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
     os.lseek(floor_fd, 0, os.SEEK_END)
     src.collect(0.0)

@@ -88,10 +88,14 @@ def crash_loop() -> Iterator[tuple[Container, Path]]:
 
 
 def config_for(c: Container, path: Path) -> Path:
-    """A guardian config whose systemd source talks to the container's systemd."""
+    """A guardian config whose systemd source talks to the container's systemd and whose
+    kernel-log source counts lines written into /dev/kmsg."""
     argv = ", ".join(f'"{a}"' for a in [*c.enter, "systemctl"])
+    # the ENA lines are written into /dev/kmsg, which gives them the user facility (the
+    # kernel's cannot be written from user space): let that facility match too
     path.write_text(f"[sources.systemd]\nsystemctl = [{argv}]\nunits = [\"*.service\"]\n"
-                    f"restart_window = \"1m\"\n")
+                    f"restart_window = \"1m\"\n"
+                    f"[sources.kmsg]\nfacilities = [\"kern\", \"user\"]\n")
     return path
 
 

@@ -603,14 +603,30 @@ def test_a_catastrophic_pattern_is_refused_when_the_config_loads(
     assert f"g.toml:2:12: source 'kmsg': patterns: pattern 'bad': {why}" in proc.stderr
 
 
-def test_patterns_that_do_not_combine_are_located_errors(tmp_path: Path) -> None:
-    config = write(tmp_path, "g.toml", '[sources.kmsg]\n'
-                                       'patterns = { a = "(?P<g>x)", b = "(?P<g>y)" }\n')
-    proc = _check("--config", str(config), str(write(tmp_path, "r.toml", RULE.format(
-        name="r"))))
-    assert proc.returncode == 1
-    assert "g.toml:1:1: source 'kmsg': the patterns do not combine into one expression: " \
-           "redefinition of group name 'g'" in proc.stderr
+@pytest.mark.parametrize(("patterns", "why"), [
+    ('{ a = "(?P<g>x)", b = "(?P<g>y)" }',
+     "the patterns do not combine into one expression: redefinition of group name 'g'"),
+    # compiles alone; past the start of the combined expression a global flag is an error
+    ('{ a = "(?i)nvrm: xid" }',
+     "the patterns do not combine into one expression: global flags not at the start"),
+    # compiles alone and combined, but \\1 would name another pattern's group there
+    ('{ a = "^(x)\\\\1" }', "pattern 'a': numbered group references change meaning"),
+])
+def test_patterns_that_do_not_combine_are_located_errors(
+        tmp_path: Path, patterns: str, why: str) -> None:
+    """Each is a path:line:col error at the patterns, from `check` and from `run`, and
+    never a traceback (before: 1:1, and the position inside the combined expression)."""
+    config = write(tmp_path, "g.toml", f'[sources.kmsg]\npatterns = {patterns}\n')
+    rules = write(tmp_path, "r.toml", RULE.format(name="r"))
+    proc = _check("--config", str(config), str(rules))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"g.toml:2:12: source 'kmsg': patterns: {why}" in proc.stderr
+    assert "position" not in proc.stderr
+    run = subprocess.run([sys.executable, "-m", "guardian", "run", "--once", "--dry-run",
+                          "--config", str(config), "--rules", str(rules)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert f"g.toml:2:12: source 'kmsg': patterns: {why}" in run.stderr
 
 
 # -- the metrics endpoint and thread limits --------------------------------------------

@@ -134,7 +134,10 @@ def test_ena_counter_set_through_the_ioctl_reply_parsers() -> None:
 def test_kmsg_recording_with_gaps_fragments_and_dictionary_lines(tmp_path: Path) -> None:
     (tmp_path / "dev").mkdir()
     shutil.copy(FIX / "kmsg.recording", tmp_path / "dev" / "kmsg")
-    src = KmsgSource(Host(tmp_path), KmsgSource.Config(replay=True))
+    """A recording in the format of a kernel before 4.9 (the reset line printed as a 'c'
+    fragment and a '+' one), with user-facility records allowed as in a recording."""
+    src = KmsgSource(Host(tmp_path), KmsgSource.Config(
+        replay=True, continuation="before-4.9", facilities=["kern", "user"]))
     out = src.collect(0.0)
     m = out["kmsg.matches"]
     assert isinstance(m, dict)
@@ -142,7 +145,8 @@ def test_kmsg_recording_with_gaps_fragments_and_dictionary_lines(tmp_path: Path)
                  "ena_reset_completed"):  # the last was printed in two fragments
         assert m[labels_of({"pattern": name})] == 1, name
     assert m[labels_of({"pattern": "oom_kill"})] == 0
-    assert out["kmsg.records"] == 7
+    assert out["kmsg.records"] == 8  # the line that is not a record was read, and skipped
+    assert out["kmsg.skipped"][labels_of({"reason": "header"})] == 1  # type: ignore[index]
     assert out["kmsg.lost"] == 2
     src.close()
 

@@ -92,9 +92,15 @@ def test_ethtool_stats_of_a_veth_pair_in_our_namespace() -> None:
         assert rows["nic.stats_available"]["value"] == 2
 
 
+# Lines written into /dev/kmsg carry the user facility: a process cannot write the
+# kernel's (Documentation/ABI/testing/dev-kmsg). These tests let it match, as the closest
+# real stand-in for a driver's line; tests/test_kmsg_reader.py shows it does not by default.
+WRITTEN = KmsgSource.Config(facilities=["kern", "user"])
+
+
 def test_kmsg_counts_injected_ena_lines_and_wakes_at_once() -> None:
     need_root()
-    src = KmsgSource(Host())
+    src = KmsgSource(Host(), WRITTEN)
     assert src.unavailable() is None
     woke = threading.Event()
     reasons: list[str] = []
@@ -130,8 +136,8 @@ def test_kmsg_counts_injected_ena_lines_and_wakes_at_once() -> None:
 def test_kmsg_starts_at_the_end_unless_replay() -> None:
     need_root()
     inject_kmsg("ena 0000:20:03.0 eth0: Keep alive watchdog timeout.")
-    fresh = KmsgSource(Host())
-    replay = KmsgSource(Host(), KmsgSource.Config(replay=True))
+    fresh = KmsgSource(Host(), WRITTEN)
+    replay = KmsgSource(Host(), KmsgSource.Config(replay=True, facilities=["kern", "user"]))
     try:
         key = labels_of({"pattern": "ena_keep_alive_timeout"})
         assert fresh.collect(0.0)["kmsg.matches"][key] == 0  # type: ignore[index]
@@ -148,7 +154,7 @@ def test_kmsg_overrun_is_counted_not_fatal() -> None:
     need_root()
     knob = Path("/proc/sys/kernel/printk_devkmsg")
     old = knob.read_text().strip()
-    src = KmsgSource(Host())
+    src = KmsgSource(Host(), WRITTEN)
     try:
         src.collect(0.0)
         knob.write_text("on\n")
@@ -228,8 +234,11 @@ name = "reset-seen"
 summary = "s"
 when = 'increase(kmsg.matches{pattern="ena_reset_triggered"}, "1h") > 0'
 ''')
+    config = tmp_path / "g.toml"
+    config.write_text('[sources.kmsg]\nfacilities = ["kern", "user"]\n')  # see WRITTEN
     proc = subprocess.Popen(
         [sys.executable, "-m", "guardian", "run", "--dry-run", "--interval", "1h",
+         "--config", str(config),
          "--rules", str(rules), "--metrics-port", "0", "--state", str(tmp_path / "s.json"),
          "--audit", str(tmp_path / "a.jsonl")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,12 +1,28 @@
 """Kernel log patterns from /dev/kmsg.
 
-The follower starts at the end of the kernel's ring buffer (old lines are replayed only
+The follower starts at the end of the kernel's ring buffer (old records are replayed only
 when asked), reads every new record without blocking, and counts matches of named regular
-expressions. Each read of /dev/kmsg returns one record ``prio,seq,usec,flags;message``
-followed by optional `` KEY=value`` dictionary lines. ``EPIPE`` means records were
-overwritten before we read them; it and gaps in the sequence numbers count in ``kmsg.lost``.
-With :meth:`KmsgSource.follow`, a thread waits on the device and wakes the engine as soon
-as a pattern matches, instead of at the next tick.
+expressions. It reads records as Documentation/ABI/testing/dev-kmsg defines them:
+
+- one read() returns one record, ``<facility*8+level>,<seq>,<usec>,<flag>[,...];<text>``
+  then optional `` KEY=value`` dictionary lines; fields after the flag are ignored;
+- the text escapes non-printable bytes and ``\\`` as ``\\xNN``; they are decoded (then
+  UTF-8) before matching;
+- by default only records of the kernel facility match: a write to /dev/kmsg from user
+  space can never carry facility 0, so no process can fire a pattern by logging text;
+- the flag is ``-``, or marks a fragment of a line. Kernels before 4.9 flag a line's first
+  fragment ``c`` and the rest ``+``; since 4.9 a record flagged ``c`` continues the record
+  before it and ``+`` never appears. Fragments are matched as they arrive, joined to their
+  line, and a pattern counts once per line;
+- ``EPIPE`` means records were overwritten before we read them: the next record's sequence
+  number says how many (``kmsg.lost``, each counted once);
+- ``EINVAL`` means the record does not fit the read buffer: the buffer grows, and a record
+  that fits no buffer is skipped, so the reader never wedges on it.
+
+A record that cannot be read (no header, an unknown flag, text that is not UTF-8, longer
+than the record limit) is counted in ``kmsg.skipped{reason}`` and skipped. With
+:meth:`KmsgSource.follow`, a thread waits on the device and wakes the engine as soon as a
+pattern matches, instead of at the next tick.
 """
 
 from __future__ import annotations
@@ -19,50 +35,51 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..host import Host
 from ..plugins import SampleError, Source
 from ..regexsafety import backtracking_risk, spoof_risk
 from ..snapshot import Family, SignalSpec, labels_of
+from .kernel_patterns import DEFAULT_PATTERNS
 
-# The ENA reset sequence (see the incident) and the kernel's classic distress lines, each
-# anchored at the start of the message the kernel or driver writes, so a process cannot
-# fire one through its own name (see guardian.regexsafety). ENA lines come through
-# netdev_err()/dev_err(): "ena <pci address>[ <netdev>]: <message>".
-_ENA = r"^ena [0-9a-f:.]+(?: \S+)?: "
-DEFAULT_PATTERNS: dict[str, str] = {
-    "ena_tx_paused": _ENA + r"TX q \d+ is paused for too long",
-    "ena_tx_missing_completion": _ENA + r"Found a Tx that wasn't completed on time",
-    "ena_keep_alive_timeout": _ENA + r"Keep alive watchdog timeout",
-    "ena_reset_triggered": _ENA + r"Trigger reset is on",
-    "ena_reset_completed": _ENA + r"Device reset completed successfully",
-    "nic_tx_timeout": r"^NETDEV WATCHDOG: .* transmit queue \d+ timed out",
-    "oom_kill": r"^(?:Out of memory|Memory cgroup out of memory): Killed process \d+"
-                r"|^oom-kill:constraint=",
-    "hung_task": r"^INFO: task .+:\d+ blocked for more than \d+ seconds",
-    "soft_lockup": r"^(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck",
-    "rcu_stall": r"^(?:rcu: )?INFO: rcu_(?:sched|preempt|bh) (?:self-)?detected stalls?",
+# syslog facility numbers (RFC 5424, <sys/syslog.h>)
+FACILITIES: dict[str, int] = {
+    "kern": 0, "user": 1, "mail": 2, "daemon": 3, "auth": 4, "syslog": 5, "lpr": 6,
+    "news": 7, "uucp": 8, "cron": 9, "authpriv": 10, "ftp": 11,
+    **{f"local{i}": 16 + i for i in range(8)},
 }
-_RECORD_MAX = 8192
-_FOLLOW_COALESCE = 0.05  # at most ~20 wake-ups a second, however fast lines arrive
+SKIP_REASONS = ("header", "flags", "utf8", "too_long")
+_READ_SIZE = 8192            # the kernel's record limit (CONSOLE_EXT_LOG_MAX)
+_READ_SIZE_MAX = 1 << 20     # a record that does not fit this is skipped
+_LINE_MAX = 65536            # a line joined from fragments is cut here
+_FOLLOW_COALESCE = 0.05      # at most ~20 wake-ups a second, however fast lines arrive
+_ESCAPED = re.compile(rb"\\x([0-9a-fA-F]{2})")
+# a numbered back-reference or conditional: wrong once patterns share one expression
+_NUMBERED_GROUP_REF = re.compile(r"(?<!\\)(?:\\\\)*(?:\\[1-9]|\(\?\(\d)")
 
 
 class KmsgConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    default_patterns: bool = Field(True, description="include the shipped patterns")
     patterns: dict[str, str] = Field(
         default_factory=dict, description="name -> regular expression, added to the defaults")
-    default_patterns: bool = Field(True, description="include the shipped patterns")
+    facilities: list[str] = Field(
+        default_factory=lambda: ["kern"],
+        description="facilities whose records may match (user space cannot write 'kern')")
+    continuation: Literal["auto", "before-4.9", "4.9+"] = Field(
+        "auto", description="what a record's 'c' flag means; auto: by the running kernel")
     replay: bool = Field(False, description="read the ring buffer from its start")
     max_records_per_drain: int = Field(20_000, gt=0,
                                        description="bounds guardian's CPU under a log flood")
 
     @field_validator("patterns")
     @classmethod
-    def _compile(cls, v: dict[str, str]) -> dict[str, str]:
+    def _compile(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for name, rx in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
                 raise ValueError(f"pattern name {name!r} must be lower_snake_case")
@@ -73,19 +90,30 @@ class KmsgConfig(BaseModel):
             if (why := backtracking_risk(rx)) is not None:
                 raise ValueError(f"pattern {name!r}: {why}; rewrite it without (e.g. "
                                  "`a+` for `(a+)+`)")
+            if _NUMBERED_GROUP_REF.search(rx):
+                raise ValueError(f"pattern {name!r}: numbered group references change "
+                                 "meaning when the patterns are combined; name the group: "
+                                 "(?P<x>...)(?P=x)")
+        # the live matcher screens each line with every pattern in one alternation
+        merged = {**(DEFAULT_PATTERNS if info.data.get("default_patterns", True) else {}),
+                  **v}
+        try:
+            _screen(merged)
+        except (re.error, RecursionError, OverflowError) as exc:
+            why = exc.msg if isinstance(exc, re.error) else exc  # its position is in the whole
+            raise ValueError(f"the patterns do not combine into one expression: {why}; "
+                             "use (?i:...) instead of (?i) and unique group names") from None
         return v
 
-    @model_validator(mode="after")
-    def _combined(self) -> KmsgConfig:
-        """The live matcher screens each line with all patterns in one alternation:
-        that form must compile too (no inline flags past the start, no group name used
-        twice)."""
-        try:
-            _screen(self.merged())
-        except re.error as exc:
-            raise ValueError(f"the patterns do not combine into one expression: {exc}; "
-                             "use (?i:...) instead of (?i) and unique group names") from None
-        return self
+    @field_validator("facilities")
+    @classmethod
+    def _known_facilities(cls, v: list[str]) -> list[str]:
+        unknown = [f for f in v if f not in FACILITIES]
+        if unknown:
+            raise ValueError(f"unknown facilit{'y' if len(unknown) == 1 else 'ies'} "
+                             f"{', '.join(map(repr, unknown))} (known: "
+                             f"{', '.join(FACILITIES)})")
+        return v
 
     def merged(self) -> dict[str, str]:
         return {**(DEFAULT_PATTERNS if self.default_patterns else {}), **self.patterns}
@@ -99,22 +127,61 @@ def _screen(patterns: dict[str, str]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns.values()) or r"(?!)")
 
 
-def parse_record(raw: bytes) -> tuple[int, int, str, str] | None:
-    """(priority, sequence, flags, message) of one /dev/kmsg record, or None."""
-    text = raw.decode("utf-8", errors="replace")
-    head, sep, rest = text.partition(";")
-    if not sep:
-        return None
-    fields = head.split(",")
-    if len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
-        return None
-    message = rest.split("\n", 1)[0]  # dictionary lines (" KEY=value") follow
-    return int(fields[0]) & 7, int(fields[1]), fields[3], message
+class BadRecord(ValueError):
+    """A record that cannot be read; ``reason`` is one of :data:`SKIP_REASONS`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One /dev/kmsg record: its facility, level, sequence number, flag and text."""
+
+    facility: int
+    level: int
+    seq: int
+    flag: str
+    text: str
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    return bytes((int(match[1], 16),))
+
+
+def parse_record(raw: bytes) -> Record:
+    """One record as /dev/kmsg hands it over; :class:`BadRecord` if it cannot be read."""
+    head, sep, body = raw.partition(b";")
+    fields = head.split(b",")
+    if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
+        raise BadRecord("header")
+    flag = fields[3]
+    if flag not in (b"-", b"c", b"+"):
+        raise BadRecord("flags")
+    end = body.find(b"\n")
+    if end >= 0:
+        body = body[:end]  # dictionary lines (" KEY=value") follow
+    if b"\\" in body:
+        body = _ESCAPED.sub(_unescape, body)
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        raise BadRecord("utf8") from None
+    prio = int(fields[0])
+    return Record(prio >> 3, prio & 7, int(fields[1]), flag.decode(), text)
 
 
 def match_line(patterns: dict[str, re.Pattern[str]], line: str) -> list[str]:
-    """Names of the patterns that match one log line (what `guardian test` checks)."""
+    """Names of the patterns that match one log line."""
     return [name for name, rx in patterns.items() if rx.search(line)]
+
+
+def c_continues_previous(release: str) -> bool:
+    """Whether a kernel of this release flags a continuation ``c`` (4.9 and later) rather
+    than a line's first fragment (3.5 to 4.8, which flag the rest ``+``)."""
+    found = re.match(r"(\d+)\.(\d+)", release)
+    return found is None or (int(found[1]), int(found[2])) >= (4, 9)
 
 
 class KmsgSource(Source[KmsgConfig]):
@@ -129,6 +196,8 @@ class KmsgSource(Source[KmsgConfig]):
                    counter=True),
         SignalSpec("kmsg.lost", "records overwritten before guardian read them", "records",
                    counter=True),
+        SignalSpec("kmsg.skipped", "records that could not be read, by reason (header, "
+                   "flags, utf8, too_long)", "records", labels=("reason",), counter=True),
     )
 
     def __init__(self, host: Host, config: KmsgConfig | None = None) -> None:
@@ -136,15 +205,23 @@ class KmsgSource(Source[KmsgConfig]):
         self.cfg: KmsgConfig = self.config
         self.patterns = self.cfg.compiled()
         self.screen = _screen(self.cfg.merged())
+        self.facilities = frozenset(FACILITIES[f] for f in self.cfg.facilities)
+        self.c_continues = (c_continues_previous(os.uname().release)
+                            if self.cfg.continuation == "auto"
+                            else self.cfg.continuation == "4.9+")
+        self.read_size = _READ_SIZE
         self.fd = -1
         self.is_file = False
+        self.skip_long_line = False
         self.lock = threading.Lock()
         self.counts = dict.fromkeys(self.patterns, 0)
         self.last_match: dict[str, float] = {}
         self.records = 0
         self.lost = 0
+        self.skipped = dict.fromkeys(SKIP_REASONS, 0)
         self.last_seq: int | None = None
-        self.fragment = ""
+        self.line: str | None = None  # the line the last record belongs to
+        self.line_matched: set[str] = set()
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -170,52 +247,85 @@ class KmsgSource(Source[KmsgConfig]):
             matched: list[str] = []
             for _ in range(self.cfg.max_records_per_drain):
                 try:
-                    raw = os.read(self.fd, _RECORD_MAX)
+                    raw = os.read(self.fd, self.read_size)
                 except BlockingIOError:
                     break
                 except OSError as exc:
                     if exc.errno == errno.EPIPE:
-                        self.lost += 1  # the next read resumes at the oldest record left
+                        if self.last_seq is None:
+                            self.lost += 1  # at least one; the next sequence cannot say
+                        continue  # the next read resumes at the oldest record left
+                    if exc.errno == errno.EINVAL:
+                        self._too_big()
                         continue
                     raise
                 if not raw:
                     break  # a recording at its end
                 if self.is_file:
-                    self._recorded(raw, now, matched)
+                    if not self._recorded(raw, now, matched):
+                        break
                 else:
                     self._record(raw, now, matched)
             return matched
 
-    def _recorded(self, chunk: bytes, now: float, matched: list[str]) -> None:
-        """Records of a recorded log: whole lines; a partial last line is read again."""
-        end = chunk.rfind(b"\n")
-        if end < 0:
+    def _too_big(self) -> None:
+        """The record does not fit the buffer (the kernel keeps it for the next read)."""
+        if self.read_size < _READ_SIZE_MAX:
+            self.read_size = min(self.read_size * 8, _READ_SIZE_MAX)
             return
+        # no buffer takes it: jump past it (the sequence gap counts what was jumped over)
+        self.skipped["too_long"] += 1
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def _recorded(self, chunk: bytes, now: float, matched: list[str]) -> bool:
+        """Records of a recorded log, one per line; a partial last line is read again.
+        False when the chunk held no whole line (the recording ends mid-line)."""
+        start = 0
+        if self.skip_long_line:
+            start = chunk.find(b"\n") + 1
+            if start == 0:
+                return True  # still inside the over-long line
+            self.skip_long_line = False
+        end = chunk.rfind(b"\n")
+        if end < start:
+            if start == 0 and len(chunk) >= self.read_size:
+                self.skipped["too_long"] += 1  # a line longer than any record
+                self.skip_long_line = True
+                return True
+            os.lseek(self.fd, start - len(chunk), os.SEEK_CUR)
+            return start > 0
         os.lseek(self.fd, end + 1 - len(chunk), os.SEEK_CUR)
-        for line in chunk[:end].split(b"\n"):
+        for line in chunk[start:end].split(b"\n"):
             if line and not line.startswith(b" "):
                 self._record(line, now, matched)
+        return True
 
     def _record(self, raw: bytes, now: float, matched: list[str]) -> None:
-        rec = parse_record(raw)
-        if rec is None:
-            return
-        _, seq, flags, message = rec
-        if self.last_seq is not None and seq > self.last_seq + 1:
-            self.lost += seq - self.last_seq - 1
-        self.last_seq = seq
         self.records += 1
-        # 'c' starts a line printed in fragments and '+' continues it: match the whole line
-        if flags == "+" and self.fragment:
-            self.fragment += message
+        try:
+            rec = parse_record(raw)
+        except BadRecord as bad:
+            self.skipped[bad.reason] += 1
             return
-        if self.fragment:
-            self._match(self.fragment, now, matched)
-            self.fragment = ""
-        if flags == "c":
-            self.fragment = message
+        if self.last_seq is not None and rec.seq > self.last_seq + 1:
+            self.lost += rec.seq - self.last_seq - 1
+        self.last_seq = rec.seq
+        if rec.facility not in self.facilities:
             return
-        self._match(message, now, matched)
+        if rec.flag == "+":
+            self.c_continues = False  # only kernels before 4.9 print '+'
+        continues = rec.flag == "+" or (rec.flag == "c" and self.c_continues)
+        if continues and self.line is not None and len(self.line) < _LINE_MAX:
+            self.line += rec.text
+        else:
+            self.line = rec.text
+            self.line_matched = set()
+        for name in self.matches(self.line):
+            if name not in self.line_matched:  # once per line, however many fragments
+                self.line_matched.add(name)
+                self.counts[name] += 1
+                self.last_match[name] = now
+                matched.append(name)
 
     def matches(self, line: str) -> list[str]:
         """Names of the configured patterns one kernel-log line matches: what the live
@@ -246,24 +356,18 @@ class KmsgSource(Source[KmsgConfig]):
             return None
         return f"    matches:\n      want: {sorted(want)}\n      got:  {got}\n    line: {line}"
 
-    def _match(self, line: str, now: float, matched: list[str]) -> None:
-        for name in self.matches(line):
-            self.counts[name] += 1
-            self.last_match[name] = now
-            matched.append(name)
-
     def collect(self, now: float) -> dict[str, object]:
         self.drain(now)
         with self.lock:
-            if self.fragment:  # a fragment no one continued by now is a whole line
-                self._match(self.fragment, now, [])
-                self.fragment = ""
             matches: Family = {labels_of({"pattern": n}): float(c)
                                for n, c in self.counts.items()}
             ages: Family = {labels_of({"pattern": n}): max(now - t, 0.0)
                             for n, t in self.last_match.items()}
+            skipped: Family = {labels_of({"reason": r}): float(c)
+                               for r, c in self.skipped.items()}
             return {"kmsg.matches": matches, "kmsg.last_match_age_seconds": ages,
-                    "kmsg.records": self.records, "kmsg.lost": self.lost}
+                    "kmsg.records": self.records, "kmsg.lost": self.lost,
+                    "kmsg.skipped": skipped}
 
     def follow(self, wake: Callable[[str], None]) -> bool:
         if self.thread is not None:
