@@ -16,8 +16,10 @@ expressions. It reads records as Documentation/ABI/testing/dev-kmsg defines them
   line, and a pattern counts once per line;
 - ``EPIPE`` means records were overwritten before we read them: the next record's sequence
   number says how many (``kmsg.lost``, each counted once);
-- ``EINVAL`` means the record does not fit the read buffer: the buffer grows, and a record
-  that fits no buffer is skipped, so the reader never wedges on it.
+- ``EINVAL`` means the record does not fit the read buffer: the buffer grows. Older kernels
+  keep the record for the next read (it is read then; one that fits no buffer is jumped
+  over, so the reader never wedges on it); newer ones have moved past it already (then it
+  is counted as skipped, not lost).
 
 A record that cannot be read (no header, an unknown flag, text that is not UTF-8, longer
 than the record limit) is counted in ``kmsg.skipped{reason}`` and skipped. With
@@ -220,6 +222,8 @@ class KmsgSource(Source[KmsgConfig]):
         self.lost = 0
         self.skipped = dict.fromkeys(SKIP_REASONS, 0)
         self.last_seq: int | None = None
+        self.too_big_at: int | None = None  # the buffer size a record did not fit
+        self.gap_explained = 0  # records the next sequence gap holds that were counted
         self.line: str | None = None  # the line the last record belongs to
         self.line_matched: set[str] = set()
         self.stop = threading.Event()
@@ -249,6 +253,7 @@ class KmsgSource(Source[KmsgConfig]):
                 try:
                     raw = os.read(self.fd, self.read_size)
                 except BlockingIOError:
+                    self._after_too_big(None)
                     break
                 except OSError as exc:
                     if exc.errno == errno.EPIPE:
@@ -261,6 +266,7 @@ class KmsgSource(Source[KmsgConfig]):
                     raise
                 if not raw:
                     break  # a recording at its end
+                self._after_too_big(raw)
                 if self.is_file:
                     if not self._recorded(raw, now, matched):
                         break
@@ -269,13 +275,25 @@ class KmsgSource(Source[KmsgConfig]):
             return matched
 
     def _too_big(self) -> None:
-        """The record does not fit the buffer (the kernel keeps it for the next read)."""
+        """The record does not fit the buffer: read again with a larger one."""
+        self.too_big_at = self.read_size
         if self.read_size < _READ_SIZE_MAX:
             self.read_size = min(self.read_size * 8, _READ_SIZE_MAX)
             return
         # no buffer takes it: jump past it (the sequence gap counts what was jumped over)
+        self.too_big_at = None
         self.skipped["too_long"] += 1
         os.lseek(self.fd, 0, os.SEEK_END)
+
+    def _after_too_big(self, raw: bytes | None) -> None:
+        """After an EINVAL: a kernel that kept the record hands it over now (longer than
+        the buffer that failed); anything else means the kernel moved past it."""
+        if self.too_big_at is None:
+            return
+        if raw is None or len(raw) <= self.too_big_at:
+            self.skipped["too_long"] += 1
+            self.gap_explained += 1
+        self.too_big_at = None
 
     def _recorded(self, chunk: bytes, now: float, matched: list[str]) -> bool:
         """Records of a recorded log, one per line; a partial last line is read again.
@@ -308,7 +326,8 @@ class KmsgSource(Source[KmsgConfig]):
             self.skipped[bad.reason] += 1
             return
         if self.last_seq is not None and rec.seq > self.last_seq + 1:
-            self.lost += rec.seq - self.last_seq - 1
+            self.lost += max(rec.seq - self.last_seq - 1 - self.gap_explained, 0)
+        self.gap_explained = 0
         self.last_seq = rec.seq
         if rec.facility not in self.facilities:
             return
