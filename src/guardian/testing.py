@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from .host import Host
@@ -76,13 +77,59 @@ ENA_RX = ("cnt", "bytes", "rx_copybreak_pkt", "csum_good", "refil_partial", "csu
 ENA_ADMIN = ("aborted_cmd", "submitted_cmd", "completed_cmd", "out_of_space", "no_completion")
 
 
-def ena_stat_names(queues: int = 32) -> list[str]:
-    """The statistics an ENA interface with ``queues`` I/O queues lists, in its order."""
-    names = [*ENA_GLOBAL, *ENA_ENI]
+def ena_stat_names(queues: int = 32, generation: str = "2.8.0") -> list[str]:
+    """The statistics an ENA interface with ``queues`` I/O queues lists, in its order, as
+    the driver release ``generation`` (a key of :data:`ENA_GENERATIONS`) names them."""
+    gen = ENA_GENERATIONS[generation]
+    names = [*gen.global_stats, *gen.eni_stats]
     for q in range(queues):
-        names += [f"queue_{q}_tx_{s}" for s in ENA_TX]
+        names += [f"queue_{q}_tx_{s}" for s in gen.tx_stats]
         names += [f"queue_{q}_rx_{s}" for s in ENA_RX]
     return names + [f"ena_admin_q_{s}" for s in ENA_ADMIN]
+
+
+@dataclass(frozen=True)
+class EnaGeneration:
+    """What one ENA driver release lists in ``ethtool -S`` (amzn-drivers
+    kernel/linux/ena/ena_ethtool.c at its tag: ena_stats_global_strings, the ENI metrics,
+    ena_stats_tx_strings) and which global statistics a device reset increments there
+    (ena_netdev.c/.h at the tag: ena_down/ena_up through ena_destroy_device and
+    ena_restore_device; ena_reset_device's total_resets and reason counter from 2.12.0;
+    reset_fail from 2.8.0)."""
+
+    release: str
+    global_stats: tuple[str, ...]
+    eni_stats: tuple[str, ...]
+    tx_stats: tuple[str, ...]
+    on_reset: tuple[str, ...]
+    reason_counters: bool  # a counter per reset reason (missing_tx_cmpl, ...)
+
+
+_GLOBAL_2_12 = ("total_resets", "reset_fail", "tx_timeout", "wd_expired", "admin_q_pause",
+                "bad_tx_req_id", "bad_rx_req_id", "bad_rx_desc_num", "missing_intr",
+                "suspected_poll_starvation", "missing_tx_cmpl", "rx_desc_malformed",
+                "tx_desc_malformed", "invalid_state", "os_netdev_wd",
+                "missing_admin_interrupt", "admin_to", "device_request_reset")
+_TX_1_5 = ("cnt", "bytes", "queue_stop", "queue_wakeup", "dma_mapping_err", "linearize",
+           "linearize_failed", "napi_comp", "tx_poll", "doorbells", "prepare_ctx_err",
+           "bad_req_id", "missed_tx")
+ENA_GENERATIONS: dict[str, EnaGeneration] = {
+    "1.5.0": EnaGeneration(
+        "1.5.0", ("tx_timeout", "suspend", "resume", "wd_expired", "interface_up",
+                  "interface_down", "admin_q_pause"), (), _TX_1_5,
+        ("interface_down", "interface_up"), False),
+    "2.8.0": EnaGeneration(
+        "2.8.0", ENA_GLOBAL, ENA_ENI, ENA_TX, ("interface_down", "interface_up"), False),
+    "2.12.0": EnaGeneration(
+        "2.12.0", (*_GLOBAL_2_12, "suspend", "resume", "interface_down", "interface_up"),
+        ENA_ENI, ENA_TX, ("total_resets", "interface_down", "interface_up"), True),
+    "2.17.0": EnaGeneration(
+        "2.17.0", (*_GLOBAL_2_12, "missing_first_intr", "suspend", "resume",
+                   "interface_down", "interface_up"),
+        ENA_ENI, (*ENA_TX[:13], "missed_tx", "pending_timedout_pkts", "unmask_interrupt",
+                  "lost_interrupt"),
+        ("total_resets", "interface_down", "interface_up"), True),
+}
 
 
 class SyntheticNode:
@@ -99,7 +146,10 @@ class SyntheticNode:
     def values(self, tick: int) -> dict[str, object]:
         """Values at tick ``tick``: counters rising steadily, gauges wobbling."""
         nic = {labels_of({"iface": "eth0", "driver": "ena", "stat": s}):
-               float(tick * (i % 97)) for i, s in enumerate(self.stats)}
+               float(tick * (i % 97)) for i, s in enumerate(self.stats)
+               if s != "conntrack_allowance_available"}
+        levels = {labels_of({"iface": "eth0", "driver": "ena",
+                             "stat": "conntrack_allowance_available"}): 50000.0 - tick}
         per_core = {name: {labels_of({"cpu": c}): float((tick * step + i) % 30)
                            for i, c in enumerate(self.cores)}
                     for name, step in (("cpu.core.sys_pct", 7), ("cpu.ksoftirqd_pct", 3))}
@@ -109,7 +159,7 @@ class SyntheticNode:
         patterns = ("ena_reset_triggered", "nic_tx_timeout", "ena_tx_paused",
                     "ena_tx_missing_completion")
         return {
-            "nic.stat": nic, **per_core, **counters,
+            "nic.stat": nic, "nic.gauge": levels, **per_core, **counters,
             "memcg.dying": float(50 + tick % 20), "memcg.live": 400.0,
             "kmsg.matches": {labels_of({"pattern": p}): 0.0 for p in patterns},
             "processes.top_system_cpu_pct": {labels_of({"comm": c}): float(tick % 7 + n)

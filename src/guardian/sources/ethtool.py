@@ -1,6 +1,8 @@
 """NIC driver statistics through the ETHTOOL_GSTATS ioctl (what ``ethtool -S`` prints),
-with no ``ethtool`` binary. Counters keep their driver names, so an ENA NIC exposes
-``tx_timeout``, ``wd_expired``, ``pps_allowance_exceeded`` and the rest as they are.
+with no ``ethtool`` binary. Statistics keep their driver names, so an ENA NIC exposes
+``tx_timeout``, ``wd_expired``, ``pps_allowance_exceeded`` and the rest as they are:
+counters in ``nic.stat``, and the few a driver reports as levels (:data:`GAUGES`) in
+``nic.gauge``, so nothing takes a falling level for a counter reset.
 
 The ioctl works in the network namespace guardian runs in; ``Host.root`` relocates only
 the sysfs listing of interfaces.
@@ -34,6 +36,11 @@ MAX_STATS = 65536  # a driver claiming more is not believed
 # The kernel writes as many entries as the driver has *now*, whatever size we announce;
 # a count that grew between our GDRVINFO and the read would overrun an exact buffer.
 _HEADROOM = 256
+# Statistics that are levels, not counts, by driver. ENA: conntrack_allowance_available
+# is "the number of tracked connections that can be established by the instance before
+# hitting the Connections Tracked allowance" (amzn-drivers kernel/linux/ena/
+# ENA_Linux_Best_Practices.rst; ena_ethtool.c ENA_METRIC_ENI_ENTRY, 2.8.0+).
+GAUGES: dict[str, frozenset[str]] = {"ena": frozenset({"conntrack_allowance_available"})}
 
 
 @dataclass(frozen=True)
@@ -42,12 +49,16 @@ class NicInfo:
     driver: str
     stat_names: tuple[str, ...]
     keys: tuple[Labels, ...] = field(init=False, repr=False, compare=False)
+    gauges: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # each statistic's label set, made once per NIC (an ENA NIC has ~1,000)
         object.__setattr__(self, "keys", tuple(
             labels_of({"iface": self.iface, "driver": self.driver, "stat": n})
             for n in self.stat_names))
+        levels = GAUGES.get(self.driver, frozenset())
+        object.__setattr__(self, "gauges", tuple(
+            i for i, n in enumerate(self.stat_names) if n in levels))
 
 
 def _ioctl(sock: socket.socket, iface: str, buf: array.array[int]) -> None:
@@ -110,6 +121,9 @@ class EthtoolSource(Source[EthtoolConfig]):
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("nic.stat", "NIC driver statistic (ethtool -S), by driver's name",
                    "count", labels=("iface", "driver", "stat"), counter=True),
+        SignalSpec("nic.gauge", "NIC driver statistic that is a level, not a count "
+                   "(e.g. ENA conntrack_allowance_available)", "count",
+                   labels=("iface", "driver", "stat")),
         SignalSpec("nic.stats_available", "interfaces whose driver answers ETHTOOL_GSTATS",
                    "interfaces"),
     )
@@ -144,6 +158,7 @@ class EthtoolSource(Source[EthtoolConfig]):
         if self.sock is None:
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         fam: Family = {}
+        levels: Family = {}
         present = self.interfaces()
         for gone in set(self.nics) - set(present):
             del self.nics[gone]
@@ -163,7 +178,9 @@ class EthtoolSource(Source[EthtoolConfig]):
                 continue
             answering += 1
             fam.update(zip(info.keys, map(float, values), strict=False))
-        return {"nic.stat": fam, "nic.stats_available": answering}
+            for i in info.gauges:
+                levels[info.keys[i]] = fam.pop(info.keys[i])
+        return {"nic.stat": fam, "nic.gauge": levels, "nic.stats_available": answering}
 
     def close(self) -> None:
         if self.sock is not None:

@@ -91,7 +91,7 @@ ENA: dict[str, KernelPattern] = {
         "'Failed to submit command [%d]', 'Failed to process command...'"),
     "ena_msix_issue": KernelPattern(
         ENA_PREFIX + r"(?:Potential MSIX issue on (?:Rx|Tx) side Queue = \d+"
-                     r"|The ena device (?:sent|have) a completion but the driver didn't "
+                     r"|The ena device (?:sent a|have) completion but the driver didn't "
                      r"receive (?:a|any) MSI-X interrupt)",
         "interrupts are not arriving (MSI-X): the driver resets the device",
         f"{_OOT} check_for_rx_interrupt_queue / check_missing_comp_in_tx_queue: 'Potential "
@@ -192,7 +192,7 @@ KERNEL: dict[str, KernelPattern] = {
         "XFS shut a filesystem down: it is unusable until repaired",
         "fs/xfs/xfs_fsops.c xfs_do_force_shutdown: '... Shutting down filesystem' "
         "(every wording), 'Filesystem has been shut down due to log error (0x%x).' (6.x)",
-        "XfsShutdown"),
+        "XfsHasShutdown"),
     "xfs_corruption": KernelPattern(
         r"^XFS \([^)]{1,64}\): (?:Metadata corruption detected|Corruption detected"
         r"|Internal error)",

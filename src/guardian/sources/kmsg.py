@@ -102,7 +102,8 @@ class KmsgConfig(BaseModel):
         try:
             _screen(merged)
         except (re.error, RecursionError, OverflowError) as exc:
-            why = exc.msg if isinstance(exc, re.error) else exc  # its position is in the whole
+            # a re.error's position would be one in the combined expression: leave it out
+            why = exc.msg if isinstance(exc, re.error) else str(exc)
             raise ValueError(f"the patterns do not combine into one expression: {why}; "
                              "use (?i:...) instead of (?i) and unique group names") from None
         return v
