@@ -30,3 +30,9 @@ def write(tmp: Path, name: str, text: str) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)
     return p
+
+
+def shipped_rule_count() -> int:
+    """How many rules rules/ ships (tests that see the count follow the pack)."""
+    from guardian.policy.loader import load_rules
+    return len(load_rules([RULES]).rules)

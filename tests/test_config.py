@@ -92,6 +92,7 @@ def test_every_rule_file_in_the_daemonset_configmap_loads(tmp_path: Path) -> Non
     """The rules ConfigMap (node-problem-detector's conditions and events among them)
     is checked like any rule file, with the Kubernetes actions installed."""
     import yaml
+
     from guardian.policy.loader import load_rules
     docs = list(yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "configmap.yaml")
                                    .read_text()))

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from guardian.host import Host
 from guardian.snapshot import labels_of
@@ -234,4 +236,24 @@ def test_each_overwritten_record_is_counted_once() -> None:
             == src.last_seq - first_seq
     finally:
         knob.write_text(old + "\n")
+        src.close()
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(
+    st.binary(max_size=300),
+    st.builds(lambda p, s, f, t: f"{p},{s},1,{f};{t}".encode(),
+              st.integers(0, 200), st.integers(0, 50), st.sampled_from("-c+x"),
+              st.text(max_size=80))), max_size=30))
+def test_any_recording_is_read_without_a_crash(tmp_path: Path, chunks: list[bytes]) -> None:
+    """Garbage, half records and fragments in any order: every line is a record read or a
+    record skipped, and nothing raises."""
+    src = _recording(tmp_path, b"\n".join(chunks) + b"\n", facilities=["kern", "user"])
+    try:
+        out = src.collect(1.0)
+        assert isinstance(out["kmsg.records"], int)
+        skipped = out["kmsg.skipped"]
+        assert isinstance(skipped, dict) and all(v >= 0 for v in skipped.values())
+    finally:
         src.close()
