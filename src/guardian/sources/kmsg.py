@@ -96,11 +96,11 @@ class KmsgConfig(BaseModel):
                 raise ValueError(f"pattern {name!r}: numbered group references change "
                                  "meaning when the patterns are combined; name the group: "
                                  "(?P<x>...)(?P=x)")
-        # the live matcher screens each line with every pattern in one alternation
+        # the live matcher screens each line with the patterns in one or two alternations
         merged = {**(DEFAULT_PATTERNS if info.data.get("default_patterns", True) else {}),
                   **v}
         try:
-            _screen(merged)
+            _screens(merged)
         except (re.error, RecursionError, OverflowError) as exc:
             # a re.error's position would be one in the combined expression: leave it out
             why = exc.msg if isinstance(exc, re.error) else str(exc)
@@ -130,6 +130,44 @@ def _screen(patterns: dict[str, str]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns.values()) or r"(?!)")
 
 
+def _branches(rx: str) -> list[str]:
+    """The top-level alternatives of a regular expression (``|`` outside groups and
+    character classes)."""
+    out, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]" or rx[i - 1] == "["
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(rx[start:i])
+            start = i + 1
+        i += 1
+    return [*out, rx[start:]]
+
+
+def anchored(rx: str) -> bool:
+    """Whether every alternative of ``rx`` starts with ``^`` (it can match only at the
+    start of a line, so trying it elsewhere is wasted)."""
+    return all(branch.startswith("^") for branch in _branches(rx))
+
+
+def _screens(patterns: dict[str, str]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
+    """The screen for patterns anchored at the line's start (tried there only, with
+    ``match``) and the one for the rest (``search``), if any."""
+    at_start = {n: p for n, p in patterns.items() if anchored(p)}
+    anywhere = {n: p for n, p in patterns.items() if n not in at_start}
+    return _screen(at_start), (_screen(anywhere) if anywhere else None)
+
+
 class BadRecord(ValueError):
     """A record that cannot be read; ``reason`` is one of :data:`SKIP_REASONS`."""
 
@@ -153,14 +191,14 @@ def _unescape(match: re.Match[bytes]) -> bytes:
     return bytes((int(match[1], 16),))
 
 
-def parse_record(raw: bytes) -> Record:
-    """One record as /dev/kmsg hands it over; :class:`BadRecord` if it cannot be read."""
+def _fields(raw: bytes) -> tuple[int, int, bytes, str]:
+    """(priority, sequence, flag, text) of one record; :class:`BadRecord` if unreadable."""
     head, sep, body = raw.partition(b";")
-    fields = head.split(b",")
+    fields = head.split(b",", 4)
     if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
         raise BadRecord("header")
     flag = fields[3]
-    if flag not in (b"-", b"c", b"+"):
+    if flag != b"-" and flag != b"c" and flag != b"+":
         raise BadRecord("flags")
     end = body.find(b"\n")
     if end >= 0:
@@ -168,11 +206,15 @@ def parse_record(raw: bytes) -> Record:
     if b"\\" in body:
         body = _ESCAPED.sub(_unescape, body)
     try:
-        text = body.decode()
+        return int(fields[0]), int(fields[1]), flag, body.decode()
     except UnicodeDecodeError:
         raise BadRecord("utf8") from None
-    prio = int(fields[0])
-    return Record(prio >> 3, prio & 7, int(fields[1]), flag.decode(), text)
+
+
+def parse_record(raw: bytes) -> Record:
+    """One record as /dev/kmsg hands it over; :class:`BadRecord` if it cannot be read."""
+    prio, seq, flag, text = _fields(raw)
+    return Record(prio >> 3, prio & 7, seq, flag.decode(), text)
 
 
 def match_line(patterns: dict[str, re.Pattern[str]], line: str) -> list[str]:
@@ -207,7 +249,7 @@ class KmsgSource(Source[KmsgConfig]):
         super().__init__(host, config)
         self.cfg: KmsgConfig = self.config
         self.patterns = self.cfg.compiled()
-        self.screen = _screen(self.cfg.merged())
+        self.screen_start, self.screen_anywhere = _screens(self.cfg.merged())
         self.facilities = frozenset(FACILITIES[f] for f in self.cfg.facilities)
         self.c_continues = (c_continues_previous(os.uname().release)
                             if self.cfg.continuation == "auto"
@@ -226,7 +268,7 @@ class KmsgSource(Source[KmsgConfig]):
         self.too_big_at: int | None = None  # the buffer size a record did not fit
         self.gap_explained = 0  # records the next sequence gap holds that were counted
         self.line: str | None = None  # the line the last record belongs to
-        self.line_matched: set[str] = set()
+        self.line_matched: set[str] = set()  # patterns counted for that line
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -322,25 +364,35 @@ class KmsgSource(Source[KmsgConfig]):
     def _record(self, raw: bytes, now: float, matched: list[str]) -> None:
         self.records += 1
         try:
-            rec = parse_record(raw)
+            prio, seq, flag, text = _fields(raw)
         except BadRecord as bad:
             self.skipped[bad.reason] += 1
             return
-        if self.last_seq is not None and rec.seq > self.last_seq + 1:
-            self.lost += max(rec.seq - self.last_seq - 1 - self.gap_explained, 0)
+        last = self.last_seq
+        if last is not None and seq > last + 1:
+            self.lost += max(seq - last - 1 - self.gap_explained, 0)
         self.gap_explained = 0
-        self.last_seq = rec.seq
-        if rec.facility not in self.facilities:
+        self.last_seq = seq
+        if prio >> 3 not in self.facilities:
             return
-        if rec.flag == "+":
-            self.c_continues = False  # only kernels before 4.9 print '+'
-        continues = rec.flag == "+" or (rec.flag == "c" and self.c_continues)
-        if continues and self.line is not None and len(self.line) < _LINE_MAX:
-            self.line += rec.text
+        if flag == b"-":
+            line = self.line = text
+            if self.line_matched:
+                self.line_matched = set()
         else:
-            self.line = rec.text
-            self.line_matched = set()
-        for name in self.matches(self.line):
+            if flag == b"+":
+                self.c_continues = False  # only kernels before 4.9 print '+'
+            continues = flag == b"+" or self.c_continues
+            if continues and self.line is not None and len(self.line) < _LINE_MAX:
+                line = self.line = self.line + text
+            else:
+                line = self.line = text
+                if self.line_matched:
+                    self.line_matched = set()
+        if not self.screen_start.match(line) and (
+                self.screen_anywhere is None or not self.screen_anywhere.search(line)):
+            return
+        for name in match_line(self.patterns, line):
             if name not in self.line_matched:  # once per line, however many fragments
                 self.line_matched.add(name)
                 self.counts[name] += 1
@@ -350,7 +402,8 @@ class KmsgSource(Source[KmsgConfig]):
     def matches(self, line: str) -> list[str]:
         """Names of the configured patterns one kernel-log line matches: what the live
         source counts, and what rule tests check."""
-        if not self.screen.search(line):
+        if not self.screen_start.match(line) and (
+                self.screen_anywhere is None or not self.screen_anywhere.search(line)):
             return []
         return match_line(self.patterns, line)
 
