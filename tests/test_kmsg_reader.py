@@ -5,6 +5,7 @@ recordings in the format of kernels before and after 4.9."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,18 @@ def test_any_recording_is_read_without_a_crash(tmp_path: Path, chunks: list[byte
         assert isinstance(skipped, dict) and all(v >= 0 for v in skipped.values())
     finally:
         src.close()
+
+
+@pytest.mark.parametrize(("rx", "line", "hit"), [
+    (r"^zzz|needle", "a line with a needle", True),      # one branch unanchored: searched
+    (r"^needle", "a line with a needle", False),         # anchored: only at the start
+    (r"^(?:a|b)|^[|^]needle", "^needle", True),           # '|' in a class is not a branch
+    (r"(?i:^NEEDLE)", "needle at the start", True),       # a group first: searched, still ^
+])
+def test_the_screens_agree_with_the_patterns(rx: str, line: str, hit: bool) -> None:
+    """Patterns anchored in every branch are screened at the line's start only; any other
+    is searched. Either way a line is counted exactly when its pattern matches it."""
+    src = KmsgSource(Host("/nonexistent"), KmsgSource.Config(
+        default_patterns=False, patterns={"p": rx}))
+    assert (src.matches(line) == ["p"]) is hit
+    assert (re.search(rx, line) is not None) is hit
