@@ -389,10 +389,7 @@ class KmsgSource(Source[KmsgConfig]):
                 line = self.line = text
                 if self.line_matched:
                     self.line_matched = set()
-        if not self.screen_start.match(line) and (
-                self.screen_anywhere is None or not self.screen_anywhere.search(line)):
-            return
-        for name in match_line(self.patterns, line):
+        for name in self.matches(line):
             if name not in self.line_matched:  # once per line, however many fragments
                 self.line_matched.add(name)
                 self.counts[name] += 1
