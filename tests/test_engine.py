@@ -53,8 +53,11 @@ def test_keep_firing_for_bridges_a_flap() -> None:
     assert tick(e, 0, 50) == [("hot", "firing", 1)]
     assert tick(e, 30, 1) == []  # false, but kept firing
     assert tick(e, 45, 50) == []  # true again: no new episode, no second action
-    assert tick(e, 60, 1) == []
-    assert tick(e, 105, 1) == [("hot", "resolved", 0)]
+    assert tick(e, 60, 1) == []  # false again: keep_firing_for counts from here
+    # Prometheus rules/alerting.go Eval: KeepFiringSince is the first false evaluation,
+    # and the alert keeps firing while ts - KeepFiringSince < keepFiringFor
+    assert tick(e, 105, 1) == []
+    assert tick(e, 120, 1) == [("hot", "resolved", 0)]
 
 
 def test_unknown_neither_fires_nor_clears() -> None:

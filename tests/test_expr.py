@@ -92,7 +92,10 @@ def test_time_functions_use_history() -> None:
         hist.record(float(t), values)
     assert cond.fn(values, hist) is True
     assert hist.query("rate", "a.x", None, 60.0) == pytest.approx(2.0)
-    assert hist.query("delta", "a.x", None, 30.0) == pytest.approx(60.0)
+    assert hist.query("delta", "a.x", None, 60.0) == pytest.approx(60.0)
+    # a window is open on the left, (t - 30s, t]: it holds one sample here, and a delta
+    # needs two (as Prometheus' delta() over [30s] would return nothing)
+    assert hist.query("delta", "a.x", None, 30.0) is None
     assert hist.query("max_over_time", "a.x", None, 60.0) == 120.0
 
 

@@ -23,7 +23,9 @@ MATCHERS = (("stat", "tx", False),)
 
 def reference(records: list[tuple[float, dict[str, object]]], fn: str, name: str,
               matchers: object, window: float, keep: float) -> object:
-    """The definition: per member, its samples with time in [now - window, now]."""
+    """The definition: per member, its samples with time in (now - window, now], open on
+    the left as Prometheus' range selectors are (promql/engine.go: a range vector holds
+    the samples after now - range, up to now)."""
     samples: dict[float, object] = {}
     for t, values in records:  # a later value at the same time replaces the earlier
         if values.get(name) is not None:
@@ -31,7 +33,7 @@ def reference(records: list[tuple[float, dict[str, object]]], fn: str, name: str
             samples[t] = values[name]
     now = records[-1][0]
     window = min(window, keep)
-    inside = sorted((t, v) for t, v in samples.items() if t >= now - window)
+    inside = sorted((t, v) for t, v in samples.items() if t > now - window)
     if not inside:
         return None
     scalar = not isinstance(inside[-1][1], dict)

@@ -17,10 +17,41 @@ def test_series_notation() -> None:
     assert parse_series("1 2 3") == [1, 2, 3]
     assert parse_series("0+10x3") == [0, 10, 20, 30]
     assert parse_series("5-1x2 _ 7x1") == [5, 4, 3, None, 7, 7]
-    assert parse_series("_x2 1.5") == [None, None, None, 1.5]
+    assert parse_series("_x2 1.5") == [None, None, 1.5]
     for bad in ("1+", "x3", "a", "_+1x2", "1x99999999"):
         with pytest.raises(ValueError):
             parse_series(bad)
+
+
+NONE = None
+# Prometheus promql/parser/parse_test.go TestParseSeriesDesc: the values of each input
+# (the metric part left out), and the ones it must reject.
+PROMETHEUS_SERIES = [
+    ("1 2 3", [1, 2, 3]),
+    ("-1 2 3", [-1, 2, 3]),
+    ("1 2 3-10x4", [1, 2, 3, -7, -17, -27, -37]),
+    ("1 2 3-0x4", [1, 2, 3, 3, 3, 3, 3]),
+    ("1x0", [1]),
+    ("1+1x0", [1]),
+    ("1 3 _ 5 _x4", [1, 3, NONE, 5, NONE, NONE, NONE, NONE]),
+    ("1 -1", [1, -1]),
+    ("1 +1", [1, 1]),
+    ("1 -1 -3-10x4 7 9 +5", [1, -1, -3, -13, -23, -33, -43, 7, 9, 5]),
+    ("1 +1 +4 -6 -2 8", [1, 1, 4, -6, -2, 8]),
+    ("1 2 3    ", [1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize(("text", "values"), PROMETHEUS_SERIES)
+def test_series_notation_as_prometheus_parses_it(text: str, values: list[float | None]) -> None:
+    """Before: `_x4` gave five missing samples, and `+1` was refused."""
+    assert parse_series(text) == values
+
+
+@pytest.mark.parametrize("text", ["1+1", "1 3 _ 5 _a4"])
+def test_series_prometheus_rejects_are_rejected(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_series(text)
 
 
 @pytest.mark.parametrize("path", sorted(RULES.glob("*.test.toml")), ids=lambda p: p.name)

@@ -88,7 +88,7 @@ class RuleState:
     phase: str = "inactive"  # inactive | pending | firing
     since: float | None = None  # pending or firing since
     active_at: float | None = None  # the condition holds since (pending's start)
-    last_true: float | None = None
+    keep_firing_since: float | None = None  # firing, first false evaluation since it held
     last_run: float | None = None
     runs: list[float] = field(default_factory=list)  # action runs within the limit window
     said_suppressed: bool = False
@@ -179,9 +179,9 @@ class Engine:
                 st.changed = False
                 start = st.active_at if st.active_at is not None else st.since
                 if phase == "firing" and holds and start is not None \
-                        and now - start < rule.spec.for_:
+                        and _ms(now - start) < _ms(rule.spec.for_):
                     st.phase, st.since = "pending", start
-                    st.last_true = now
+                    st.keep_firing_since = None
                     out.append(self._decision(rule, "pending", now, values, result,
                                               reason="reload raised `for`; pending since "
                                                      "the condition began to hold"))
@@ -190,7 +190,6 @@ class Engine:
                 if holds:
                     st.since = now
                     st.active_at = now
-                    st.last_true = now
                     if rule.spec.for_ <= 0:
                         self._fire(rule, st, now, values, result, out)
                     else:
@@ -198,22 +197,22 @@ class Engine:
                         out.append(self._decision(rule, "pending", now, values, result))
             elif phase == "pending":
                 if holds:
-                    st.last_true = now
                     assert st.since is not None
-                    if now - st.since >= rule.spec.for_:
+                    if _ms(now - st.since) >= _ms(rule.spec.for_):
                         self._fire(rule, st, now, values, result, out)
                 else:
                     st.phase = "inactive"
                     st.since = st.active_at = None
                     out.append(self._decision(rule, "inactive", now, values, result))
             elif holds:  # firing, still true
-                st.last_true = now
+                st.keep_firing_since = None
                 self._act(rule, st, now, values, result, out, "retry")
-            else:  # firing, no longer true
-                assert st.last_true is not None
-                if now - st.last_true >= rule.spec.keep_firing_for:
+            else:  # firing, no longer true: kept firing for keep_firing_for from here
+                if st.keep_firing_since is None:
+                    st.keep_firing_since = now
+                if _ms(now - st.keep_firing_since) >= _ms(rule.spec.keep_firing_for):
                     st.phase = "inactive"
-                    st.since = st.active_at = None
+                    st.since = st.active_at = st.keep_firing_since = None
                     st.said_suppressed = st.held = False
                     # clean-up actions (on = "resolve"/"both") are not held to the limits
                     cleanup = [a for a in rule.actions if a.spec.on != "fire"]
@@ -334,7 +333,8 @@ class Engine:
         return {
             "rules": {name: {"phase": st.phase, "since": t(st.since),
                              "active_at": t(st.active_at),
-                             "last_true": t(st.last_true), "last_run": t(st.last_run),
+                             "keep_firing_since": t(st.keep_firing_since),
+                             "last_run": t(st.last_run),
                              "runs": [x + offset for x in st.runs],
                              "said_suppressed": st.said_suppressed, "held": st.held}
                       for name, st in self.states.items()},
@@ -358,7 +358,8 @@ class Engine:
                 continue
             phase = saved.get("phase")
             st.phase = phase if phase in ("inactive", "pending", "firing") else "inactive"
-            st.since, st.last_true = t(saved.get("since")), t(saved.get("last_true"))
+            st.since = t(saved.get("since"))
+            st.keep_firing_since = t(saved.get("keep_firing_since"))
             st.active_at = t(saved.get("active_at", saved.get("since")))
             st.last_run = t(saved.get("last_run"))
             st.runs = [v for x in saved.get("runs", []) if (v := t(x)) is not None]
@@ -375,6 +376,12 @@ class Engine:
 
     def pending(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "pending"]
+
+
+def _ms(seconds: float) -> int:
+    """A span in whole milliseconds: durations and snapshot times are compared exactly
+    (0.7 + 0.3 is not less than 1.0 here, as it is in floating point)."""
+    return round(seconds * 1000)
 
 
 def _causes_first(rules: list[CompiledRule]) -> list[CompiledRule]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice, repeat
@@ -61,23 +61,28 @@ _FUNCS: dict[str, tuple[int, Callable[[Series], float | None]]] = {
 _ENDS = {"rate", "increase", "delta"}  # functions of a window's ends (and resets) only
 
 
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
 class _Rows:
     """The rows of one lookback: kept members, their values per tick, counter resets."""
 
     def __init__(self, matchers: tuple[Matcher, ...] | None, window: float) -> None:
         self.matchers = matchers
         self.window = window
+        # times are whole milliseconds: a window's edges are exact, whatever the tick
+        self.times: deque[int] = deque(maxlen=MAX_ROWS)
         self.scalar = False
         self.keys: list[Labels] = []
         self.index: dict[Labels, int] = {}
         self.selected: dict[Labels, bool] = {}  # every member seen: does it match?
-        self.times: deque[float] = deque(maxlen=MAX_ROWS)
         self.rows: deque[array[float]] = deque(maxlen=MAX_ROWS)
         self.complete: deque[bool] = deque(maxlen=MAX_ROWS)  # every kept member has a value
         self.last = array("d")  # each member's newest value (NaN: none yet)
         self.seen = array("d")  # when each member last had a value (slow path only) ...
         self.all_seen = (-math.inf, 0)  # ... and when the first n members all had one
-        self.resets: deque[tuple[float, int, float]] = deque()  # time, member, value before
+        self.resets: deque[tuple[int, int, float]] = deque()  # time, member, value before
         self.undo: tuple[array[float], int] | None = None
         self.ticks_since_compaction = 0
         self.order: list[Labels] | None = None  # the family's members at the last change
@@ -86,7 +91,8 @@ class _Rows:
         self.identity = False  # kept members are ``order`` itself
 
     # -- recording ---------------------------------------------------------------------
-    def record(self, now: float, value: object) -> None:
+    def record(self, when: float, value: object) -> None:
+        now = _ms(when)
         if value is not None:
             if self.times and self.times[-1] >= now:
                 self._drop_newest()  # the same instant twice (an event wake-up): keep newest
@@ -98,7 +104,7 @@ class _Rows:
             elif isinstance(value, int | float):
                 self.scalar = True
                 self._append(now, {(): float(value)})
-        self._evict(now - self.window)
+        self._evict(now - _ms(self.window))
 
     def _admit(self, fam: Mapping[Labels, float]) -> None:
         """Give members seen for the first time their column, if the matchers pick them."""
@@ -132,7 +138,7 @@ class _Rows:
             and self.positions == list(range(len(keys)))
         return array("d", map(fam.get, keys, repeat(NAN))), self.all_placed
 
-    def _append(self, now: float, fam: Mapping[Labels, float]) -> None:
+    def _append(self, now: int, fam: Mapping[Labels, float]) -> None:
         row, complete = self._row(fam)
         last = self.last
         self.undo = (last, len(self.resets))
@@ -168,13 +174,14 @@ class _Rows:
             self.undo = None
         self.last = self.last + array("d", repeat(NAN, len(self.keys) - len(self.last)))
 
-    def _evict(self, horizon: float) -> None:
+    def _evict(self, horizon: int) -> None:
+        """Drop rows no window reaches: windows are open on the left, (t - w, t]."""
         times = self.times
-        while times and times[0] < horizon:
+        while times and times[0] <= horizon:
             times.popleft()
             self.rows.popleft()
             self.complete.popleft()
-        while self.resets and self.resets[0][0] < horizon:
+        while self.resets and self.resets[0][0] <= horizon:
             self.resets.popleft()
 
     def _compact(self, fam: Mapping[Labels, float]) -> None:
@@ -205,7 +212,8 @@ class _Rows:
 
     # -- queries -----------------------------------------------------------------------
     def query(self, fn: str, now: float, window: float) -> float | Family | None:
-        i0 = bisect_left(self.times, now - window)
+        """``fn`` over the window (now - window, now], as Prometheus' range selectors."""
+        i0 = bisect_right(self.times, _ms(now) - _ms(window))
         n_rows = len(self.rows) - i0
         if n_rows <= 0:
             return None
@@ -235,7 +243,7 @@ class _Rows:
         if fn == "rate":
             if last_t <= first_t:
                 return {}
-            diffs = list(map(truediv, diffs, repeat(last_t - first_t)))
+            diffs = list(map(truediv, diffs, repeat((last_t - first_t) / 1000)))
         return dict(zip(self.keys, diffs, strict=False))
 
     def _over_time(self, fn: str, i0: int) -> dict[Labels, float]:
@@ -257,7 +265,7 @@ class _Rows:
         times = list(islice(self.times, i0, None))
         out: dict[Labels, float] = {}
         for i, key in enumerate(self.keys):
-            s = [(t, r[i]) for t, r in zip(times, rows, strict=True)
+            s = [(t / 1000, r[i]) for t, r in zip(times, rows, strict=True)
                  if i < len(r) and r[i] == r[i]]
             if len(s) >= need and (v := func(s)) is not None:
                 out[key] = v

@@ -39,7 +39,7 @@ class SavedRule(BaseModel):
     phase: Literal["inactive", "pending", "firing"] = "inactive"
     since: Time | None = None
     active_at: Time | None = None
-    last_true: Time | None = None
+    keep_firing_since: Time | None = None
     last_run: Time | None = None
     runs: list[Time] = Field(default_factory=list)
     said_suppressed: bool = False

@@ -16,9 +16,11 @@ series in a compact notation and expectations at evaluation times::
     firing = ["zombie-pileup"]
     actions = [{ rule = "zombie-pileup", use = "log" }]
 
-Series notation: ``a`` one sample; ``a+bxn`` a then n more samples, each b higher;
-``a-bxn`` likewise lower; ``axn`` a repeated n more times; ``_`` a missing sample;
-``_xn`` n+1 missing samples. Sample i is at time i * interval; past the end, missing.
+Series notation, as promtool's (Prometheus promql/parser generated_parser.y,
+series_item): ``a`` one sample (``+a`` and ``-a`` too); ``a+bxn`` a then n more samples,
+each b higher; ``a-bxn`` likewise lower; ``axn`` a repeated n more times; ``_`` a missing
+sample; ``_xn`` n missing samples. Sample i is at time i * interval; past the end,
+missing.
 
 A family (a labeled signal) is present at every step that its longest series covers;
 ``_`` in one of its series only removes that member, so a family can be present and empty
@@ -44,7 +46,8 @@ from ..plugins import Registry, SampleError, Source, default_registry
 from ..snapshot import Snapshot, Value, parse_series_key
 from .loader import load_rules
 
-_TOKEN = re.compile(r"^(?:(_)|(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
+_TOKEN = re.compile(r"^(?:(_)|([+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
+MAX_STEPS = 1_000_000  # evaluations per test: a far `at` is an error, not a hang
 
 
 def parse_series(text: str) -> list[float | None]:
@@ -62,7 +65,7 @@ def parse_series(text: str) -> list[float | None]:
         if missing:
             if step:
                 raise ValueError(f"a missing sample cannot have a step: {tok!r}")
-            out.extend([None] * (n + 1))
+            out.extend([None] * (n if times is not None else 1))
         else:
             a, b = float(start), float(step or 0)
             out.extend(a + b * i for i in range(n + 1))
@@ -187,6 +190,10 @@ def _run_one(test: dict[str, Any], tname: str, interval: float, ruleset: Any,
         if abs(step - round(step)) > 1e-9:
             raise _TestInputError(f"expect.at {exp.get('at')!r} is not a multiple of the "
                                   f"interval {format_duration(interval)}", "expect", j, "at")
+        if round(step) > MAX_STEPS:
+            raise _TestInputError(f"expect.at {exp.get('at')!r} is {round(step)} evaluations "
+                                  f"away at {format_duration(interval)}; at most "
+                                  f"{MAX_STEPS} per test", "expect", j, "at")
         times.append((round(step), exp))
     if not times:
         raise _TestInputError("a test needs at least one [[test.expect]]", "name")
