@@ -154,6 +154,7 @@ name = "bad"
 "processes.zombiez" = "1x5"
   [[test.expect]]
   at = "90s"
+  firing = []
 ''')
     res = run_test_file(t)
     [d] = res.errors
@@ -162,6 +163,102 @@ name = "bad"
 
 def test_broken_rule_file_fails_the_test_file(tmp_path: Path) -> None:
     write(tmp_path, "z.toml", RULE.replace("processes.zombies", "processes.zombiez"))
-    t = write(tmp_path, "z.test.toml", 'rule_files = ["z.toml"]\n[[test]]\nname = "x"\n')
+    t = write(tmp_path, "z.test.toml", 'rule_files = ["z.toml"]\n[[test]]\nname = "x"\n'
+                                       '[[test.expect]]\nat = 0\nfiring = []\n')
     res = run_test_file(t)
     assert not res.ok and "unknown signal 'processes.zombiez'" in res.errors[0].message
+
+
+# -- rule tests that never lie -----------------------------------------------------------
+
+RULE_FILE = '''version = 1
+
+[[rule]]
+name = "hot"
+summary = "s"
+when = "memcg.dying > 5"
+'''
+GOOD_TEST = '''rule_files = ["r.toml"]
+interval = "1m"
+
+[[test]]
+name = "t"
+[test.series]
+"memcg.dying" = "10x3"
+
+  [[test.expect]]
+  at = "1m"
+  firing = ["hot"]
+'''
+
+
+def _bad(tmp_path: Path, test_text: str) -> list[str]:
+    (tmp_path / "r.toml").write_text(RULE_FILE)
+    f = tmp_path / "t.test.toml"
+    f.write_text(test_text)
+    res = run_test_file(f)
+    assert res.errors, "no error reported"
+    return [str(d).replace(str(f), "t.test.toml") for d in res.errors]
+
+
+@pytest.mark.parametrize(("old", "new", "want"), [
+    ('  firing = ["hot"]', '  firng = ["hot"]',
+     "t.test.toml:11:3: unknown key 'firng' (did you mean 'firing'?)"),
+    ('[test.series]', '[test.input_series]',  # promtool's name
+     "t.test.toml:6:1: unknown key 'input_series' (did you mean 'series'?)"),
+    ('  firing = ["hot"]', '',
+     "t.test.toml:9:3: test.0.expect.0: an expectation with nothing to check"),
+    ('  firing = ["hot"]', '  firing = ["htt"]',
+     "t.test.toml:11:13: t: no rule named 'htt' in the rule files (did you mean 'hot'?)"),
+    ('  firing = ["hot"]', '  firing = [1]', "t.test.toml:11:13: test.0.expect.0.firing.0: "),
+    ('  firing = ["hot"]', '  actions = ["log"]',
+     "t.test.toml:11:14: test.0.expect.0.actions.0: "),
+    ('  [[test.expect]]', '  [test.expect]', "t.test.toml:9:3: test.0.expect: "),
+    ('[test.series]\n"memcg.dying" = "10x3"', 'series = "10x3"',
+     "t.test.toml:6:10: test.0.series: "),
+    ('  at = "1m"', '  at = "100000w"', "t.test.toml:10:8: test.0.expect.0.at: duration "
+     "'100000w' is longer than ten years"),
+    ('  at = "1m"', '  at = "500w"', "t.test.toml:10:8: t: expect.at 3500d is 5040000 "
+     "evaluations away at 1m; at most 1000000 per test"),
+    ('name = "t"', 'name = "t', "t.test.toml:5:10: TOML syntax: "),
+    ('rule_files = ["r.toml"]', 'rule_files = "r.toml"', "t.test.toml:1:14: rule_files: "),
+])
+def test_bad_test_files_are_located_errors(tmp_path: Path, old: str, new: str,
+                                           want: str) -> None:
+    """promtool refuses unknown keys; so does guardian, saying which key was meant. Every
+    problem is at the offending token, and none is a traceback (before: `firng` was
+    ignored and the test passed, `firing = [1]` raised a TypeError, and a TOML syntax
+    error's position was in the message at 1:1)."""
+    assert old in GOOD_TEST
+    got = _bad(tmp_path, GOOD_TEST.replace(old, new))
+    assert any(line.startswith(want) for line in got), got
+
+
+def test_at_zero_is_the_first_evaluation(tmp_path: Path) -> None:
+    (tmp_path / "r.toml").write_text(RULE_FILE)
+    f = tmp_path / "t.test.toml"
+    f.write_text(GOOD_TEST.replace('at = "1m"', "at = 0"))
+    res = run_test_file(f)
+    assert res.ok and res.tests == 1, (res.errors, res.failures)
+
+
+def test_a_far_evaluation_time_is_refused_at_once(tmp_path: Path) -> None:
+    import time
+    start = time.monotonic()
+    got = _bad(tmp_path, GOOD_TEST.replace('at = "1m"', 'at = "500w"'))
+    assert time.monotonic() - start < 5
+    assert "evaluations away" in got[0]
+
+
+def test_one_bad_file_does_not_stop_the_others(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    (tmp_path / "r.toml").write_text(RULE_FILE)
+    (tmp_path / "a.test.toml").write_text(GOOD_TEST.replace('  firing = ["hot"]',
+                                                           "  firing = [1]"))
+    (tmp_path / "b.test.toml").write_text(GOOD_TEST)
+    proc = subprocess.run([sys.executable, "-m", "guardian", "test", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
+    assert f"PASS {tmp_path / 'b.test.toml'}" in proc.stdout
+    assert f"FAIL {tmp_path / 'a.test.toml'}" in proc.stdout

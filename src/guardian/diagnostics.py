@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -50,6 +50,9 @@ def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
     """A TOML syntax error as a diagnostic at tomllib's line and column."""
     m = _TOML_POS.match(str(exc))
     line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
+    if isinstance(getattr(exc, "lineno", None), int):  # Python 3.14 says it outright
+        line, col = exc.lineno, exc.colno
+        msg = str(getattr(exc, "msg", None) or msg)
     return Diagnostic(path, line, col, f"TOML syntax: {msg}")
 
 
@@ -125,13 +128,18 @@ class Reporter:
         self.diagnostics.append(Diagnostic(self.path, line, col, message))
 
     def validation(self, exc: ValidationError, base: Loc, model: type[BaseModel],
-                   prefix: str = "") -> None:
-        """Report each pydantic error at the position of its key (or value)."""
-        fields = [f.alias or name for name, f in model.model_fields.items()]
+                   prefix: str = "", extra_known: Sequence[str] = ()) -> None:
+        """Report each pydantic error at the position of its key (or value); an unknown
+        key with the likely meant one among the keys of the table it is in."""
         for err in exc.errors():
             loc = tuple(err["loc"])
             where = ".".join(str(p) for p in loc)
             if err["type"] == "extra_forbidden":
+                inner = _model_at(model, loc[:-1])
+                fields = [f.alias or name for name, f in inner.model_fields.items()] \
+                    if inner is not None else []
+                if not loc[:-1]:
+                    fields += list(extra_known)
                 self((*base, *loc), prefix + unknown_key(str(loc[-1]), fields))
             elif err["type"] == "missing":
                 self(base + loc[:-1], f"{prefix}missing required key {where!r}")
@@ -146,6 +154,32 @@ class Reporter:
                     self((*base, *loc), f"{prefix}{where}: {msg}", value=True)
                 else:  # about the table as a whole: at its header
                     self(base, f"{prefix}{msg}")
+
+
+def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
+    """The model of the table at ``loc`` inside ``model`` (list indexes skipped)."""
+    current: type[BaseModel] = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for name, f in current.model_fields.items()
+                      if part in (name, f.alias)), None)
+        if field is None:
+            return None
+        inner = _first_model(field.annotation)
+        if inner is None:
+            return None
+        current = inner
+    return current
+
+
+def _first_model(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _first_model(arg)) is not None:
+            return found
+    return None
 
 
 def unknown_key(key: str, known: Sequence[str]) -> str:

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ..diagnostics import Diagnostic, Reporter, RuleError, read_toml
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
+from ..model.testfile import Expectation, RuleTest, RuleTestFile
 from ..host import Host
 from ..plugins import Registry, SampleError, Source, default_registry
 from ..snapshot import Snapshot, Value, parse_series_key
@@ -95,50 +96,69 @@ def run_test_file(path: str | Path, registry: Registry | None = None,
                   source_configs: Mapping[str, BaseModel] | None = None) -> FileResult:
     """Run every test of one test file: ``[[test]]`` tables against its rules, and the
     samples of any source that offers them (``[[kmsg]]``: kernel-log lines), checked by
-    that source configured with ``source_configs`` (default: its defaults)."""
+    that source configured with ``source_configs`` (default: its defaults). Any problem
+    with the file is a located error in the result, never an exception."""
     path = Path(path)
     res = FileResult(str(path))
-    reg = registry or default_registry()
     try:
-        text, doc = read_toml(path, "test file")
+        _run_file(path, res, registry or default_registry(), source_configs or {})
     except RuleError as exc:
         res.errors.extend(exc.diagnostics)
-        return res
-    err = Reporter(str(path), text, res.errors)
-
-    for name, cls in sorted(reg.sources.items()):
-        if cls.offers_samples and name in doc:
-            source = cls(Host(), (source_configs or {}).get(name))
-            _check_samples(source, doc[name], res, err)
-    if "rule_files" not in doc and "test" not in doc and res.tests:
-        return res  # a file of source samples only
-    files = doc.get("rule_files")
-    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        err(("rule_files",), "`rule_files` must be a non-empty list of paths")
-        return res
-    try:
-        interval = parse_duration(doc.get("interval", "1m"))
-        if interval <= 0:
-            raise ValueError("interval must be longer than zero")
-    except ValueError as exc:
-        err(("interval",), str(exc))
-        return res
-    try:
-        ruleset = load_rules([path.parent / f for f in files], reg)
-    except RuleError as exc:
-        res.errors.extend(exc.diagnostics)
-        return res
-    catalogue = reg.catalogue()
-    for i, test in enumerate(doc.get("test", [])):
-        res.tests += 1
-        tname = str(test.get("name", f"test {i + 1}"))
-        try:
-            _run_one(test, tname, interval, ruleset, catalogue, res)
-        except _TestInputError as exc:
-            err(("test", i, *exc.loc), f"{tname}: {exc}")
-    if res.tests == 0:
-        err((), "no [[test]] tables or source samples ([[kmsg]]) in this file")
     return res
+
+
+def _run_file(path: Path, res: FileResult, reg: Registry,
+              source_configs: Mapping[str, BaseModel]) -> None:
+    text, doc = read_toml(path, "test file")
+    err = Reporter(str(path), text, res.errors)
+    samplers = {name: cls for name, cls in sorted(reg.sources.items()) if cls.offers_samples}
+    for name, cls in samplers.items():
+        if name in doc:
+            _check_samples(cls(Host(), source_configs.get(name)), doc[name], res, err)
+    rest = {k: v for k, v in doc.items() if k not in samplers}
+    if not rest and res.tests:
+        return  # a file of source samples only
+    try:
+        spec = RuleTestFile.model_validate(rest)
+    except ValidationError as exc:
+        err.validation(exc, (), RuleTestFile, extra_known=list(samplers))
+        return
+    try:
+        ruleset = load_rules([path.parent / f for f in spec.rule_files], reg)
+    except RuleError as exc:
+        res.errors.extend(exc.diagnostics)
+        return
+    catalogue = reg.catalogue()
+    names = [r.name for r in ruleset.rules]
+    for i, test in enumerate(spec.test):
+        tname = test.name or f"test {i + 1}"
+        try:
+            _known_rules(test, names)
+            res.tests += 1
+            _run_one(test, tname, spec.interval, ruleset, catalogue, res)
+        except _TestInputError as exc:
+            err(("test", i, *exc.loc), f"{tname}: {exc}", value=exc.at_value)
+    if res.tests == 0 and not res.errors:
+        err((), "no [[test]] tables or source samples ([[kmsg]]) in this file")
+
+
+def _known_rules(test: RuleTest, names: list[str]) -> None:
+    """Every rule an expectation names is one of the rule files' rules."""
+    for j, exp in enumerate(test.expect):
+        for key in ("firing", "pending"):
+            for k, name in enumerate(getattr(exp, key) or []):
+                if name not in names:
+                    raise _TestInputError(_no_such_rule(name, names), "expect", j, key, k)
+        for k, action in enumerate(exp.actions or []):
+            if action.rule not in names:
+                raise _TestInputError(_no_such_rule(action.rule, names),
+                                      "expect", j, "actions", k, "rule")
+
+
+def _no_such_rule(name: str, names: list[str]) -> str:
+    hint = difflib.get_close_matches(name, names, n=1)
+    return f"no rule named {name!r} in the rule files" + (
+        f" (did you mean {hint[0]!r}?)" if hint else "")
 
 
 def _check_samples(source: Source[Any], samples: Any, res: FileResult, err: Reporter) -> None:
@@ -159,51 +179,51 @@ def _check_samples(source: Source[Any], samples: Any, res: FileResult, err: Repo
 
 
 class _TestInputError(ValueError):
-    def __init__(self, msg: str, *loc: str | int) -> None:
+    def __init__(self, msg: str, *loc: str | int, at_value: bool = True) -> None:
         super().__init__(msg)
         self.loc = loc
+        self.at_value = at_value
 
 
-def _run_one(test: dict[str, Any], tname: str, interval: float, ruleset: Any,
+def _run_one(test: RuleTest, tname: str, interval: float, ruleset: Any,
              catalogue: Any, res: FileResult) -> None:
     series: dict[str, tuple[str, Any, list[float | None]]] = {}
-    for key, notation in (test.get("series") or {}).items():
-        try:
+    for key, notation in test.series.items():
+        try:  # the key names the signal ...
             name, labels = parse_series_key(key)
             if name not in catalogue:
-                raise ValueError(f"unknown signal {name!r}")
+                hint = difflib.get_close_matches(name, list(catalogue), n=1)
+                raise ValueError(f"unknown signal {name!r}"
+                                 + (f" (did you mean {hint[0]!r}?)" if hint else ""))
             if bool(labels) != catalogue[name].is_family:
                 raise ValueError(f"signal {name!r} " + (
                     "is a family; give its labels" if catalogue[name].is_family
                     else "has no labels"))
+        except ValueError as exc:
+            raise _TestInputError(str(exc), "series", key, at_value=False) from None
+        try:  # ... and the value its samples
             series[key] = (name, labels, parse_series(str(notation)))
         except ValueError as exc:
             raise _TestInputError(str(exc), "series", key) from None
-    expects = test.get("expect") or []
-    times: list[tuple[int, dict[str, Any]]] = []
-    for j, exp in enumerate(expects):
-        try:
-            at = parse_duration(exp.get("at", ""))
-        except ValueError as exc:
-            raise _TestInputError(f"expect.at: {exc}", "expect", j, "at") from None
-        step = at / interval
+    times: list[tuple[int, Expectation]] = []
+    for j, exp in enumerate(test.expect):
+        step = exp.at / interval
         if abs(step - round(step)) > 1e-9:
-            raise _TestInputError(f"expect.at {exp.get('at')!r} is not a multiple of the "
-                                  f"interval {format_duration(interval)}", "expect", j, "at")
+            raise _TestInputError(f"expect.at {format_duration(exp.at)} is not a multiple of "
+                                  f"the interval {format_duration(interval)}",
+                                  "expect", j, "at")
         if round(step) > MAX_STEPS:
-            raise _TestInputError(f"expect.at {exp.get('at')!r} is {round(step)} evaluations "
-                                  f"away at {format_duration(interval)}; at most "
-                                  f"{MAX_STEPS} per test", "expect", j, "at")
+            raise _TestInputError(f"expect.at {format_duration(exp.at)} is {round(step)} "
+                                  f"evaluations away at {format_duration(interval)}; at "
+                                  f"most {MAX_STEPS} per test", "expect", j, "at")
         times.append((round(step), exp))
-    if not times:
-        raise _TestInputError("a test needs at least one [[test.expect]]", "name")
     family_len: dict[str, int] = {}
     for name, labels, samples in series.values():
         if labels:
             family_len[name] = max(family_len.get(name, 0), len(samples))
     engine = Engine(ruleset)
     last = max(t for t, _ in times)
-    by_step: dict[int, list[dict[str, Any]]] = {}
+    by_step: dict[int, list[Expectation]] = {}
     for t, exp in times:
         by_step.setdefault(t, []).append(exp)
     for step in range(last + 1):
@@ -226,22 +246,24 @@ def _run_one(test: dict[str, Any], tname: str, interval: float, ruleset: Any,
             _check(exp, tname, engine, decisions, res, snap.values)
 
 
-def _check(exp: dict[str, Any], tname: str, engine: Engine, decisions: list[Any],
+def _check(exp: Expectation, tname: str, engine: Engine, decisions: list[Any],
            res: FileResult, values: dict[str, Value]) -> None:
-    at = str(exp.get("at"))
+    at = format_duration(exp.at)
     problems: list[str] = []
-    for key, got in (("firing", engine.firing()), ("pending", engine.pending())):
-        if key in exp:
-            want = sorted(exp[key])
+    for key, want_names, got in (("firing", exp.firing, engine.firing()),
+                                 ("pending", exp.pending, engine.pending())):
+        if want_names is not None:
+            want = sorted(want_names)
             if want != sorted(got):
                 problems.append(_diff(key, want, sorted(got)))
-    if "actions" in exp:
-        want_actions = [_action_line(a) for a in exp["actions"]]
+    if exp.actions is not None:
+        expected = [a.model_dump() for a in exp.actions]
+        want_actions = [_action_line(a) for a in expected]
         got_actions = []
         for d in decisions:
             for a in d.actions:
                 got_actions.append(_action_line({"rule": d.rule, "use": a.use, **a.params},
-                                                keys=exp["actions"]))
+                                                keys=expected))
         if sorted(want_actions) != sorted(got_actions):
             problems.append(_diff("actions", sorted(want_actions), sorted(got_actions)))
     if problems:
