@@ -137,3 +137,61 @@ def test_proc_stat_with_any_comm(pid: int, state: str, comm: str, rest: list[int
         assert len(rest) < 20
         return
     assert st_.comm == comm and st_.pid == pid and st_.state == state
+
+
+# -- the rule-test file loader -----------------------------------------------------------
+
+_ANY = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=False),
+              st.sampled_from(["1m", "0", "100000w", "10x3", "_x2 1", "hot", "log", "",
+                               "memcg.dying", 'cpu.core.sys_pct{cpu="0"}', "r.toml"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from(
+                                ["at", "firing", "pending", "actions", "rule", "use",
+                                 "firng", "name", "series", "expect", "level"]),
+                                inner, max_size=4)),
+    max_leaves=12)
+_TEST_FILE = st.fixed_dictionaries({}, optional={
+    "rule_files": st.one_of(st.just(["r.toml"]), _ANY),
+    "interval": st.one_of(st.sampled_from(["1m", "1s", "100ms", "0s"]), _ANY),
+    "test": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+        "name": _ANY, "series": st.one_of(st.dictionaries(st.sampled_from(
+            ["memcg.dying", 'cpu.core.sys_pct{cpu="0"}', "nope", "memcg.dying{x=\"1\"}"]),
+            st.one_of(st.sampled_from(["10x3", "_x2 1", "1+1", "0 _ 5"]), _ANY), max_size=3),
+            _ANY),
+        "expect": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+            "at": st.one_of(st.sampled_from(["0", "1m", "90s", "100000w"]), _ANY),
+            "firing": _ANY, "pending": _ANY, "actions": _ANY}), max_size=3), _ANY),
+        "input_series": _ANY}), max_size=3), _ANY),
+    "kmsg": _ANY,
+})
+
+
+@settings(max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "300")), deadline=5000,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(_TEST_FILE)
+def test_rule_test_files_from_any_structure(tmp_path_factory: object, doc: dict[str, object]
+                                            ) -> None:
+    """Any shape of rule-test file: a result with located errors or test outcomes, never
+    an exception (before: `firing = [1]`, `actions = ["log"]` or `series` as a string
+    raised)."""
+    import tempfile
+    from pathlib import Path
+
+    from guardian.policy.ruletest import run_test_file
+
+    def clean(v: object) -> object:  # TOML has no null
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items() if x is not None}
+        if isinstance(v, list):
+            return [clean(x) for x in v if x is not None]
+        return v
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "r.toml").write_text('version = 1\n[[rule]]\nname = "hot"\nsummary = "s"\n'
+                                       'when = "memcg.dying > 5"\n')
+        f = Path(tmp, "t.test.toml")
+        f.write_text(tomli_w.dumps(clean(doc)))  # type: ignore[arg-type]
+        res = run_test_file(f)
+        assert all(d.line >= 1 and d.col >= 1 for d in res.errors)
+        assert res.ok or res.errors or res.failures
