@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from guardian.diagnostics import RuleError
-from guardian.model.schema import json_schema
 from guardian.policy.loader import load_rules
+from guardian.schemas import rule_file_schema
 
 from .conftest import RULES, write
 
@@ -178,7 +178,7 @@ def test_schema_command_prints_a_json_schema() -> None:
     proc = subprocess.run([sys.executable, "-m", "guardian", "schema"], capture_output=True,
                           text=True, timeout=60)
     schema = json.loads(proc.stdout)
-    assert schema == json_schema()
+    assert schema == rule_file_schema()
     rule = schema["$defs"]["Rule"]["properties"]
     assert {"name", "summary", "when", "for", "keep_firing_for", "cooldown", "severity",
             "labels", "enabled", "action", "limit"} <= set(rule)

@@ -70,6 +70,11 @@ class Source(ABC, Generic[C]):
         Raise :class:`SampleError` for a malformed sample."""
         raise SampleError((), f"source {self.name!r} has no samples to check")
 
+    @classmethod
+    def sample_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of one sample table (for editors), when ``offers_samples``."""
+        return {"type": "object"}
+
     @abstractmethod
     def collect(self, now: float) -> dict[str, object]:
         """Signal name -> float, or -> {labels: float} for a family."""

@@ -171,7 +171,10 @@ def _parser() -> argparse.ArgumentParser:
                    "(needs matplotlib)")
     w.set_defaults(func=_command("replay", "cmd_why"))
 
-    s = sub.add_parser("schema", help="print the rule file JSON Schema (for editors)")
+    s = sub.add_parser("schema", help="print a JSON Schema of guardian's files (for "
+                                      "editors and validators)")
+    s.add_argument("kind", nargs="?", default="rules", choices=["rules", "tests", "config"],
+                   help="rule files (default), rule-test files, or guardian.toml")
     s.set_defaults(func=_command("rules", "cmd_schema"))
 
     g = sub.add_parser("signals", help="list every signal with value, unit, help, source")

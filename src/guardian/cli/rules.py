@@ -9,7 +9,6 @@ from pathlib import Path
 
 from ..config import Config, load_config
 from ..diagnostics import RuleError
-from ..model.schema import json_schema
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, load_rules
 from ..policy.ruletest import run_test_file
@@ -96,5 +95,6 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(json_schema(), indent=2))
+    from ..schemas import schema_for
+    print(json.dumps(schema_for(args.kind), indent=2))
     return 0

@@ -85,11 +85,3 @@ class RuleFile(BaseModel):
 
     version: Literal[1] = Field(description="schema version of this file")
     rule: list[Rule] = Field(default_factory=list)
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a rule file, for editors."""
-    schema = RuleFile.model_json_schema(by_alias=True)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "guardian rule file"
-    return schema

@@ -39,10 +39,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..diagnostics import Diagnostic, Reporter, RuleError, read_toml
-from ..durations import format_duration, parse_duration
+from ..durations import format_duration
 from ..engine import Engine
-from ..model.testfile import Expectation, RuleTest, RuleTestFile
 from ..host import Host
+from ..model.testfile import Expectation, RuleTest, RuleTestFile
 from ..plugins import Registry, SampleError, Source, default_registry
 from ..snapshot import Snapshot, Value, parse_series_key
 from .loader import load_rules

@@ -412,6 +412,14 @@ class KmsgSource(Source[KmsgConfig]):
         return [f"pattern {name!r} {why}" for name, rx in config.merged().items()
                 if (why := spoof_risk(rx)) is not None]
 
+    @classmethod
+    def sample_schema(cls) -> dict[str, Any]:
+        return {"type": "object", "required": ["line", "matches"],
+                "additionalProperties": False,
+                "properties": {"line": {"type": "string", "description": "a kernel-log line"},
+                               "matches": {"type": "array", "items": {"type": "string"},
+                                           "description": "the patterns it must match"}}}
+
     def check_sample(self, sample: dict[str, Any]) -> str | None:
         """A ``[[kmsg]]`` sample: a kernel-log ``line`` and the patterns it ``matches``."""
         line, want = sample.get("line"), sample.get("matches")

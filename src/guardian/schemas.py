@@ -1,0 +1,101 @@
+"""JSON Schemas of guardian's TOML files for editors and validators (taplo,
+check-jsonschema): rule files, rule-test files and ``guardian.toml``, generated from the
+models the loaders validate with and from the registry, plugins included, so a misspelled
+action name or parameter is flagged before guardian ever reads the file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from .config import EngineConfig, ServiceConfig
+from .model.schema import ActionSpec, RuleFile
+from .model.testfile import test_file_schema
+from .plugins import Registry, default_registry
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+KINDS = ("rules", "tests", "config")
+
+
+def _inline(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any]:
+    """``model``'s schema, its definitions moved into ``defs``."""
+    schema = model.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
+    defs.update(schema.pop("$defs", {}))
+    return schema
+
+
+def _action_schemas(reg: Registry, defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """One schema per registered action: ``use`` fixed to its name, the common keys
+    (on, hold) and its parameters, nothing else."""
+    common = _inline(ActionSpec, defs)["properties"]
+    out = []
+    for name in sorted(reg.actions):
+        try:
+            cls = reg.actions[name]
+        except Exception:
+            continue
+        params = _inline(cls.Params, defs)
+        props = {**common, **params.get("properties", {}),
+                 "use": {"const": name, "description": (cls.__doc__ or name).split("\n")[0]}}
+        out.append({"title": name, "type": "object", "properties": props,
+                    "required": ["use", *params.get("required", [])],
+                    "additionalProperties": False})
+    return out
+
+
+def rule_file_schema(registry: Registry | None = None) -> dict[str, Any]:
+    """A rule file; each ``[[rule.action]]`` is one of the registered actions, keyed on
+    ``use``."""
+    reg = registry or default_registry()
+    schema = RuleFile.model_json_schema(by_alias=True)
+    defs = schema.setdefault("$defs", {})
+    actions = _action_schemas(reg, defs)
+    names = [a["title"] for a in actions]
+    defs["ActionSpec"] = {
+        "type": "object", "required": ["use"],
+        "properties": {"use": {"enum": names, "description": "a registered action"}},
+        # the schema whose `use` matches decides the rest (an editor shows its keys)
+        "allOf": [{"if": {"properties": {"use": {"const": a["title"]}}, "required": ["use"]},
+                   "then": a} for a in actions],
+    }
+    return {"$schema": DRAFT, "title": "guardian rule file", **schema}
+
+
+def rule_test_schema(registry: Registry | None = None) -> dict[str, Any]:
+    """A rule-test file, with the sample tables of the sources that offer them."""
+    reg = registry or default_registry()
+    samples = {name: cls.sample_schema() for name, cls in sorted(reg.sources.items())
+               if cls.offers_samples}
+    return {"$schema": DRAFT, "title": "guardian rule-test file", **test_file_schema(samples)}
+
+
+def config_schema(registry: Registry | None = None) -> dict[str, Any]:
+    """``guardian.toml``: engine, service, each source's table and the fleet budget."""
+    reg = registry or default_registry()
+    defs: dict[str, Any] = {}
+    sources: dict[str, Any] = {
+        "disabled": {"type": "array", "items": {"enum": sorted(reg.sources)},
+                     "description": "sources not to run"}}
+    for name, cls in sorted(reg.sources.items()):
+        sources[name] = _inline(cls.Config, defs)
+    props: dict[str, Any] = {
+        "engine": _inline(EngineConfig, defs),
+        "service": _inline(ServiceConfig, defs),
+        "sources": {"type": "object", "properties": sources, "additionalProperties": False},
+    }
+    try:
+        from .kube.fleet import FleetParams
+    except ImportError:  # without the Kubernetes extra there is no [fleet]
+        pass
+    else:
+        props["fleet"] = _inline(FleetParams, defs)
+    return {"$schema": DRAFT, "title": "guardian configuration (guardian.toml)",
+            "type": "object", "properties": props, "additionalProperties": False,
+            "$defs": defs}
+
+
+def schema_for(kind: str, registry: Registry | None = None) -> dict[str, Any]:
+    """The schema of ``kind``: one of :data:`KINDS`."""
+    return {"rules": rule_file_schema, "tests": rule_test_schema,
+            "config": config_schema}[kind](registry)
