@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -247,8 +248,37 @@ def test_metrics_endpoint_and_a_port_in_use(tmp_path: Path) -> None:
         body = urllib.request.urlopen(f"http://127.0.0.1:{free}/metrics", timeout=5).read()
     text = body.decode()
     assert 'guardian_rule_state{rule="always",state="firing"} 1.0' in text
-    assert "guardian_signal_processes_total " in text
+    assert "guardian_signal_processes " in text  # a level: no `_total`
     assert "guardian_tick_seconds_count" in text
+
+
+def test_metrics_follow_prometheus_conventions(tmp_path: Path) -> None:
+    """The shipped rules' live metrics pass `promtool check metrics` (Prometheus' own
+    linter; Debian's prometheus package ships it) with nothing to say: counters end in
+    `_total`, levels do not, percentages are 0-1 ratios, no PID labels, labelled counters
+    at zero from the start, process_* and build info, the last tick's time."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with daemon(tmp_path, "--dry-run", "--metrics-port", str(port), rules=RULES) as (_, notify):
+        notify.wait_for("READY")
+        time.sleep(1.5)  # a second tick: rates and percentages have values
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    text = body.decode()
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60)
+    assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert "guardian_signal_cpu_core_sys_ratio{" in text
+    assert not any("_pct" in line.split("{")[0] for line in samples)
+    assert 'guardian_actions_total{action="log",outcome="failed",rule="nic-reset"} 0.0' in text
+    assert "process_resident_memory_bytes " in text and "guardian_build_info{" in text
+    assert "guardian_last_tick_timestamp_seconds " in text
+    assert not any("pid=" in line for line in samples)
+    assert "guardian_source_errors_total" in text
 
 
 def test_shipped_rules_run_in_the_service(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .policy.loader import load_rules, load_text
     from .snapshot import SignalSpec, Snapshot, labels_of
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 # Imported on first use, so that `import guardian.cli` (every command) loads only what the
 # command needs.

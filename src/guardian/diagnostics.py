@@ -50,8 +50,9 @@ def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
     """A TOML syntax error as a diagnostic at tomllib's line and column."""
     m = _TOML_POS.match(str(exc))
     line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
-    if isinstance(getattr(exc, "lineno", None), int):  # Python 3.14 says it outright
-        line, col = exc.lineno, exc.colno
+    lineno, colno = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+    if isinstance(lineno, int) and isinstance(colno, int):  # Python 3.14 says it outright
+        line, col = lineno, colno
         msg = str(getattr(exc, "msg", None) or msg)
     return Diagnostic(path, line, col, f"TOML syntax: {msg}")
 

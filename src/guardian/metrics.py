@@ -1,13 +1,15 @@
-"""Prometheus metrics: rule states, actions by outcome, source errors, tick duration,
-reloads, and the values of the signals the rules use. Served on loopback by default
+"""Prometheus metrics: rule states, actions by outcome, source errors, tick duration and
+the last tick's time, reloads, process and build information, and the values of the
+signals the rules use. Served on loopback by default
 (prometheus_client's exposition, served by :mod:`guardian.httpserve`, whose threads and
 connections are bounded), and optionally written as a node_exporter textfile."""
 
 from __future__ import annotations
 
 import logging
+import platform
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -15,68 +17,141 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    ProcessCollector,
     make_wsgi_app,
     write_to_textfile,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
 from . import httpserve
-from .snapshot import Snapshot
+from .model.ruleset import Ruleset
+from .model.runtime import Matcher, matches
+from .snapshot import SignalSpec, Snapshot
+from .version import __version__
 
 log = logging.getLogger("guardian.metrics")
 STATES = ("inactive", "pending", "firing", "unknown")
+KINDS = ("pending", "firing", "retry", "resolved", "inactive", "suppressed", "held")
+OUTCOMES = ("ok", "unverified", "failed", "error", "refused", "planned")
+RELOADS = ("ok", "failed")
+PID_LABELS = frozenset({"pid", "ppid"})  # unbounded: summed away, never exported
+
+
+def exported_name(spec: SignalSpec) -> tuple[str, float]:
+    """The Prometheus name of a signal and the factor its values are scaled by: dots
+    become underscores, percentages become ratios (``_pct`` -> ``_ratio``, 0-1), as
+    Prometheus' naming conventions ask; a counter's ``_total`` is added by the client."""
+    name = "guardian_signal_" + re.sub(r"[^a-zA-Z0-9_]", "_", spec.name)
+    if name.endswith("_pct"):
+        return name[:-4] + "_ratio", 0.01
+    if name.endswith("_total") and not spec.counter:  # `_total` is for counters only
+        return name[:-6], 1.0
+    return name, 1.0
 
 
 class SignalCollector(PromCollector):
-    """The last snapshot's values of the signals some rule uses, as gauges named
-    ``guardian_signal_<name>`` (dots become underscores) with the family's labels."""
+    """The last snapshot's values of the signals some rule uses: counters as counters,
+    levels as gauges, only the family members some rule selects, PID labels summed
+    away (so the label sets stay bounded)."""
 
     def __init__(self) -> None:
         self.snapshot: Snapshot | None = None
-        self.names: list[str] = []
+        self.specs: dict[str, SignalSpec] = {}
+        self.selectors: dict[str, list[tuple[Matcher, ...]] | None] = {}
+
+    def use(self, ruleset: Ruleset, catalogue: Mapping[str, SignalSpec]) -> None:
+        """Export what the rules of ``ruleset`` read."""
+        selectors: dict[str, list[tuple[Matcher, ...]] | None] = {}
+        for rule in ruleset.rules:
+            for ref in rule.condition.refs:
+                if ref.name not in catalogue:
+                    continue
+                chosen = selectors.setdefault(ref.name, [])
+                if ref.matchers is None or chosen is None:
+                    selectors[ref.name] = None  # the whole family is read
+                else:
+                    chosen.append(ref.matchers)
+        self.selectors = selectors
+        self.specs = {n: catalogue[n] for n in selectors}
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot
         if snap is None:
             return
-        for name in self.names:
+        for name, chosen in sorted(self.selectors.items()):
             value = snap.values.get(name)
             if value is None:
                 continue
-            metric = "guardian_signal_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
-            if isinstance(value, dict):
-                keys = sorted({k for labels in value for k, _ in labels})
-                fam = GaugeMetricFamily(metric, f"signal {name}", labels=keys)
-                for labels, v in value.items():
-                    d = dict(labels)
-                    fam.add_metric([d.get(k, "") for k in keys], v)
-            else:
-                fam = GaugeMetricFamily(metric, f"signal {name}", value=float(value))
+            spec = self.specs[name]
+            metric, scale = exported_name(spec)
+            kind = CounterMetricFamily if spec.counter else GaugeMetricFamily
+            doc = f"{spec.help} ({spec.name})"
+            if not isinstance(value, dict):
+                yield kind(metric, doc, value=float(value) * scale)
+                continue
+            keys = sorted(k for k in spec.labels if k not in PID_LABELS)
+            members: dict[tuple[str, ...], float] = {}
+            for labels, v in value.items():
+                if chosen is not None and not any(matches(labels, m) for m in chosen):
+                    continue
+                d = dict(labels)
+                key = tuple(d.get(k, "") for k in keys)
+                members[key] = members.get(key, 0.0) + v * scale
+            fam = kind(metric, doc, labels=keys)
+            for key, v in sorted(members.items()):
+                fam.add_metric(list(key), v)
             yield fam
 
 
+class ErrorCounts(PromCollector):
+    """Failed collections per source since start (the collector counts them)."""
+
+    def __init__(self) -> None:
+        self.counts: Mapping[str, int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        fam = CounterMetricFamily("guardian_source_errors", "failed collections per source "
+                                  "since start", labels=["source"])
+        for src, n in sorted(self.counts.items()):
+            fam.add_metric([src], float(n))
+        yield fam
+
+
 class Metrics:
-    """guardian's metrics in a registry of their own."""
+    """guardian's metrics in a registry of their own, named and typed by Prometheus'
+    conventions (``promtool check metrics`` is clean): counters end in ``_total``, times
+    are seconds, ratios are 0-1, labelled counters exist at zero from the start."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_...
+        Info("guardian_build", "guardian's version and the Python running it",
+             registry=r).info({"version": __version__,
+                               "python": platform.python_version()})
         self.rule_state = Gauge("guardian_rule_state", "1 for the state each rule is in",
                                 ["rule", "state"], registry=r)
         self.decisions = Counter("guardian_decisions", "decisions by rule and kind",
                                  ["rule", "kind"], registry=r)
         self.actions = Counter("guardian_actions", "action runs by rule, action, outcome "
-                               "(ok, failed, error, planned)", ["rule", "action", "outcome"],
+                               "(ok, unverified, failed, error, refused, planned)",
+                               ["rule", "action", "outcome"],
                                registry=r)
-        self.source_errors = Gauge("guardian_source_errors", "failed collections per "
-                                   "source since start", ["source"], registry=r)
+        self.source_errors = ErrorCounts()
+        r.register(self.source_errors)
         self.tick = Histogram("guardian_tick_seconds", "time of one tick (collect, "
                               "evaluate, act)", registry=r,
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                                        10, 30))
+        self.last_tick = Gauge("guardian_last_tick_timestamp_seconds", "when the last tick "
+                               "completed (Unix time): a stuck loop stops moving it",
+                               registry=r)
         self.reloads = Counter("guardian_reloads", "rule reloads by result",
                                ["result"], registry=r)
+        for result in RELOADS:
+            self.reloads.labels(result)
         self.rules_loaded = Gauge("guardian_rules_loaded", "rules in the running ruleset",
                                   registry=r)
         self.last_reload_ok = Gauge("guardian_last_reload_success", "1 if the last reload "
@@ -87,6 +162,18 @@ class Metrics:
         self.signals = SignalCollector()
         r.register(self.signals)
         self.server: Any = None
+
+    def use_rules(self, ruleset: Ruleset, catalogue: Mapping[str, SignalSpec]) -> None:
+        """Follow a (re)loaded ruleset: its signals are exported, and every rule's
+        decision and action counters exist at zero before anything happens."""
+        self.signals.use(ruleset, catalogue)
+        self.rules_loaded.set(len(ruleset.rules))
+        for rule in ruleset.rules:
+            for kind in KINDS:
+                self.decisions.labels(rule.name, kind)
+            for action in rule.actions:
+                for outcome in OUTCOMES:
+                    self.actions.labels(rule.name, action.spec.use, outcome)
 
     def serve(self, address: str, port: int) -> str | None:
         """Start the HTTP endpoint; an error message instead of raising (a port in use

@@ -200,9 +200,7 @@ class Daemon:
             from .kube.fleet import FleetBudget, FleetParams
             assert isinstance(self.config.fleet, FleetParams)
             self.executor.fleet = FleetBudget(self.config.fleet)
-        self.metrics.signals.names = sorted({ref.name for r in self.ruleset.rules
-                                             for ref in r.condition.refs})
-        self.metrics.rules_loaded.set(len(self.ruleset.rules))
+        self.metrics.use_rules(self.ruleset, self.registry.catalogue())
         self.metrics.last_reload_ok.set(1)
         if self.opts.metrics_port is not None:
             self.status_extra = self.metrics.serve(self.opts.metrics_address,
@@ -311,6 +309,7 @@ class Daemon:
             self._persist()
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
+        self.metrics.last_tick.set(time.time())
         if self.opts.textfile:
             self.metrics.write_textfile(self.opts.textfile)
         self.notifier.status(self.status())
@@ -405,8 +404,7 @@ class Daemon:
             current = "unknown" if st.unknown else st.phase
             for s in STATES:
                 self.metrics.rule_state.labels(name, s).set(1.0 if s == current else 0.0)
-        for src, n in self.collector.error_counts.items():
-            self.metrics.source_errors.labels(src).set(n)
+        self.metrics.source_errors.counts = dict(self.collector.error_counts)
         self.metrics.persistence_ok.set(0 if self.persistence_fault() else 1)
 
     def status(self) -> str:
@@ -448,11 +446,9 @@ class Daemon:
             return False
         self.engine.replace_rules(ruleset)
         self.ruleset = ruleset
-        self.metrics.signals.names = sorted({ref.name for r in ruleset.rules
-                                             for ref in r.condition.refs})
+        self.metrics.use_rules(ruleset, self.registry.catalogue())
         self.metrics.reloads.labels("ok").inc()
         self.metrics.last_reload_ok.set(1)
-        self.metrics.rules_loaded.set(len(ruleset.rules))
         self.status_extra = ""
         log.info("reloaded (%s): %d rule(s)", reason, len(ruleset.rules))
         self.notifier.send("READY=1", f"STATUS={self.status()}")
