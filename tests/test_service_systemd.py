@@ -88,6 +88,19 @@ def test_the_service_under_real_systemd(wheels: Path) -> None:
         bad = wait_props(c, 15, StatusText="reload rejected")
         assert "zz-broken.toml:2:1: missing required key" in bad["StatusText"]
         assert bad["ActiveState"] == "active" and bad["MainPID"] == first_pid
+        # the rejection is an error in the journal: `-p warning` shows it and not the
+        # start-up line, which is info (each line carries its "<N>" syslog priority)
+        warnings = ""
+        deadline = time.monotonic() + 10
+        while "rejected" not in warnings and time.monotonic() < deadline:
+            time.sleep(0.3)
+            warnings = c.run("journalctl", "--no-pager", "-o", "cat", "-p", "warning",
+                             "-u", "guardian.service", check=False).stdout
+        assert "zz-broken.toml:2:1: missing required key" in warnings, warnings
+        assert "rule(s) from" not in warnings and "<3>" not in warnings, warnings
+        everything = c.run("journalctl", "--no-pager", "-o", "cat", "-u",
+                           "guardian.service", check=False).stdout
+        assert "rule(s) from" in everything  # info is there, at its own priority
 
         # a good one is picked up
         c.run("rm", "/etc/guardian/rules/zz-broken.toml")

@@ -21,9 +21,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    # the journal stamps each line; without systemd, a time helps
-    if not os.environ.get("JOURNAL_STREAM"):
-        logging.getLogger().handlers[0].setFormatter(logging.Formatter(
+    # the journal stamps each line and reads a "<N>" prefix as its priority, so
+    # `journalctl -p warning` finds warnings; without systemd, a time helps
+    handler = logging.getLogger().handlers[0]
+    if _stderr_is_the_journal():
+        handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     try:
         rc: int = args.func(args)
@@ -40,6 +44,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"guardian: plugin conflict: {problem}", file=sys.stderr)
         return 78  # EX_CONFIG: the unit does not restart into the same conflict
     return rc
+
+
+class JournalFormatter(logging.Formatter):
+    """Each line prefixed with its syslog priority, ``<3>`` for an error, as systemd's
+    journal reads a service's output (sd-daemon.h SD_ERR...; SyslogLevelPrefix=)."""
+
+    PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4,
+                logging.INFO: 6, logging.DEBUG: 7}
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = min((p for lv, p in self.PRIORITY.items() if record.levelno >= lv),
+                    default=7)
+        return "\n".join(f"<{level}>{line}" for line in super().format(record).split("\n"))
+
+
+def _stderr_is_the_journal() -> bool:
+    """JOURNAL_STREAM names the journal's stream as "device:inode"; it is ours only if
+    stderr is that very stream (not inherited by something we redirected)."""
+    try:
+        dev, ino = (int(x) for x in os.environ["JOURNAL_STREAM"].split(":"))
+        st = os.fstat(sys.stderr.fileno())
+    except (KeyError, ValueError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
 
 
 def config_option(p: argparse.ArgumentParser) -> None:
