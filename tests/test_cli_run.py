@@ -36,7 +36,7 @@ def test_dry_run_of_shipped_rules_on_this_host(tmp_path: Path) -> None:
          "--warmup", "0.2s", "--rules", str(RULES), "--audit", str(audit)],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)["data"]
     assert out["dry_run"] is True
     assert {"processes", "cgroups", "cpu", "net"} <= set(out["sources"])
     names = {r["rule"] for r in out["rules"]}

@@ -40,7 +40,7 @@ def test_unreadable_proc_file_is_no_value_not_zero(procfs_fixtures: Path,
          sys.executable, "-m", "guardian", "signals", "--json", "--warmup", "0s",
          "--root", str(root)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["data"]}
     assert rows["cpu.cores"]["value"] is None
     assert "Permission denied" in (rows["cpu.cores"]["unavailable"] or "")
     assert rows["softirq.net_rx"]["value"] is not None  # the other sources go on

@@ -133,7 +133,7 @@ def test_explain_at_a_point_of_the_recording() -> None:
     assert "its actions: log" in out.stdout and "systemd.unit" in out.stdout
     early = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",
                      str(INCIDENT), "--at", "0s", "--json")
-    doc = json.loads(early.stdout)
+    doc = json.loads(early.stdout)["data"]
     assert doc["state"].startswith("INACTIVE") and doc["condition"]["value"] == "false"
 
 

@@ -82,7 +82,7 @@ def test_ethtool_stats_of_a_veth_pair_in_our_namespace() -> None:
                                "signals", "--json", "--warmup", "0s"],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        rows = {r["name"]: r for r in json.loads(proc.stdout)}
+        rows = {r["name"]: r for r in json.loads(proc.stdout)["data"]}
         stats = rows["nic.stat"]["value"]
         peer_of_a = stats[f'{{driver="veth", iface="{a}", stat="peer_ifindex"}}']
         b_index = subprocess.run(["ip", "netns", "exec", ns, "cat",

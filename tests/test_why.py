@@ -23,7 +23,7 @@ def _why(*args: str) -> subprocess.CompletedProcess[str]:
 def test_why_names_the_crash_looping_unit_as_the_root_cause() -> None:
     proc = _why("--rules", str(RULES), "--recording", str(DATA / "incident.rec"), "--json")
     assert proc.returncode == 0, proc.stderr
-    chain = json.loads(proc.stdout)["chain"]
+    chain = json.loads(proc.stdout)["data"]["chain"]
     assert chain[0]["rule"] == "unit-crashloop" and chain[0]["causes"] == []
     assert '{unit="ecs.service"}' in chain[0]["evidence"]["matched"]
     memcgs = next(link for link in chain if link["rule"] == "dying-memcgs")
@@ -52,7 +52,7 @@ def _shipped_rules_without_causes(tmp_path: Path) -> Path:
 def test_without_causes_every_link_stands_alone(tmp_path: Path) -> None:
     rules = _shipped_rules_without_causes(tmp_path)
     proc = _why("--rules", str(rules), "--recording", str(DATA / "incident.rec"), "--json")
-    chain = json.loads(proc.stdout)["chain"]
+    chain = json.loads(proc.stdout)["data"]["chain"]
     assert len(chain) >= 2 and all(link["causes"] == [] for link in chain)
 
 
@@ -72,7 +72,7 @@ def test_the_whole_chain_root_first_with_its_symptom_remedy_held() -> None:
     At 9m30s every link is active."""
     proc = _why("--rules", str(RULES), "--recording", str(CHAIN), "--at", "9m30s", "--json")
     assert proc.returncode == 0, proc.stderr
-    chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
+    chain = {link["rule"]: link for link in json.loads(proc.stdout)["data"]["chain"]}
     order = list(chain)
     assert order[0] == "unit-crashloop"
     assert '{unit="ecs.service"}' in chain["unit-crashloop"]["evidence"]["matched"]
@@ -96,7 +96,7 @@ def test_the_whole_chain_root_first_with_its_symptom_remedy_held() -> None:
 def test_the_whole_chain_without_causes_acts_link_by_link(tmp_path: Path) -> None:
     rules = _shipped_rules_without_causes(tmp_path)
     proc = _why("--rules", str(rules), "--recording", str(CHAIN), "--at", "9m30s", "--json")
-    chain = {link["rule"]: link for link in json.loads(proc.stdout)["chain"]}
+    chain = {link["rule"]: link for link in json.loads(proc.stdout)["data"]["chain"]}
     assert {"unit-crashloop", "dying-memcgs", "kernel-time-hog", "core-system-saturated",
             "nic-tx-stall", "nic-reset"} <= set(chain)
     assert all(link["causes"] == [] and link["held"] == [] for link in chain.values())

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import ClassVar, NoReturn
 
 from .. import __version__
 from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
@@ -16,8 +18,24 @@ from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """With ``--json`` on the command line a usage error is the JSON shape too."""
+
+    wants_json = False
+
+    def error(self, message: str) -> NoReturn:
+        if _Parser.wants_json:
+            command = self.prog.removeprefix("guardian").strip() or "guardian"
+            print(json.dumps({"command": command, "ok": False,
+                              "errors": [{"message": f"usage: {message}"}],
+                              "warnings": [], "data": None}, indent=2))
+            sys.exit(2)
+        super().error(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    _Parser.wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -50,8 +68,9 @@ class JournalFormatter(logging.Formatter):
     """Each line prefixed with its syslog priority, ``<3>`` for an error, as systemd's
     journal reads a service's output (sd-daemon.h SD_ERR...; SyslogLevelPrefix=)."""
 
-    PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4,
-                logging.INFO: 6, logging.DEBUG: 7}
+    PRIORITY: ClassVar[dict[int, int]] = {logging.CRITICAL: 2, logging.ERROR: 3,
+                                          logging.WARNING: 4, logging.INFO: 6,
+                                          logging.DEBUG: 7}
 
     def format(self, record: logging.LogRecord) -> str:
         level = min((p for lv, p in self.PRIORITY.items() if record.levelno >= lv),
@@ -75,15 +94,51 @@ def config_option(p: argparse.ArgumentParser) -> None:
                    help=f"guardian config (default {DEFAULT_CONFIG} when it exists)")
 
 
+def rules_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    """``--rules PATH``, repeatable (so a positional may follow it)."""
+    p.add_argument("--rules", action="append", metavar="PATH", default=None,
+                   help="a rule file or directory; repeat for more (default: " + (
+                       f"./{default})" if default else
+                       f"the config's, else {DEFAULT_RULES})"))
+    if default:
+        p.set_defaults(rules_default=[default])
+
+
+def duration(positive: bool = False) -> Callable[[str], str]:
+    """An argparse type: a duration such as "90s" (kept as text; a bad one is a usage
+    error, not a traceback)."""
+    def check(text: str) -> str:
+        from ..durations import parse_duration
+        try:
+            seconds = parse_duration(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if positive and seconds <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+        return text
+    return check
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is not within 0-65535")
+    return value
+
+
 def _at_a_point(p: argparse.ArgumentParser, recording_help: str) -> None:
     """The options of commands that look at this host now, or at a point of a
     recording (explain, why)."""
-    p.add_argument("--rules", nargs="+", metavar="PATH", help=f"rule files or directories "
-                   f"(default: the config's, else {DEFAULT_RULES})")
+    rules_option(p)
     p.add_argument("--recording", metavar="FILE", help=recording_help)
-    p.add_argument("--at", metavar="TIME", help="with --recording: time since its start "
-                   "(default: its end)")
-    p.add_argument("--warmup", default="1s", help="live: time between the two samples")
+    p.add_argument("--at", metavar="TIME", type=duration(),
+                   help="with --recording: time since its start (default: its end)")
+    p.add_argument("--warmup", default="1s", type=duration(),
+                   help="live: time between the two samples")
     p.add_argument("--root", default="/", help="host root (default /)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(p)
@@ -102,13 +157,13 @@ def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="guardian",
         description="Watch a Linux node's kernel signals and remediate by TOML rules.",
     )
     p.add_argument("--version", action="version", version=f"guardian {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(required=True, metavar="COMMAND")
+    sub = p.add_subparsers(required=True, metavar="COMMAND", dest="command")
 
     c = sub.add_parser("check", help="check rule files (and --config); report every error "
                        "as path:line:col")
@@ -125,20 +180,19 @@ def _parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_command("rules", "cmd_test"))
 
     r = sub.add_parser("run", help="the service loop (or one evaluation with --once)")
-    r.add_argument("--rules", nargs="+", metavar="PATH",
-                   help=f"rule files or directories (default: the config's, else "
-                        f"{DEFAULT_RULES})")
+    rules_option(r)
     r.add_argument("--once", action="store_true",
                    help="one evaluation (after a short warm-up sample for rates), then exit")
     r.add_argument("--dry-run", action="store_true",
                    help="plan actions but never apply them")
-    r.add_argument("--interval", help="tick interval (default: the config's, else 15s)")
-    r.add_argument("--warmup", default="1s",
+    r.add_argument("--interval", type=duration(positive=True),
+                   help="tick interval (default: the config's, else 15s)")
+    r.add_argument("--warmup", default="1s", type=duration(),
                    help="with --once: time between the warm-up sample and the evaluation")
     r.add_argument("--root", default="/", help="host root to read (default /)")
     r.add_argument("--audit", metavar="FILE", help="append decisions and outcomes to FILE")
     r.add_argument("--state", metavar="FILE", help="persisted engine state (service)")
-    r.add_argument("--metrics-port", type=int, metavar="PORT",
+    r.add_argument("--metrics-port", type=port, metavar="PORT",
                    help="metrics endpoint port on the configured address; 0 turns it off")
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
     config_option(r)
@@ -152,7 +206,8 @@ def _parser() -> argparse.ArgumentParser:
                         "or else as a string")
     a.add_argument("--dry-run", action="store_true", help="plan only")
     a.add_argument("--root", default="/", help="host root (default /)")
-    a.add_argument("--warmup", default="1s", help="time between the two samples taken")
+    a.add_argument("--warmup", default="1s", type=duration(),
+                   help="time between the two samples taken")
     a.add_argument("--audit", metavar="FILE", help="append the plan and outcome to FILE")
     a.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(a)
@@ -169,8 +224,10 @@ def _parser() -> argparse.ArgumentParser:
     rec = sub.add_parser("record", help="record every signal over time into a file")
     rec.add_argument("-o", "--output", required=True, metavar="FILE",
                      help="the recording (gzip-compressed JSON lines)")
-    rec.add_argument("--interval", default="1s", help="time between snapshots (default 1s)")
-    rec.add_argument("--duration", default="10m", help="how long (default 10m); Ctrl-C "
+    rec.add_argument("--interval", default="1s", type=duration(positive=True),
+                     help="time between snapshots (default 1s)")
+    rec.add_argument("--duration", default="10m", type=duration(positive=True),
+                     help="how long (default 10m); Ctrl-C "
                      "stops early and keeps everything written")
     rec.add_argument("--root", default="/", help="host root (default /)")
     rec.add_argument("--note", default="", help="how the recording was made (kept in it)")
@@ -179,8 +236,7 @@ def _parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="run rules over a recording; print the decisions")
     rp.add_argument("recording", help="a file from guardian record")
-    rp.add_argument("--rules", nargs="+", default=["rules"], metavar="PATH",
-                    help="rule files or directories (default ./rules)")
+    rules_option(rp, default="rules")
     rp.add_argument("--plot", metavar="OUT.png", help="draw signals, thresholds and "
                     "firing windows (needs matplotlib: guardian[plot])")
     rp.add_argument("--json", action="store_true", help="decisions as JSON")
@@ -207,7 +263,8 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("signals", help="list every signal with value, unit, help, source")
     g.add_argument("--root", default="/", help="host root to read (default /)")
-    g.add_argument("--warmup", default="1s", help="time between two samples (for rates)")
+    g.add_argument("--warmup", default="1s", type=duration(),
+                   help="time between two samples (for rates)")
     g.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(g)
     g.set_defaults(func=_command("host", "cmd_signals"))

@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..collector import Collector
 from ..config import Config, load_config
 from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
-from ..diagnostics import RuleError
+from ..diagnostics import Diagnostic, RuleError
 from ..durations import parse_duration
 from ..engine import Engine
 from ..host import Host
@@ -33,7 +34,24 @@ def registry_warnings() -> None:
         print(f"guardian: warning: {err}", file=sys.stderr)
 
 
-def print_errors(exc: RuleError) -> int:
+def json_out(command: str, data: object = None, *, ok: bool = True,
+             errors: Sequence[Diagnostic | str] = (), warnings: Sequence[str] = ()) -> None:
+    """Every ``--json`` output has this one shape: ``command``, ``ok``, ``errors`` (each
+    ``{path, line, col, message}``, or just ``message``), ``warnings`` and the command's
+    ``data``."""
+    print(json.dumps({
+        "command": command, "ok": ok,
+        "errors": [{"path": e.path, "line": e.line, "col": e.col, "message": e.message}
+                   if isinstance(e, Diagnostic) else {"message": str(e)} for e in errors],
+        "warnings": list(warnings), "data": data}, indent=2, default=str))
+
+
+def print_errors(exc: RuleError, args: argparse.Namespace | None = None) -> int:
+    """Report errors that stop a command: one per line on stderr, or the JSON shape with
+    ``--json``."""
+    if args is not None and getattr(args, "json", False):
+        json_out(args.command, ok=False, errors=exc.diagnostics)
+        return 1
     for d in exc.diagnostics:
         print(d, file=sys.stderr)
     return 1

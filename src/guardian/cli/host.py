@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import sys
 import tomllib
@@ -31,6 +30,7 @@ from ..snapshot import format_labels
 from .common import (
     cli_config,
     host_collector,
+    json_out,
     print_errors,
     print_plan,
     registry_warnings,
@@ -44,7 +44,7 @@ def cmd_signals(args: argparse.Namespace) -> int:
     try:
         config = cli_config(args)
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     coll = host_collector(args.root, config)
     report_sources(coll)
     snap = warm_snapshot(coll, args.warmup)
@@ -60,7 +60,7 @@ def cmd_signals(args: argparse.Namespace) -> int:
                 "unavailable": coll.unavailable.get(src_name) or snap.errors.get(src_name),
             })
     if args.json:
-        print(json.dumps(rows, indent=2))
+        json_out("signals", rows)
         return 0
     for row in rows:
         v = row["value"]
@@ -82,14 +82,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = cli_config(args)
     except RuleError as exc:
-        print_errors(exc)
+        print_errors(exc, args)
         return EX_CONFIG
     if not args.once:
         return _serve(args, config)
     try:
         rules = load_rules(args.rules or config.service.rules)
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     coll = host_collector(args.root, config)
     report_sources(coll)
     audit = None
@@ -176,10 +176,11 @@ def _run_once(args: argparse.Namespace, rules: Ruleset, coll: Collector, engine:
             entry["plans"] = [ex.to_dict() for ex in preview.run([d], snap)]
         report.append(entry)
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, "sources": [s.name for s in coll.sources],
-                          "unavailable": coll.unavailable, "source_errors": snap.errors,
-                          "state": str(state_path) if state_path else None,
-                          "rules": report}, indent=2, default=str))
+        json_out("run", {"dry_run": args.dry_run, "sources": [s.name for s in coll.sources],
+                         "unavailable": coll.unavailable, "source_errors": snap.errors,
+                         "state": str(state_path) if state_path else None,
+                         "rules": report},
+                 warnings=[f"source {n} failed: {e}" for n, e in snap.errors.items()])
         return 0
     for name, err in snap.errors.items():
         print(f"guardian: source {name} failed: {err}", file=sys.stderr)
@@ -243,7 +244,7 @@ def cmd_act(args: argparse.Namespace) -> int:
         print(f"guardian act: {exc}", file=sys.stderr)
         return 2
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     coll = host_collector(args.root, config)
     snap = warm_snapshot(coll, args.warmup)
     audit = None
@@ -254,13 +255,13 @@ def cmd_act(args: argparse.Namespace) -> int:
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     ex = executor.act(args.action, cls(params), snap)
     coll.close()
+    failed = bool(ex.error or (ex.outcome is not None and not ex.outcome.ok))
     if args.json:
-        print(json.dumps(ex.to_dict(), indent=2, default=str))
+        json_out("act", ex.to_dict(), ok=not failed,
+                 errors=[ex.error] if ex.error else [])
     else:
         print_plan(ex.to_dict())
-    if ex.error or (ex.outcome is not None and not ex.outcome.ok):
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def open_audit(path: str) -> AuditLog | None:

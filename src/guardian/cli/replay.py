@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 from .common import (
     cli_config,
     host_collector,
+    json_out,
     print_errors,
     print_plan,
     report_sources,
@@ -38,7 +39,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         config = cli_config(args)
         interval, duration = parse_duration(args.interval), parse_duration(args.duration)
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     except ValueError as exc:
         print(f"guardian record: {exc}", file=sys.stderr)
         return 2
@@ -97,14 +98,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if rec is None:
         return 2
     try:
-        rules = load_rules(args.rules, catalogue={**default_registry().catalogue(),
-                                                  **rec.catalogue})
+        rules = load_rules(args.rules or args.rules_default,
+                           catalogue={**default_registry().catalogue(), **rec.catalogue})
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     r = replay(rec, rules)
     if args.json:
-        print(json.dumps({"damage": rec.damage, "snapshots": len(rec.snapshots),
-                          "decisions": decisions_json(r)}, indent=2, sort_keys=True))
+        json_out("replay", {"damage": rec.damage, "snapshots": len(rec.snapshots),
+                            "decisions": decisions_json(r)})
     else:
         h = rec.header
         print(f"recording of {h.get('host')} (kernel {h.get('kernel')}), "
@@ -130,7 +131,7 @@ def _rules_and_recording(args: argparse.Namespace
     try:
         config = cli_config(args)
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     rec = None
     catalogue = default_registry().catalogue()
     if args.recording:
@@ -141,7 +142,7 @@ def _rules_and_recording(args: argparse.Namespace
     try:
         rules = load_rules(args.rules or config.service.rules, catalogue=catalogue)
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     return config, rec, rules, catalogue
 
 
@@ -179,11 +180,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
                      {}, [a for a in rule.actions if a.spec.on != "resolve"])
         plans = [ex.to_dict() for ex in executor.run([d], snap)]  # dry run: never applies
     if args.json:
-        print(json.dumps({"rule": rule.name, "state": state, "missing": missing,
-                          "held_by": [name for name, _ in engine.holders(rule)],
-                          "condition": tree.to_dict(), "plans": plans,
-                          "actions": [{"use": a.use, **a.public_params}
-                                      for a in rule.actions]}, indent=2, default=str))
+        json_out("explain", {"rule": rule.name, "state": state, "missing": missing,
+                             "held_by": [name for name, _ in engine.holders(rule)],
+                             "condition": tree.to_dict(), "plans": plans,
+                             "actions": [{"use": a.use, **a.public_params}
+                                         for a in rule.actions]})
         return 0
     print(f"{rule.name}: {state}")
     print("condition:")
@@ -248,9 +249,8 @@ def cmd_why(args: argparse.Namespace) -> int:
         decisions = engine.evaluate(snap)
     chain = why.links(engine, snap, decisions)
     if args.json:
-        print(json.dumps({"time": snap.time, "recording": args.recording,
-                          "chain": [link.to_dict() for link in chain]}, indent=2,
-                         default=str))
+        json_out("why", {"time": snap.time, "recording": args.recording,
+                         "chain": [link.to_dict() for link in chain]})
     else:
         for line in why.text(chain, snap.time, "would act" if rec is not None else "acted"):
             print(line)

@@ -14,6 +14,7 @@ from ..policy.loader import TEST_SUFFIX, load_rules
 from ..policy.ruletest import run_test_file
 from .common import (
     cli_config,
+    json_out,
     print_errors,
     registry_warnings,
 )
@@ -42,9 +43,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         errors.extend(exc.diagnostics)
     if errors:
         if args.json:
-            print(json.dumps({"ok": False, "errors": [
-                {"path": d.path, "line": d.line, "col": d.col, "message": d.message}
-                for d in errors]}, indent=2))
+            json_out("check", ok=False, errors=errors, warnings=warnings)
         else:
             for d in errors:
                 print(d)
@@ -53,8 +52,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.config:
         rs.files.insert(0, args.config)
     if args.json:
-        print(json.dumps({"ok": True, "files": rs.files, "warnings": warnings,
-                          "rules": [r.name for r in rs.rules]}, indent=2))
+        json_out("check", {"files": rs.files, "rules": [r.name for r in rs.rules]},
+                 warnings=warnings)
     else:
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -68,21 +67,24 @@ def cmd_test(args: argparse.Namespace) -> int:
     for p in map(Path, args.paths):
         files.extend(sorted(p.glob("*" + TEST_SUFFIX)) if p.is_dir() else [p])
     if not files:
-        print("guardian test: no test files found", file=sys.stderr)
+        if args.json:
+            json_out("test", ok=False, errors=["no test files found"])
+        else:
+            print("guardian test: no test files found", file=sys.stderr)
         return 1
     try:
         config = cli_config(args)
     except RuleError as exc:
-        return print_errors(exc)
+        return print_errors(exc, args)
     results = [run_test_file(f, source_configs=config.sources) for f in files]
     n_tests = sum(r.tests for r in results)
     n_fail = sum(len(r.failures) for r in results) + sum(len(r.errors) for r in results)
     if args.json:
-        print(json.dumps([{
+        json_out("test", [{
             "path": r.path, "tests": r.tests, "ok": r.ok,
-            "errors": [str(d) for d in r.errors],
             "failures": [{"test": f.test, "at": f.at, "message": f.message}
-                         for f in r.failures]} for r in results], indent=2))
+                         for f in r.failures]} for r in results],
+            ok=n_fail == 0, errors=[d for r in results for d in r.errors])
     else:
         for r in results:
             print(f"{'PASS' if r.ok else 'FAIL'} {r.path} ({r.tests} test(s))")
