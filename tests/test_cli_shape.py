@@ -78,3 +78,25 @@ def test_rules_repeats_and_a_positional_may_follow(tmp_path: Path) -> None:
     assert proc.stdout.startswith("extra: ")
     proc = guardian("explain", "--rules", str(RULES), "--warmup", "0s", "dying-memcgs")
     assert proc.returncode == 0 and proc.stdout.startswith("dying-memcgs: "), proc.stderr
+
+
+def test_check_with_no_arguments_checks_the_installed_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`guardian check` alone checks what the service would load, as `nginx -t` does: the
+    config at its default place and the rules that config names (here the default place
+    is moved into tmp_path; before, only /etc/guardian/rules was read, and no config)."""
+    import guardian.cli.rules as rules_cli
+    from guardian.cli import main
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    write(rules, "a.toml", 'version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
+                           'when = "memcg.dying > 1"\n')
+    config = write(tmp_path, "guardian.toml", f'[service]\nrules = ["{rules}"]\n')
+    monkeypatch.setattr(rules_cli, "DEFAULT_CONFIG", config)
+    assert main(["check"]) == 0
+    assert capsys.readouterr().out.startswith("ok: 1 rule(s) in 2 file(s)")
+    config.write_text(f'[service]\nrules = ["{rules}"]\n[engine]\ninterval = "soon"\n')
+    assert main(["check"]) == 1
+    assert f"{config}:4:12: interval: bad duration 'soon'" in capsys.readouterr().out

@@ -166,10 +166,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(required=True, metavar="COMMAND", dest="command")
 
     c = sub.add_parser("check", help="check rule files (and --config); report every error "
-                       "as path:line:col")
-    c.add_argument("paths", nargs="*", default=[DEFAULT_RULES],
-                   help=f"rule files or directories (default {DEFAULT_RULES})")
-    c.add_argument("--config", metavar="FILE", help="also check this guardian config file")
+                       "as path:line:col; with no arguments, the installed configuration")
+    c.add_argument("paths", nargs="*",
+                   help=f"rule files or directories (default: the config's rules, else "
+                        f"{DEFAULT_RULES})")
+    c.add_argument("--config", metavar="FILE", help=f"also check this guardian config file "
+                   f"(default {DEFAULT_CONFIG} when no paths are given and it exists)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=_command("rules", "cmd_check"))
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..config import Config, load_config
+from ..defaults import DEFAULT_CONFIG
 from ..diagnostics import RuleError
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, load_rules
@@ -22,11 +23,14 @@ from .common import (
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check rule files and, with --config, guardian's config file too: every error of
-    every file, as path:line:col."""
+    every file, as path:line:col. With neither, what the service would load: its config
+    (when it exists) and that config's rules, as ``nginx -t`` checks nginx's."""
     registry_warnings()
     errors = []
     warnings: list[str] = []
     config = Config()
+    if not args.paths and not args.config and DEFAULT_CONFIG.exists():
+        args.config = str(DEFAULT_CONFIG)
     if args.config:
         try:
             config = load_config(args.config, default_registry())
@@ -37,8 +41,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"source {name} (defaults)"
         warnings += [f"{where}: {w}" for w in
                      cls.config_warnings(config.sources.get(name) or cls.Config())]
+    rs = None
     try:
-        rs = load_rules(args.paths)
+        rs = load_rules(args.paths or config.service.rules)
     except RuleError as exc:
         errors.extend(exc.diagnostics)
     if errors:
@@ -49,6 +54,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 print(d)
             print(f"{len(errors)} error(s)", file=sys.stderr)
         return 1
+    assert rs is not None
     if args.config:
         rs.files.insert(0, args.config)
     if args.json:
