@@ -100,3 +100,25 @@ def test_check_with_no_arguments_checks_the_installed_configuration(
     config.write_text(f'[service]\nrules = ["{rules}"]\n[engine]\ninterval = "soon"\n')
     assert main(["check"]) == 1
     assert f"{config}:4:12: interval: bad duration 'soon'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])
+def test_completion_is_generated_from_the_parser(shell: str) -> None:
+    proc = guardian("completion", shell)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("check", "test", "run", "explain", "why", "schema", "completion"):
+        assert command in proc.stdout
+    if shell == "bash":  # it parses
+        assert subprocess.run(["bash", "-n"], input=proc.stdout, text=True).returncode == 0
+
+
+def test_the_man_page_renders_and_names_every_command() -> None:
+    import shutil
+    proc = guardian("man")
+    assert proc.returncode == 0 and proc.stdout.startswith(".TH GUARDIAN"), proc.stderr
+    for command in ("check", "test", "run", "explain", "why", "schema", "man"):
+        assert f"\\fI\\,{command}\\/\\fR" in proc.stdout, command
+    if shutil.which("groff"):
+        text = subprocess.run(["groff", "-man", "-Tutf8"], input=proc.stdout,
+                              capture_output=True, text=True)
+        assert text.returncode == 0 and "Watch a Linux node" in text.stdout

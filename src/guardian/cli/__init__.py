@@ -263,6 +263,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="rule files (default), rule-test files, or guardian.toml")
     s.set_defaults(func=_command("rules", "cmd_schema"))
 
+    comp = sub.add_parser("completion", help="print shell completion (bash: source it, or "
+                          "put it in /etc/bash_completion.d/guardian)")
+    comp.add_argument("shell", choices=["bash", "zsh", "tcsh"])
+    comp.set_defaults(func=_command("docs", "cmd_completion"))
+
+    man = sub.add_parser("man", help="print the manual page (roff: guardian man | man -l -)")
+    man.set_defaults(func=_command("docs", "cmd_man"))
+
     g = sub.add_parser("signals", help="list every signal with value, unit, help, source")
     g.add_argument("--root", default="/", help="host root to read (default /)")
     g.add_argument("--warmup", default="1s", type=duration(),
