@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     )
     from .policy.loader import load_rules, load_text
     from .snapshot import SignalSpec, Snapshot, labels_of
-
-from .version import __version__ as __version__
+    from .version import __version__
 
 # Imported on first use, so that `import guardian.cli` (every command) loads only what the
 # command needs.
@@ -45,7 +44,7 @@ _WHERE = {
     "Budget": "engine", "Decision": "engine", "Engine": "engine", "Executor": "executor",
     "Host": "host", "Ruleset": "model.ruleset", "load_rules": "policy.loader",
     "load_text": "policy.loader", "SignalSpec": "snapshot", "Snapshot": "snapshot",
-    "labels_of": "snapshot",
+    "labels_of": "snapshot", "__version__": "version",
     **dict.fromkeys(["Action", "ActionContext", "Outcome", "Plan", "Registry",
                      "RegistryError", "Source", "Step", "default_registry",
                      "register_action", "register_source"], "plugins"),
