@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     )
     from .policy.loader import load_rules, load_text
     from .snapshot import SignalSpec, Snapshot, labels_of
-    from .version import __version__
+    from .version import __version__ as __version__
 
 # Imported on first use, so that `import guardian.cli` (every command) loads only what the
 # command needs.

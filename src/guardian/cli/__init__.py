@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NoReturn
 
-from .. import __version__
+from ..version import __version__
 from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
 
 __all__ = ["main"]
