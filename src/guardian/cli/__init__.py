@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NoReturn
 
-from ..version import __version__
 from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
+from ..version import __version__
 
 __all__ = ["main"]
 
