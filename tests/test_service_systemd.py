@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, RULES, shipped_rule_count
+from .conftest import REPO, shipped_rule_count
 from .nspawn import Container, booted, nspawn_unavailable
 
 NEW_RULE = '''version = 1
@@ -53,16 +53,21 @@ def wait_props(c: Container, timeout: float, **want: str) -> dict[str, str]:
 def install(c: Container) -> None:
     c.run("python3", "-m", "venv", "/opt/guardian", timeout=180)
     c.run("/opt/guardian/bin/pip", "install", "-q", "--no-index", "--find-links", "/wheels",
-          "guardian", timeout=600)
-    c.run("ln", "-sf", "/opt/guardian/bin/guardian", "/usr/local/bin/guardian")
-    c.run("mkdir", "-p", "/etc/guardian/rules", "/etc/systemd/system/guardian.service.d")
-    for f in sorted(RULES.glob("*.toml")):
-        if not f.name.endswith(".test.toml"):
-            c.write(f"/etc/guardian/rules/{f.name}", f.read_text())
+          "node-guardian", timeout=600)
+    # the package lays out /etc/guardian and the unit from the defaults it carries
+    first = c.run("/opt/guardian/bin/guardian", "init").stdout
+    assert "created /etc/guardian/rules/nic.toml" in first
+    assert "created /etc/systemd/system/guardian.service" in first
+    unit = c.run("cat", "/etc/systemd/system/guardian.service").stdout
+    assert "ExecStart=/opt/guardian/bin/guardian run" in unit
+    # the operator's change survives a second init; the shipped version goes beside it
     c.write("/etc/guardian/guardian.toml", '[engine]\ninterval = "1s"\n')
-    c.write("/etc/systemd/system/guardian.service",
-            (REPO / "systemd" / "guardian.service").read_text())
+    again = c.run("/opt/guardian/bin/guardian", "init").stdout
+    assert "kept /etc/guardian/guardian.toml" in again
+    assert "unchanged /etc/guardian/rules/nic.toml" in again
+    c.run("test", "-f", "/etc/guardian/guardian.toml.new")
     # the watchdog test needs a short interval; everything else is the shipped unit
+    c.run("mkdir", "-p", "/etc/systemd/system/guardian.service.d")
     c.write("/etc/systemd/system/guardian.service.d/test.conf", "[Service]\nWatchdogSec=3s\n")
     c.run("systemctl", "daemon-reload")
 

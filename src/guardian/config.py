@@ -87,7 +87,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
             from .kube.fleet import FleetParams
         except ImportError:
             report(("fleet",), "[fleet] needs the Kubernetes extra: pip install "
-                               "'guardian[k8s]'")
+                               "'node-guardian[k8s]'")
         else:
             try:
                 fleet = FleetParams.model_validate(data["fleet"])

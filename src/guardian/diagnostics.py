@@ -8,13 +8,18 @@ import difflib
 import os
 import re
 import stat
-import tomllib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 from .positions import Pos, key_positions, locate
 

@@ -1,6 +1,6 @@
 """`guardian replay --plot`: each rule's signals over the recording, with the thresholds
 its condition compares against and its firing windows shaded. Needs matplotlib
-(``pip install guardian[plot]``)."""
+(``pip install node-guardian[plot]``)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _pyplot() -> Any:
         logging.getLogger("matplotlib").setLevel(logging.WARNING)
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RuntimeError("plotting needs matplotlib: pip install 'guardian[plot]'") from exc
+        raise RuntimeError("plotting needs matplotlib: pip install 'node-guardian[plot]'") from exc
     return plt
 
 

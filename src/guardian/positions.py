@@ -7,8 +7,9 @@ and of its value. It assumes the text already parsed with ``tomllib``.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
+
+import tomllib
 
 Path = tuple[str | int, ...]
 

@@ -240,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("recording", help="a file from guardian record")
     rules_option(rp, default="rules")
     rp.add_argument("--plot", metavar="OUT.png", help="draw signals, thresholds and "
-                    "firing windows (needs matplotlib: guardian[plot])")
+                    "firing windows (needs matplotlib: node-guardian[plot])")
     rp.add_argument("--json", action="store_true", help="decisions as JSON")
     rp.set_defaults(func=_command("replay", "cmd_replay"))
 
@@ -262,6 +262,15 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("kind", nargs="?", default="rules", choices=["rules", "tests", "config"],
                    help="rule files (default), rule-test files, or guardian.toml")
     s.set_defaults(func=_command("rules", "cmd_schema"))
+
+    ini = sub.add_parser("init", help="lay out /etc/guardian and the systemd unit from the "
+                         "shipped defaults, keeping whatever you changed")
+    ini.add_argument("--root", default="/", help="install under this root (an image's, "
+                     "default /)")
+    ini.add_argument("--exec", dest="exec_path", metavar="PATH",
+                     help="the guardian command the unit runs (default: this one)")
+    ini.add_argument("--json", action="store_true", help="machine-readable output")
+    ini.set_defaults(func=_command("setup", "cmd_init"))
 
     comp = sub.add_parser("completion", help="print shell completion (bash: source it, or "
                           "put it in /etc/bash_completion.d/guardian)")

@@ -6,11 +6,15 @@ import argparse
 import errno
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 from .. import state as state_file
 from ..actions import irq as irq_action

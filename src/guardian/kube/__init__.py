@@ -1,2 +1,2 @@
-"""Kubernetes support (optional: ``pip install guardian[k8s]``): node-scoped actions
+"""Kubernetes support (optional: ``pip install node-guardian[k8s]``): node-scoped actions
 through the real API and a fleet-wide disruption budget kept in Lease objects."""
