@@ -8,7 +8,6 @@ import difflib
 import os
 import re
 import stat
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +15,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib
-
+from . import tomlread
 from .positions import Pos, key_positions, locate
 
 Loc = tuple[str | int, ...]
@@ -51,7 +46,7 @@ class RuleError(Exception):
 _TOML_POS = re.compile(r"^(.*?)\s*\(at line (\d+), column (\d+)\)$", re.S)
 
 
-def toml_error(path: str, exc: tomllib.TOMLDecodeError) -> Diagnostic:
+def toml_error(path: str, exc: tomlread.TOMLDecodeError) -> Diagnostic:
     """A TOML syntax error as a diagnostic at tomllib's line and column."""
     m = _TOML_POS.match(str(exc))
     line, col, msg = (int(m.group(2)), int(m.group(3)), m.group(1)) if m else (1, 1, str(exc))
@@ -99,8 +94,8 @@ def parse_toml(path: str, text: str) -> dict[str, Any]:
     """TOML text as data. Raises :class:`RuleError` with the syntax error's position, or
     for input too deeply nested to parse."""
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return tomlread.loads(text)
+    except tomlread.TOMLDecodeError as exc:
         raise RuleError([toml_error(path, exc)]) from None
     except (RecursionError, MemoryError):
         raise RuleError([Diagnostic(path, 1, 1, "TOML nested too deeply to read")]) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tomllib
+from . import tomlread
 
 Path = tuple[str | int, ...]
 
@@ -98,7 +98,7 @@ class _Scanner:
         self.j += 1
         if quote == "'" or "\\" not in literal:
             return literal[1:-1]
-        return str(tomllib.loads(f"k = {literal}")["k"])  # a basic string's escapes
+        return str(tomlread.loads(f"k = {literal}")["k"])  # a basic string's escapes
 
     def skip_value(self, path: Path, out: dict[Path, Pos]) -> None:
         """Skip one value (string, array, inline table or bare scalar), noting the

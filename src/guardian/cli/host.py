@@ -11,12 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib
-
 from .. import state as state_file
+from .. import tomlread
 from ..actions import irq as irq_action
 from ..audit import AuditLog
 from ..collector import Collector
@@ -221,8 +217,8 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         try:
-            params[key.strip()] = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
+            params[key.strip()] = tomlread.loads(f"v = {value}")["v"]
+        except tomlread.TOMLDecodeError:
             params[key.strip()] = value
     return params
 
