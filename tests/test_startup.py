@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import REPO
+from .conftest import REPO, RULES
 
 HEAVY = ("lightkube", "httpx2", "prometheus_client", "watchdog", "guardian.service",
          "guardian.kube.actions", "guardian.metrics")
@@ -61,3 +61,24 @@ def test_importing_guardian_imports_nothing_else_of_it() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert proc.stdout.split() == ["[]", "True"]
+
+
+WITHOUT_K8S = "import sys\nsys.modules['httpx2'] = None\nsys.modules['lightkube'] = None\n"
+
+
+def test_a_base_install_is_quiet_and_names_the_missing_extra() -> None:
+    """Without the k8s extra (its modules made unimportable): commands say nothing about
+    it (before: five "No module named 'httpx2'" warnings on every command), and a rule or
+    `act` that uses a kube.* action is told which extra to install."""
+    quiet = subprocess.run(
+        [sys.executable, "-c", WITHOUT_K8S + "from guardian.cli import main\n"
+                                             f"sys.exit(main(['check', {str(RULES)!r}]))"],
+        capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    told = subprocess.run(
+        [sys.executable, "-c", WITHOUT_K8S + "from guardian.plugins import Registry\n"
+                                             "reg = Registry.from_entry_points()\n"
+                                             "assert reg.actions.get('kube.cordon') is None\n"
+                                             "print(reg.action_failure('kube.cordon'))"],
+        capture_output=True, text=True, timeout=60)
+    assert "pip install 'node-guardian[k8s]'" in told.stdout, told.stdout + told.stderr

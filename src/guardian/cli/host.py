@@ -228,7 +228,9 @@ def cmd_act(args: argparse.Namespace) -> int:
     reg = default_registry()
     cls = reg.actions.get(args.action)
     if cls is None:
-        print(f"guardian act: unknown action {args.action!r} (known: "
+        why = reg.action_failure(args.action)
+        print(f"guardian act: action {args.action!r} could not be loaded: {why}" if why else
+              f"guardian act: unknown action {args.action!r} (known: "
               f"{', '.join(sorted(reg.actions))})", file=sys.stderr)
         return 2
     try:
