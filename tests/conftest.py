@@ -36,3 +36,22 @@ def shipped_rule_count() -> int:
     """How many rules rules/ ships (tests that see the count follow the pack)."""
     from guardian.policy.loader import load_rules
     return len(load_rules([RULES]).rules)
+
+
+TARGET_PYTHON = Path("/usr/bin/python3.11")  # Debian 12's: what the .deb depends on
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """packaging/build's packages of this checkout, built once per run."""
+    import shutil
+    import subprocess
+    if shutil.which("dpkg-deb") is None or not TARGET_PYTHON.exists():
+        pytest.skip("packaging/build needs dpkg-deb and /usr/bin/python3.11 (Debian 12)")
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([str(REPO / "packaging" / "build")], env={
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(out), "OUT": str(out),
+        "TARGET_PYTHON": str(TARGET_PYTHON)}, cwd=REPO, capture_output=True, text=True,
+        timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

@@ -181,9 +181,11 @@ def test_shipped_rules_on_an_ena_sized_node_do_not_slow_down_as_history_fills() 
         engine.evaluate(snap)
         cost.append(time.perf_counter() - start)
         stored.append(sum(len(r) for s in engine.history.stores.values() for r in s.rows))
-    minute_2 = statistics.median(cost[60:120])
-    minute_15 = statistics.median(cost[840:900])
-    assert minute_15 <= 1.5 * minute_2 + 0.0005, (minute_2, minute_15)
+    # each minute's lower quartile: a tick's cost, less the interpreter's own pauses
+    # (garbage collection, the machine's other work); the bug grew it 13-fold
+    minute_2 = statistics.quantiles(cost[60:120], n=4)[0]
+    minute_15 = statistics.quantiles(cost[840:900], n=4)[0]
+    assert minute_15 <= 2 * minute_2 + 0.0005, (minute_2, minute_15)
     assert minute_15 < 0.005  # the target: under 5 ms an evaluation
     # rows x kept members: the 10-minute windows stopped growing at minute 10; only two
     # longer ones still add a float a tick: the 30-minute memcg.dying (a scalar) and the

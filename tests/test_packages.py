@@ -17,21 +17,6 @@ import pytest
 from .conftest import REPO, shipped_rule_count
 from .nspawn import Container, booted, nspawn_unavailable
 
-TARGET_PYTHON = Path("/usr/bin/python3.11")  # Debian 12's: what the .deb depends on
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("dpkg-deb") is None or not TARGET_PYTHON.exists():
-        pytest.skip("packaging/build needs dpkg-deb and /usr/bin/python3.11 (Debian 12)")
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([str(REPO / "packaging" / "build")], env={
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(out), "OUT": str(out),
-        "TARGET_PYTHON": str(TARGET_PYTHON)}, cwd=REPO, capture_output=True, text=True,
-        timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
-
 
 def _deb(dist: Path) -> Path:
     [deb] = dist.glob("*.deb")

@@ -285,3 +285,44 @@ def test_shipped_rules_run_in_the_service(tmp_path: Path) -> None:
     with daemon(tmp_path, "--dry-run", rules=RULES) as (_, notify):
         ready = notify.wait_for("READY")
         assert ready["STATUS"].startswith(f"dry run; {shipped_rule_count()} rules; ")
+
+
+def test_healthz_and_guardian_health(tmp_path: Path) -> None:
+    """/healthz answers 200 while ticks complete and `guardian health` exits 0; a stopped
+    loop gets no answer (exit 1); a loop whose ticks stopped completing answers 503."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = write(tmp_path, "g.toml", "")
+    health = [sys.executable, "-m", "guardian", "health", "--config", str(config), "--port",
+              str(port), "--timeout", "1s"]
+    with daemon(tmp_path, "--metrics-port", str(port)) as (proc, notify):
+        notify.wait_for("READY")
+        notify.wait_for("STATUS", contains="last action")  # the first tick is done
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+        assert body.decode().startswith("ok: the last tick completed"), body
+        ok = subprocess.run(health, capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0 and ok.stdout.startswith("ok: "), ok.stderr
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            stopped = subprocess.run(health, capture_output=True, text=True, timeout=60)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        assert stopped.returncode == 1 and "no answer" in stopped.stderr
+
+
+def test_healthz_says_stuck_when_ticks_stop_completing() -> None:
+    from guardian.config import Config
+    from guardian.metrics import _with_health
+    from guardian.service import Daemon, ServiceOptions
+
+    d = Daemon(ServiceOptions(rules=[str(RULES)], interval=1.0, metrics_port=None), Config())
+    d.last_tick_done = time.monotonic() - 120  # the loop hangs in a tick
+    ok, text = d.health()
+    assert not ok and text.startswith("stuck: the last tick completed 120s ago")
+    statuses: list[str] = []
+    app = _with_health(lambda e, r: [b"metrics"], d.health)
+    body = app({"PATH_INFO": "/healthz"}, lambda status, headers: statuses.append(status))
+    assert statuses == ["503 Service Unavailable"] and b"stuck" in b"".join(body)
+    d.last_tick_done = time.monotonic()
+    assert d.health()[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import platform
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -175,11 +175,16 @@ class Metrics:
                 for outcome in OUTCOMES:
                     self.actions.labels(rule.name, action.spec.use, outcome)
 
-    def serve(self, address: str, port: int) -> str | None:
-        """Start the HTTP endpoint; an error message instead of raising (a port in use
-        leaves guardian running without metrics)."""
+    def serve(self, address: str, port: int,
+              health: Callable[[], tuple[bool, str]] | None = None) -> str | None:
+        """Start the HTTP endpoint (``/metrics``, and ``/healthz`` answered by ``health``);
+        an error message instead of raising (a port in use leaves guardian running
+        without metrics)."""
+        app = make_wsgi_app(self.registry)
+        if health is not None:
+            app = _with_health(app, health)
         try:
-            self.server = httpserve.serve(address, port, make_wsgi_app(self.registry))
+            self.server = httpserve.serve(address, port, app)
         except (OSError, RuntimeError) as exc:
             log.error("metrics endpoint %s:%d not started: %s", address, port, exc)
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -197,3 +202,18 @@ class Metrics:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+
+
+def _with_health(app: Any, health: Callable[[], tuple[bool, str]]) -> Any:
+    """``/healthz``: 200 while the loop completes ticks, 503 once it is stuck (the
+    liveness probe's question); every other path goes to the metrics app."""
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") != "/healthz":
+            return app(environ, start_response)
+        ok, text = health()
+        body = (text + "\n").encode()
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8"),
+                        ("Content-Length", str(len(body)))])
+        return [body]
+    return wsgi

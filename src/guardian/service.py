@@ -107,6 +107,8 @@ class Daemon:
         self.reload_at = 0.0
         self.status_extra = ""
         self.last_action = "none"
+        self.started = time.monotonic()
+        self.last_tick_done: float | None = None
         self.ruleset: Ruleset | None = None
         self.engine: Engine | None = None
         self.collector: Collector | None = None
@@ -204,7 +206,8 @@ class Daemon:
         self.metrics.last_reload_ok.set(1)
         if self.opts.metrics_port is not None:
             self.status_extra = self.metrics.serve(self.opts.metrics_address,
-                                                   self.opts.metrics_port) or ""
+                                                   self.opts.metrics_port,
+                                                   health=self.health) or ""
         followers = self.collector.follow(lambda reason: self.wake.set())
         self._watch_rules()
         log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",
@@ -310,6 +313,7 @@ class Daemon:
         self._update_metrics(snap)
         self.metrics.tick.observe(time.monotonic() - started)
         self.metrics.last_tick.set(time.time())
+        self.last_tick_done = time.monotonic()
         if self.opts.textfile:
             self.metrics.write_textfile(self.opts.textfile)
         self.notifier.status(self.status())
@@ -406,6 +410,19 @@ class Daemon:
                 self.metrics.rule_state.labels(name, s).set(1.0 if s == current else 0.0)
         self.metrics.source_errors.counts = dict(self.collector.error_counts)
         self.metrics.persistence_ok.set(0 if self.persistence_fault() else 1)
+
+    def health(self) -> tuple[bool, str]:
+        """Whether the loop is alive: a tick completed within three intervals (at least
+        30 s), as the systemd watchdog would judge it; with the age of the last one."""
+        limit = max(3 * self.opts.interval, 30.0)
+        last = self.last_tick_done
+        if last is None:
+            age = time.monotonic() - self.started
+            return age < limit + self.opts.interval, f"starting ({age:.0f}s)"
+        age = time.monotonic() - last
+        if age > limit:
+            return False, f"stuck: the last tick completed {age:.0f}s ago (limit {limit:.0f}s)"
+        return True, f"ok: the last tick completed {age:.1f}s ago"
 
     def status(self) -> str:
         assert self.engine and self.ruleset

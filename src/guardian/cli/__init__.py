@@ -194,6 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--root", default="/", help="host root to read (default /)")
     r.add_argument("--audit", metavar="FILE", help="append decisions and outcomes to FILE")
     r.add_argument("--state", metavar="FILE", help="persisted engine state (service)")
+    r.add_argument("--metrics-address", metavar="ADDRESS",
+                   help="metrics and /healthz listen here (default: the config's, else "
+                        "127.0.0.1; in a DaemonSet, the node's address)")
     r.add_argument("--metrics-port", type=port, metavar="PORT",
                    help="metrics endpoint port on the configured address; 0 turns it off")
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
@@ -262,6 +265,15 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("kind", nargs="?", default="rules", choices=["rules", "tests", "config"],
                    help="rule files (default), rule-test files, or guardian.toml")
     s.set_defaults(func=_command("rules", "cmd_schema"))
+
+    hl = sub.add_parser("health", help="ask the running service whether its loop is alive "
+                        "(exit 0) or stuck (exit 1): for exec probes and scripts")
+    hl.add_argument("--address", help="where the service listens (default: the config's)")
+    hl.add_argument("--port", type=port, help="its metrics port (default: the config's)")
+    hl.add_argument("--timeout", type=duration(positive=True), default="5s")
+    hl.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(hl)
+    hl.set_defaults(func=_command("health", "cmd_health"))
 
     ini = sub.add_parser("init", help="lay out /etc/guardian and the systemd unit from the "
                          "shipped defaults, keeping whatever you changed")

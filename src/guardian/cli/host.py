@@ -132,7 +132,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         interval=parse_duration(args.interval) if args.interval else config.engine.interval,
         state_path=Path(args.state or state_path),
         audit_path=Path(args.audit or audit_path),
-        metrics_address=svc.metrics.address, metrics_port=port,
+        metrics_address=args.metrics_address or svc.metrics.address, metrics_port=port,
         textfile=svc.metrics.textfile or None, apply_timeout=svc.apply_timeout,
         act_deadline=svc.apply_timeout + 60,
         root=Path(args.root))
