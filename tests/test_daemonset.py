@@ -41,8 +41,8 @@ def _validate(doc: dict[str, Any]) -> list[str]:
 
 def _unprivileged(ds: dict[str, Any]) -> dict[str, Any]:
     """kubernetes-unprivileged/kustomization.yaml's JSON patch, applied as kustomize would."""
-    [patch] = yaml.safe_load((REPO / "deploy" / "kubernetes-unprivileged" / "kustomization.yaml").read_text())[
-        "patches"]
+    overlay = REPO / "deploy" / "kubernetes-unprivileged" / "kustomization.yaml"
+    [patch] = yaml.safe_load(overlay.read_text())["patches"]
     [op] = yaml.safe_load(patch["patch"])
     assert op["op"] == "replace"
     out = json.loads(json.dumps(ds))
