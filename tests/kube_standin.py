@@ -30,6 +30,12 @@ CORE = [("nodes", "Node", False, ["get", "list", "patch", "update"]),
 GROUPS = {
     ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
     ("apps", "v1"): [("daemonsets", "DaemonSet", True, ["get", "list"])],
+    # what deploy/kubernetes holds, so `kubectl apply --dry-run=client` can map its kinds
+    ("admissionregistration.k8s.io", "v1"): [
+        ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False, ["get", "list"]),
+        ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False,
+         ["get", "list"])],
+    ("monitoring.coreos.com", "v1"): [("podmonitors", "PodMonitor", True, ["get", "list"])],
     ("coordination.k8s.io", "v1"): [("leases", "Lease", True,
                                      ["get", "list", "create", "update", "delete"])],
     ("rbac.authorization.k8s.io", "v1"): [

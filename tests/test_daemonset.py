@@ -199,3 +199,25 @@ def test_the_kustomizations_render_valid_manifests(overlay: str) -> None:
     [c] = ds["spec"]["template"]["spec"]["containers"]
     assert c["image"].endswith("/node-guardian:0.1.0")
     assert c["securityContext"]["privileged"] is (overlay == "kubernetes")
+
+
+@pytest.mark.parametrize("target", ["-k=deploy/kubernetes", "-k=deploy/kubernetes-unprivileged",
+                                    "-f=deploy/kubernetes/podmonitor.yaml"])
+def test_kubectl_apply_dry_run_accepts_the_manifests(tmp_path: Path, target: str) -> None:
+    """`kubectl apply --dry-run=client`, kubectl's own check of what it would send, against
+    the API stand-in (tests/kube_standin.py) for discovery: every kind maps, every object
+    would be created."""
+    import shutil
+
+    from .kube_standin import serve
+    from .test_kube_standin import kubeconfig, kubectl
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    with serve() as (url, _):
+        kc = kubeconfig(tmp_path, url)
+        flag, path = target.split("=", 1)
+        out = kubectl(kc, "apply", "--dry-run=client", "--validate=false", flag,
+                      str(REPO / path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines and all(line.endswith("created (dry run)") for line in lines), out.stdout
