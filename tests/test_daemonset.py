@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 import yaml
 
 from .conftest import REPO
-from .kernel import need_root, netns_with_veth
 
 DEPLOY = REPO / "deploy" / "kubernetes"
 K8S = "1.30.0"  # ValidatingAdmissionPolicy is v1 from 1.30
@@ -156,28 +154,6 @@ def test_the_admission_policy_holds_guardian_to_its_node(
     if matched:
         [validation] = spec["validations"]
         assert _cel(validation["expression"], activation) is allowed
-
-
-# -- a DaemonSet-like run sees the host's NICs ----------------------------------------------
-
-def test_in_the_hosts_network_namespace_the_nic_source_reads_the_hosts_nics() -> None:
-    """What hostNetwork gives the pod: guardian run in a network namespace reads that
-    namespace's NICs (here: a namespace the test makes, holding a veth pair, plays the
-    host; guardian joins it as a hostNetwork pod joins the node's)."""
-    need_root()
-    with netns_with_veth() as (ns, a, b):
-        proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "guardian",
-                               "signals", "--json", "--warmup", "0s"],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        rows = {r["name"]: r for r in json.loads(proc.stdout)["data"]}
-        stats = rows["nic.stat"]["value"]
-        assert isinstance(stats, dict)
-        ifaces = {k.split('iface="')[1].split('"')[0] for k in stats}
-        assert {a, b} <= ifaces, ifaces
-        # the test's own namespace has neither
-        own = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert f" {a}:" not in own and f" {b}:" not in own
 
 
 @pytest.mark.parametrize("overlay", ["kubernetes", "kubernetes-unprivileged"])

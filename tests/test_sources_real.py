@@ -76,7 +76,9 @@ def test_real_dying_memcgs_rise_and_fall_after_drop_caches() -> None:
 
 def test_ethtool_stats_of_a_veth_pair_in_our_namespace() -> None:
     """A veth answers the same ETHTOOL_GSTATS ioctl as an ENA NIC; read it from inside a
-    network namespace made for this test, through the real CLI."""
+    network namespace made for this test, through the real CLI. It is also what the
+    DaemonSet's hostNetwork gives the pod: guardian reads the NICs of the namespace it runs
+    in (here one the test makes plays the node's), not those of the one it started from."""
     with netns_with_veth() as (ns, a, b):
         proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "guardian",
                                "signals", "--json", "--warmup", "0s"],
@@ -85,6 +87,8 @@ def test_ethtool_stats_of_a_veth_pair_in_our_namespace() -> None:
         rows = {r["name"]: r for r in json.loads(proc.stdout)["data"]}
         stats = rows["nic.stat"]["value"]
         peer_of_a = stats[f'{{driver="veth", iface="{a}", stat="peer_ifindex"}}']
+        own = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert f" {a}:" not in own and f" {b}:" not in own  # not the test's own NICs
         b_index = subprocess.run(["ip", "netns", "exec", ns, "cat",
                                   f"/sys/class/net/{b}/ifindex"], capture_output=True,
                                  text=True, check=True).stdout
