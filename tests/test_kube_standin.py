@@ -87,7 +87,7 @@ def test_deploy_manifests_parse_and_grant_least_privilege(tmp_path: Path) -> Non
     deploy = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
     with serve() as (url, _):
         out = kubectl(kubeconfig(tmp_path, url), "create", "--dry-run=client",
-                      "--validate=false", "-o", "json", "-f", str(deploy))
+                      "--validate=false", "-o", "json", "-k", str(deploy))
     assert out.returncode == 0, out.stderr
     items, pos, dec = [], 0, json.JSONDecoder()
     while pos < len(out.stdout.rstrip()):  # one JSON document per object, back to back
@@ -106,5 +106,5 @@ def test_deploy_manifests_parse_and_grant_least_privilege(tmp_path: Path) -> Non
     assert not any(v in ("delete", "deletecollection", "*") for _, v in granted)
     assert not any(r == "*" for r, _ in granted)
     fleet = by_kind[("Role", "guardian-fleet")]
-    assert fleet["metadata"]["namespace"] == "kube-system"
+    assert fleet["metadata"]["namespace"] == "guardian"  # its own namespace only
     assert fleet["rules"][0]["resources"] == ["leases"]
