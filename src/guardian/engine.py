@@ -179,7 +179,7 @@ class Engine:
                 st.changed = False
                 start = st.active_at if st.active_at is not None else st.since
                 if phase == "firing" and holds and start is not None \
-                        and _ms(now - start) < _ms(rule.spec.for_):
+                        and round((now - start) * 1000) < rule.for_ms:
                     st.phase, st.since = "pending", start
                     st.keep_firing_since = None
                     out.append(self._decision(rule, "pending", now, values, result,
@@ -198,7 +198,7 @@ class Engine:
             elif phase == "pending":
                 if holds:
                     assert st.since is not None
-                    if _ms(now - st.since) >= _ms(rule.spec.for_):
+                    if round((now - st.since) * 1000) >= rule.for_ms:
                         self._fire(rule, st, now, values, result, out)
                 else:
                     st.phase = "inactive"
@@ -210,7 +210,7 @@ class Engine:
             else:  # firing, no longer true: kept firing for keep_firing_for from here
                 if st.keep_firing_since is None:
                     st.keep_firing_since = now
-                if _ms(now - st.keep_firing_since) >= _ms(rule.spec.keep_firing_for):
+                if round((now - st.keep_firing_since) * 1000) >= rule.keep_firing_ms:
                     st.phase = "inactive"
                     st.since = st.active_at = st.keep_firing_since = None
                     st.said_suppressed = st.held = False
@@ -376,12 +376,6 @@ class Engine:
 
     def pending(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "pending"]
-
-
-def _ms(seconds: float) -> int:
-    """A span in whole milliseconds: durations and snapshot times are compared exactly
-    (0.7 + 0.3 is not less than 1.0 here, as it is in floating point)."""
-    return round(seconds * 1000)
 
 
 def _causes_first(rules: list[CompiledRule]) -> list[CompiledRule]:

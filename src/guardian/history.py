@@ -71,6 +71,7 @@ class _Rows:
     def __init__(self, matchers: tuple[Matcher, ...] | None, window: float) -> None:
         self.matchers = matchers
         self.window = window
+        self.window_ms = _ms(window)
         # times are whole milliseconds: a window's edges are exact, whatever the tick
         self.times: deque[int] = deque(maxlen=MAX_ROWS)
         self.scalar = False
@@ -91,8 +92,8 @@ class _Rows:
         self.identity = False  # kept members are ``order`` itself
 
     # -- recording ---------------------------------------------------------------------
-    def record(self, when: float, value: object) -> None:
-        now = _ms(when)
+    def record(self, now: int, value: object) -> None:
+        """This tick's value (``now`` in whole milliseconds)."""
         if value is not None:
             if self.times and self.times[-1] >= now:
                 self._drop_newest()  # the same instant twice (an event wake-up): keep newest
@@ -104,7 +105,7 @@ class _Rows:
             elif isinstance(value, int | float):
                 self.scalar = True
                 self._append(now, {(): float(value)})
-        self._evict(now - _ms(self.window))
+        self._evict(now - self.window_ms)
 
     def _admit(self, fam: Mapping[Labels, float]) -> None:
         """Give members seen for the first time their column, if the matchers pick them."""
@@ -211,9 +212,10 @@ class _Rows:
                          if (k in self.index if chosen else not prune or k in fam)}
 
     # -- queries -----------------------------------------------------------------------
-    def query(self, fn: str, now: float, window: float) -> float | Family | None:
-        """``fn`` over the window (now - window, now], as Prometheus' range selectors."""
-        i0 = bisect_right(self.times, _ms(now) - _ms(window))
+    def query(self, fn: str, now: int, window: int) -> float | Family | None:
+        """``fn`` over the window (now - window, now], as Prometheus' range selectors (in
+        whole milliseconds)."""
+        i0 = bisect_right(self.times, now - window)
         n_rows = len(self.rows) - i0
         if n_rows <= 0:
             return None
@@ -285,19 +287,22 @@ class History:
             lb: Lookback = (key, None) if isinstance(key, str) else key
             kept = previous.stores.get(lb) if previous is not None else None
             if kept is not None:
-                kept.window = window
+                kept.window, kept.window_ms = window, _ms(window)
                 self.stores[lb] = kept
             else:
                 self.stores[lb] = _Rows(lb[1], window)
         self.now: float = previous.now if previous is not None else 0.0
+        self.now_ms = _ms(self.now)
+        self.windows_ms: dict[float, int] = {}  # each window a condition asks, in ms
         # rules often ask the same question; answers hold until the next record()
         self.memo: dict[tuple[str, str, object, float], float | Family | None] = {}
 
     def record(self, now: float, values: Mapping[str, Any]) -> None:
         self.now = now
+        self.now_ms = now_ms = _ms(now)
         self.memo.clear()
         for (name, _), rows in self.stores.items():
-            rows.record(now, values.get(name))
+            rows.record(now_ms, values.get(name))
 
     def query(
         self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
@@ -305,11 +310,14 @@ class History:
         key = (fn, name, matchers, window)
         if key in self.memo:
             return self.memo[key]
+        window_ms = self.windows_ms.get(window)
+        if window_ms is None:
+            window_ms = self.windows_ms[window] = _ms(window)
         rows = self.stores.get((name, matchers))
         if rows is not None:
-            result = rows.query(fn, self.now, window)
+            result = rows.query(fn, self.now_ms, window_ms)
         elif matchers and (whole := self.stores.get((name, None))) is not None:
-            got = whole.query(fn, self.now, window)  # narrowed after the fact
+            got = whole.query(fn, self.now_ms, window_ms)  # narrowed after the fact
             result = sel(got, matchers) if isinstance(got, dict) else got
         else:
             result = None

@@ -52,6 +52,13 @@ class CompiledRule:
     condition: Condition
     actions: list[BoundAction]
     caused_by_at: tuple[int, int] = (0, 0)  # line, column of `caused_by` in the file
+    # the rule's timing in whole milliseconds, as the engine compares it (exactly)
+    for_ms: int = field(init=False)
+    keep_firing_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.for_ms = round(self.spec.for_ * 1000)
+        self.keep_firing_ms = round(self.spec.keep_firing_for * 1000)
 
     @property
     def name(self) -> str:
