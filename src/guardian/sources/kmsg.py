@@ -97,10 +97,8 @@ class KmsgConfig(BaseModel):
                                  "meaning when the patterns are combined; name the group: "
                                  "(?P<x>...)(?P=x)")
         # the live matcher screens each line with the patterns in one or two alternations
-        merged = {**(DEFAULT_PATTERNS if info.data.get("default_patterns", True) else {}),
-                  **v}
         try:
-            _screens(merged)
+            _screens(_with_defaults(info.data.get("default_patterns", True), v))
         except (re.error, RecursionError, OverflowError) as exc:
             # a re.error's position would be one in the combined expression: leave it out
             why = exc.msg if isinstance(exc, re.error) else str(exc)
@@ -119,10 +117,16 @@ class KmsgConfig(BaseModel):
         return v
 
     def merged(self) -> dict[str, str]:
-        return {**(DEFAULT_PATTERNS if self.default_patterns else {}), **self.patterns}
+        return _with_defaults(self.default_patterns, self.patterns)
 
     def compiled(self) -> dict[str, re.Pattern[str]]:
         return {n: re.compile(p) for n, p in self.merged().items()}
+
+
+def _with_defaults(default_patterns: bool, patterns: dict[str, str]) -> dict[str, str]:
+    """The patterns the source matches: the shipped ones (unless turned off), then the
+    configured ones."""
+    return {**(DEFAULT_PATTERNS if default_patterns else {}), **patterns}
 
 
 def _screen(patterns: dict[str, str]) -> re.Pattern[str]:
