@@ -39,19 +39,28 @@ def shipped_rule_count() -> int:
 
 
 TARGET_PYTHON = Path("/usr/bin/python3.11")  # Debian 12's: what the .deb depends on
+STALE_MODULE = "left_by_an_older_build"  # planted in build/ of the tree dist is built from
 
 
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """packaging/build's packages of this checkout, built once per run."""
+    """packaging/build's packages of this checkout, built once per run, from a copy of it
+    where another install left a stale ``build/`` and ``*.egg-info`` behind (the package
+    must not carry them: see ``STALE_MODULE``)."""
     import shutil
     import subprocess
     if shutil.which("dpkg-deb") is None or not TARGET_PYTHON.exists():
         pytest.skip("packaging/build needs dpkg-deb and /usr/bin/python3.11 (Debian 12)")
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([str(REPO / "packaging" / "build")], env={
+    tree = tmp_path_factory.mktemp("checkout") / "guardian"
+    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", ".venv", "*.egg-info", "__pycache__", ".*_cache"))
+    write(tree / "build" / "lib" / "guardian", f"{STALE_MODULE}.py", "raise SystemExit(1)\n")
+    write(tree / "src" / "node_guardian.egg-info", "SOURCES.txt",
+          f"src/guardian/{STALE_MODULE}.py\n")
+    proc = subprocess.run([str(tree / "packaging" / "build")], env={
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(out), "OUT": str(out),
-        "TARGET_PYTHON": str(TARGET_PYTHON)}, cwd=REPO, capture_output=True, text=True,
+        "TARGET_PYTHON": str(TARGET_PYTHON)}, cwd=tree, capture_output=True, text=True,
         timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

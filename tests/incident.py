@@ -35,7 +35,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .kernel import MEMCG_V1, drop_caches, need_memcg_v1, settle_memcgs
+from guardian.testing import MEMCG_V1
+
+from .kernel import drop_caches, need_memcg_v1, settle_memcgs
 from .nspawn import Container, booted
 
 LIFE = (

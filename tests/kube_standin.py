@@ -230,10 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
             items = [o for (ons, _), o in sorted(objs.items()) if not ns or ons == ns]
             for sel in q.get("fieldSelector", []):
                 for term in sel.split(","):
-                    key, _, want = term.partition("=")
-                    if key == "spec.nodeName":
+                    field, _, want = term.partition("=")
+                    if field == "spec.nodeName":
                         items = [o for o in items if o["spec"].get("nodeName") == want]
-                    elif key == "metadata.name":
+                    elif field == "metadata.name":
                         items = [o for o in items if o["metadata"]["name"] == want]
             for sel in q.get("labelSelector", []):
                 want_labels = dict(t.split("=", 1) for t in sel.split(",") if "=" in t)

@@ -10,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -22,7 +24,7 @@ from guardian.actions.systemd_unit import SystemdUnit, UnitParams
 from guardian.executor import Executor
 from guardian.host import Host
 from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.snapshot import Snapshot, Value
 from guardian.sources.systemd import SystemdSource
 from guardian.testing import FakeHost, family
 
@@ -38,7 +40,7 @@ from .kernel import (
 from .nspawn import booted
 
 
-def ctx(values: dict[str, object] | None = None, host: Host | None = None) -> ActionContext:
+def ctx(values: Mapping[str, Value] | None = None, host: Host | None = None) -> ActionContext:
     return ActionContext("test-rule", Snapshot(0.0, dict(values or {})), host or Host(),
                          dry_run=False, values={"x": 1})
 
@@ -376,8 +378,8 @@ def test_crash_looping_unit_is_stopped_and_masked_under_real_systemd() -> None:
                                                          restart_window="1m"))
         src.collect(0.0)
         time.sleep(1.5)
-        snap = Snapshot(1.5, {"systemd.unit_restarts_recent":
-                              src.collect(1.5)["systemd.unit_restarts_recent"]})
+        snap = Snapshot(1.5, {"systemd.unit_restarts_recent": cast(
+            Value, src.collect(1.5)["systemd.unit_restarts_recent"])})
         act = SystemdUnit(UnitParams(allow=["*"], deny=["steady*"], verbs=["stop", "mask"],
                                      systemctl=systemctl, min_restarts=3))
         actx = ActionContext("r", snap, Host(), dry_run=False)

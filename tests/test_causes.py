@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from guardian import Engine, Snapshot, load_text
@@ -37,7 +38,7 @@ cooldown = "10m"
 '''
 
 
-def _run(text: str, series: list[tuple[float, float, float]]) -> list[Decision]:
+def _run(text: str, series: Sequence[tuple[float, float, float]]) -> list[Decision]:
     engine = Engine(load_text(text))
     out = []
     for t, dying, hot in series:

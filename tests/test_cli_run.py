@@ -23,7 +23,7 @@ from guardian import (
     load_text,
 )
 from guardian.audit import AuditLog, TornLine, read_audit
-from guardian.plugins import Registry, default_registry
+from guardian.plugins import NoParams, Registry, default_registry
 
 from .conftest import RULES, write
 
@@ -68,7 +68,7 @@ for = "10m"
     assert "- guardian log: warning: would log for always" in proc.stdout
 
 
-class Boom(Action):
+class Boom(Action[NoParams]):
     name = "test.boom"
 
     def plan(self, ctx: ActionContext) -> Plan:

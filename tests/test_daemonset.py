@@ -44,7 +44,7 @@ def _unprivileged(ds: dict[str, Any]) -> dict[str, Any]:
     [patch] = yaml.safe_load(overlay.read_text())["patches"]
     [op] = yaml.safe_load(patch["patch"])
     assert op["op"] == "replace"
-    out = json.loads(json.dumps(ds))
+    out: dict[str, Any] = json.loads(json.dumps(ds))
     *path, last = op["path"].strip("/").split("/")
     node: Any = out
     for part in path:

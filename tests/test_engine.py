@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guardian import Budget, Engine, Snapshot, load_text
+from guardian.snapshot import Value
 
 RULES = '''version = 1
 
@@ -27,7 +28,7 @@ def engine(for_: str = "0s", keep: str = "0s", cooldown: str = "0s", runs: int =
 
 
 def tick(e: Engine, t: float, x: float | None) -> list[tuple[str, str, int]]:
-    values = {} if x is None else {"memcg.dying": x}
+    values: dict[str, Value] = {} if x is None else {"memcg.dying": x}
     return [(d.rule, d.kind, len(d.actions)) for d in e.evaluate(Snapshot(t, values))]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pytest
 
@@ -21,7 +22,7 @@ def fam(**members: float) -> dict[tuple[tuple[str, str], ...], float]:
     return {labels_of({"cpu": k.lstrip("c")}): v for k, v in members.items()}
 
 
-def ev(text: str, values: dict[str, object], hist: History | None = None) -> object:
+def ev(text: str, values: Mapping[str, object], hist: History | None = None) -> object:
     cond = compile_condition(text, CAT)
     return cond.fn(values, hist or History({}))
 

@@ -194,3 +194,41 @@ when = "processes.total > 0"
 
 
 _ = NotifySocket  # shared helper from test_service
+
+
+def test_a_crashed_action_worker_is_reported_as_a_crash_not_a_timeout(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: an exception in the worker that carries out a tick's decisions (Python
+    3.10's missing ``datetime.UTC`` in the fleet budget) was logged as "actions did not
+    finish within 360s"; now the exception itself is logged and audited."""
+    from guardian.config import Config
+    from guardian.notify import Notifier
+    from guardian.service import Daemon, ServiceOptions
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    write(rules, "r.toml", SLOW.replace('argv = ["sleep", "30"]', 'argv = ["true"]'))
+    opts = ServiceOptions(rules=[str(rules)], state_path=tmp_path / "state.json",
+                          audit_path=tmp_path / "audit.jsonl", metrics_port=None,
+                          require_root_owned_rules=False)
+    d = Daemon(opts, Config(), notifier=Notifier({}))
+    assert d.start() == 0
+    try:
+        assert d.executor is not None
+
+        def broken(*_: object) -> list[object]:
+            raise AttributeError("module 'datetime' has no attribute 'UTC'")
+
+        d.executor.run = broken  # type: ignore[method-assign, assignment]
+        t0 = time.monotonic()
+        with caplog.at_level("ERROR", logger="guardian"):
+            assert d.tick() == []
+        assert time.monotonic() - t0 < 30  # not the whole act deadline
+    finally:
+        d.shutdown()
+    text = caplog.text
+    assert "acting on slow crashed: AttributeError" in text and "Traceback" in text
+    assert "did not finish within" not in text
+    crashes = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text()
+               .splitlines() if '"type":"act_crash"' in line]
+    assert crashes and "no attribute 'UTC'" in crashes[0]["error"]

@@ -112,7 +112,7 @@ def test_text_parsers(text: str) -> None:
                   parse_net_dev, parse_pressure, parse_show, parse_series,
                   parse_duration, parse_series_key, parse_cpu_list):
         with contextlib.suppress(*CLEAN):
-            parse(text)  # type: ignore[operator]
+            parse(text)
 
 
 @FUZZ
@@ -120,7 +120,7 @@ def test_text_parsers(text: str) -> None:
 def test_binary_parsers(raw: bytes) -> None:
     for parse in (parse_record, parse_gstrings, parse_gstats):
         try:
-            parse(raw)  # type: ignore[operator]
+            parse(raw)
         except (*CLEAN, __import__("struct").error):
             pass
 

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import math
 from itertools import pairwise
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardian.history import History
-from guardian.model.runtime import matches
+from guardian.model.runtime import Lookback, Matcher, matches
 from guardian.snapshot import labels_of
 
 FUNCS = ["rate", "increase", "delta", "max_over_time", "min_over_time", "avg_over_time"]
 KEYS = [labels_of({"q": str(i), "stat": s}) for i in range(4) for s in ("tx", "rx")]
 TX = (("stat", "tx"), )
-MATCHERS = (("stat", "tx", False),)
+MATCHERS: tuple[Matcher, ...] = (("stat", "tx", False),)
 
 
 def reference(records: list[tuple[float, dict[str, object]]], fn: str, name: str,
@@ -42,7 +43,7 @@ def reference(records: list[tuple[float, dict[str, object]]], fn: str, name: str
         fam = {(): v} if not isinstance(v, dict) else v
         for k, x in fam.items():
             if matchers is None or matches(k, matchers):  # type: ignore[arg-type]
-                per.setdefault(k, []).append((t, x))
+                per.setdefault(k, []).append((t, cast(float, x)))
     out = {}
     for k, s in per.items():
         vals = [x for _, x in s]
@@ -87,7 +88,10 @@ def test_rows_agree_with_the_definition(ticks: list[tuple[int, list[float | None
                                                            float | None]],
                                         fn: str, window: float) -> None:
     keep = 40.0
-    hist = History({("n.stat", MATCHERS): keep, ("n.stat", None): keep, "a.x": keep})
+    # names and (name, matchers) pairs mixed: History takes them, its annotation lists
+    # only mappings of one kind
+    hist = History({("n.stat", MATCHERS): keep, ("n.stat", None): keep,  # type: ignore[arg-type]
+                    "a.x": keep})
     records: list[tuple[float, dict[str, object]]] = []
     now = 0.0
     for step, members, scalar in ticks:
@@ -117,7 +121,8 @@ def test_narrowing_a_whole_family_lookback() -> None:
 
 
 def test_only_selected_members_are_kept_and_gone_members_are_forgotten() -> None:
-    hist = History({("n.stat", MATCHERS): 10.0})
+    lookbacks: dict[Lookback, float] = {("n.stat", MATCHERS): 10.0}
+    hist = History(lookbacks)
     store = hist.stores[("n.stat", MATCHERS)]
     for t in range(100):  # members come and go: a fresh q label every tick
         fam = {labels_of({"q": f"{t}-{i}", "stat": s}): 1.0 for i in range(3)

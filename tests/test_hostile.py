@@ -19,7 +19,7 @@ import pytest
 
 from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
 from guardian.audit import TornLine, read_audit
-from guardian.plugins import default_registry
+from guardian.plugins import NoParams, default_registry
 from guardian.testing import snapshot
 
 from .conftest import write
@@ -129,7 +129,7 @@ def test_a_replaced_rules_directory_is_still_watched(tmp_path: Path) -> None:
         assert proc.poll() is None
 
 
-class Unread(Action):
+class Unread(Action[NoParams]):
     """Applies, but reading the effect back disagrees."""
 
     name: ClassVar[str] = "test.unread"
@@ -500,7 +500,7 @@ def test_audit_and_recording_never_follow_a_planted_symlink(tmp_path: Path) -> N
     assert "Traceback" not in run.stderr + rec.stderr
 
 
-class Slow(Action):
+class Slow(Action[NoParams]):
     """Outlives its timeout."""
 
     name: ClassVar[str] = "test.slow"

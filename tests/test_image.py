@@ -21,6 +21,9 @@ import yaml
 from .conftest import REPO
 from .nspawn import build_root, nspawn_unavailable
 
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
+
 
 def _free_port() -> int:
     with socket.socket() as s:

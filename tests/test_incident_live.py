@@ -13,11 +13,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from guardian.host import Host
 from guardian.sources.cgroups import CgroupsSource
 
 from .incident import config_for, crash_loop
+
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
+
+
 
 RULE = '''version = 1
 
@@ -79,9 +87,9 @@ def test_the_leak_is_stopped_released_and_the_rule_resolves(tmp_path: Path) -> N
         assert "ActiveState=inactive" in state or "ActiveState=failed" in state
 
 
-def _wait_for_resolution(audit: Path, timeout: float) -> list[dict[str, object]]:
+def _wait_for_resolution(audit: Path, timeout: float) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
-    records: list[dict[str, object]] = []
+    records: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         if audit.exists():
             records = [json.loads(line) for line in audit.read_text().splitlines()]

@@ -12,6 +12,7 @@ recording, fires the rule meant for it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -316,10 +317,10 @@ NOT_MATCHED = [
 
 
 def _source() -> KmsgSource:
-    return KmsgSource(Host("/nonexistent"))
+    return KmsgSource(Host(Path("/nonexistent")))
 
 
-def _ids(cases: list[tuple[str, ...]]) -> list[str]:
+def _ids(cases: Sequence[tuple[str, ...]]) -> list[str]:
     return [f"{c[0]}:{c[-1][:40]}" for c in cases]
 
 

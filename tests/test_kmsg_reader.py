@@ -25,13 +25,14 @@ def _recording(tmp_path: Path, text: str | bytes, **config: object) -> KmsgSourc
     (tmp_path / "dev").mkdir(exist_ok=True)
     data = text.encode() if isinstance(text, str) else text
     (tmp_path / "dev" / "kmsg").write_bytes(data)
-    return KmsgSource(Host(tmp_path), KmsgSource.Config(replay=True, **config))  # type: ignore[arg-type]
+    return KmsgSource(Host(tmp_path), KmsgSource.Config(replay=True, **config))
 
 
 def _count(src: KmsgSource, pattern: str) -> float:
     m = src.collect(1.0)["kmsg.matches"]
     assert isinstance(m, dict)
-    return m[labels_of({"pattern": pattern})]
+    n: float = m[labels_of({"pattern": pattern})]
+    return n
 
 
 def test_the_abi_documents_examples() -> None:
@@ -269,7 +270,7 @@ def test_any_recording_is_read_without_a_crash(tmp_path: Path, chunks: list[byte
 def test_the_screens_agree_with_the_patterns(rx: str, line: str, hit: bool) -> None:
     """Patterns anchored in every branch are screened at the line's start only; any other
     is searched. Either way a line is counted exactly when its pattern matches it."""
-    src = KmsgSource(Host("/nonexistent"), KmsgSource.Config(
+    src = KmsgSource(Host(Path("/nonexistent")), KmsgSource.Config(
         default_patterns=False, patterns={"p": rx}))
     assert (src.matches(line) == ["p"]) is hit
     assert (re.search(rx, line) is not None) is hit

@@ -14,7 +14,15 @@ from typing import Any, ClassVar
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.kube.fleet import FleetBudget, FleetParams
-from guardian.plugins import Action, ActionContext, Outcome, Plan, Registry, default_registry
+from guardian.plugins import (
+    Action,
+    ActionContext,
+    NoParams,
+    Outcome,
+    Plan,
+    Registry,
+    default_registry,
+)
 
 from .kube_standin import serve
 from .test_kube_standin import kubeconfig
@@ -28,7 +36,7 @@ class Gauge:
     most = 0
 
 
-class Hold(Action):
+class Hold(Action[NoParams]):
     """Counts how many nodes act at the same moment."""
 
     name: ClassVar[str] = "test.hold"
@@ -230,7 +238,7 @@ def test_staggered_fleet_never_disrupts_more_than_the_budget(tmp_path: Path) -> 
     seven of eight such nodes were cordoned at once with max_nodes = 2.)"""
     rng = random.Random(20261203)
     n_nodes, max_nodes, ttl, tick = 30, 2, 600, 20
-    base = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
+    base = dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc)
     now = [0.0]
 
     def clock() -> dt.datetime:

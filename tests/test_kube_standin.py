@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,8 @@ def test_deploy_manifests_parse_and_grant_least_privilege(tmp_path: Path) -> Non
         out = kubectl(kubeconfig(tmp_path, url), "create", "--dry-run=client",
                       "--validate=false", "-o", "json", "-k", str(deploy))
     assert out.returncode == 0, out.stderr
-    items, pos, dec = [], 0, json.JSONDecoder()
+    items: list[dict[str, Any]] = []
+    pos, dec = 0, json.JSONDecoder()
     while pos < len(out.stdout.rstrip()):  # one JSON document per object, back to back
         doc, end = dec.raw_decode(out.stdout, pos)
         items.extend(doc["items"] if doc.get("kind") == "List" else [doc])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
+from guardian.plugins import NoParams
 from guardian.testing import family, snapshot
 
 from .conftest import REPO
@@ -53,7 +54,7 @@ def _layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int:
 
 def _imports(path: Path, module: str) -> list[str]:
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    out = []
+    out: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -93,7 +94,7 @@ def test_no_module_imports_from_a_layer_above_it() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-class Remember(Action):
+class Remember(Action[NoParams]):
     """Keeps the context it was given."""
 
     name: ClassVar[str] = "test.remember"

@@ -4,6 +4,7 @@ managers treat configuration files: what the operator changed is never overwritt
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -99,3 +100,43 @@ def test_the_readme_installs_this_project() -> None:
     installs = re.findall(r"pip install '?([A-Za-z0-9_.-]+)(?:\[[a-z0-9,]+\])?'?", readme)
     named = [n for n in installs if not n.startswith((".", "-"))]
     assert named and set(named) == {name}, named
+
+
+def _readme_commands() -> list[str]:
+    import re
+    readme = (REPO / "README.md").read_text()
+    quick = readme[readme.index("## Quick start"):readme.index("## Using it")]
+    return [b.strip() for b in re.findall(r"```sh\n(.*?)```", quick, re.S)]
+
+
+def test_the_readme_set_up_commands_make_their_own_venv() -> None:
+    """Debian's and Ubuntu's Python refuse `pip install` (PEP 668): both commands make a
+    virtual environment first and never call the machine's pip."""
+    commands = _readme_commands()
+    assert len(commands) == 2
+    for command in commands:
+        first, *rest = command.split(" && ")
+        assert first == "python3 -m venv .venv", command
+        assert all(not step.startswith(("pip", "python3 -m pip")) or
+                   ". .venv/bin/activate" in command for step in rest), command
+    ci = (REPO / ".ci" / "run").read_text()
+    test_command = commands[1].split(" && ", 2)[2]  # the part .ci/run runs in its venvs
+    assert test_command in ci.replace("pip install -q -e", "pip install -e")
+
+
+@pytest.mark.os_integration
+def test_the_readme_dry_run_works_in_a_fresh_copy(tmp_path: Path) -> None:
+    """The main job, exactly as the README gives it, in a copy of this checkout (so it
+    makes its own .venv there): every shipped rule is evaluated, and nothing is acted on."""
+    import shutil
+    tree = tmp_path / "guardian"
+    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", ".venv", "*.egg-info", "__pycache__", ".*_cache"))
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if not p.startswith(sys.prefix))
+    proc = subprocess.run(["bash", "-c", _readme_commands()[0]], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: some rule holds here
+    assert "Traceback" not in proc.stderr
+    assert (tree / ".venv" / "bin" / "guardian").exists()

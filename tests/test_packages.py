@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, shipped_rule_count
+from .conftest import REPO, STALE_MODULE, shipped_rule_count
 from .nspawn import Container, booted, nspawn_unavailable
+
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
 
 
 def _deb(dist: Path) -> Path:
@@ -46,6 +49,8 @@ def test_the_deb_is_what_it_says(dist: Path) -> None:
     assert "/opt/guardian/bin/guardian" in files and "/usr/bin/guardian" in files
     # bytecode compiled at build time: the unit makes /opt read-only
     assert any(f.endswith("guardian/__pycache__/engine.cpython-311.pyc") for f in files)
+    # a build/ left in the tree by another install is not packaged (setuptools reuses it)
+    assert not [f for f in files if STALE_MODULE in f]
 
 
 def test_the_rpm_lists_the_same_files_and_passes_rpmlint(dist: Path) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
@@ -33,7 +33,7 @@ from guardian import (
     load_text,
 )
 from guardian.audit import AuditLog, read_audit
-from guardian.plugins import Registry, RegistryError, default_registry
+from guardian.plugins import NoParams, Registry, RegistryError, default_registry
 from guardian.testing import family, snapshot
 
 from .conftest import write
@@ -79,7 +79,7 @@ def test_run_once_live_acts_only_when_the_engine_says_so(tmp_path: Path, for_: s
     assert saved["rules"]["always"]["phase"] == ("pending" if acts == 0 else "firing")
 
 
-class RefusingAction(Action):
+class RefusingAction(Action[NoParams]):
     """Its plan refuses; its apply would leave a marker."""
 
     name: ClassVar[str] = "test.refusing"
@@ -93,7 +93,7 @@ class RefusingAction(Action):
         return Outcome(ok=True)
 
 
-class MarkerAction(Action):
+class MarkerAction(Action[NoParams]):
     """Applies by leaving a marker."""
 
     name: ClassVar[str] = "test.marker"
@@ -117,7 +117,7 @@ when = "memcg.dying > 1"
 '''
 
 
-def _registry(*actions: type[Action]) -> Registry:
+def _registry(*actions: type[Action[Any]]) -> Registry:
     reg = default_registry().copy()
     for a in actions:
         reg.add_action(a)
@@ -210,7 +210,7 @@ def test_a_plugin_that_collides_with_a_built_in_is_a_load_error(tmp_path: Path) 
     proc = _guardian("check", str(rules), env=_env(action))
     assert proc.returncode == 78, proc.stderr
     assert "action 'log' is provided twice" in proc.stderr
-    assert "'guardian'" in proc.stderr and "'evil-log'" in proc.stderr
+    assert "'node-guardian'" in proc.stderr and "'evil-log'" in proc.stderr
     assert "Traceback" not in proc.stderr
     source = _plugin(tmp_path, "acme-memcg", "guardian.sources", "acme.memcg", "Dying",
                      DYING_IMPOSTOR)
@@ -232,7 +232,7 @@ def test_a_plugin_that_collides_with_a_built_in_is_a_load_error(tmp_path: Path) 
 
 
 def test_in_process_registration_cannot_replace_a_name() -> None:
-    class Other(Action):
+    class Other(Action[NoParams]):
         name: ClassVar[str] = "log"
 
         def plan(self, ctx: ActionContext) -> Plan:
@@ -247,7 +247,7 @@ def test_in_process_registration_cannot_replace_a_name() -> None:
     reg.add_action(reg.actions["log"])  # the same class again is no collision
 
 
-class Malformed(Source):
+class Malformed(Source[NoParams]):
     """Returns one malformed shape per signal, chosen by ``shape``."""
 
     name: ClassVar[str] = "test.malformed"
@@ -258,7 +258,7 @@ class Malformed(Source):
     shape: ClassVar[str] = ""
 
     def collect(self, now: float) -> dict[str, object]:
-        return {
+        shapes: dict[str, dict[str, object]] = {
             "string keys": {"test.load": {"0": 95.0}},
             "wrong labels": {"test.load": {(("core", "0"),): 95.0}},
             "nan member": {"test.load": {(("cpu", "0"),): float("nan")}},
@@ -266,7 +266,8 @@ class Malformed(Source):
             "nan scalar": {"test.level": float("nan")},
             "string scalar": {"test.level": "95"},
             "undeclared name": {"test.loda": {(("cpu", "0"),): 95.0}},
-        }[self.shape]
+        }
+        return shapes[self.shape]
 
 
 @pytest.mark.parametrize("shape", ["string keys", "wrong labels", "nan member",
@@ -323,7 +324,7 @@ class AuthParams(BaseModel):
     bearer: str = ""
 
 
-class Notify(Action):
+class Notify(Action[AuthParams]):
     """A plugin action with a secret whose name no word list would catch."""
 
     name: ClassVar[str] = "test.notify"

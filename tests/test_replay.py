@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_a_newer_format_is_refused_and_junk_is_not_a_recording(tmp_path: Path) -
 
 def test_explain_at_a_point_of_the_recording() -> None:
     rec = read(INCIDENT)
-    first = next(s for s in rec.snapshots if s.values["memcg.dying"] > 10000)
+    first = next(s for s in rec.snapshots if cast(float, s.values["memcg.dying"]) > 10000)
     later = next(s for s in rec.snapshots if s.time >= first.time + 60)
     out = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",
                    str(INCIDENT), "--at", f"{later.time}s")

@@ -14,6 +14,9 @@ import pytest
 from .conftest import REPO, shipped_rule_count
 from .nspawn import Container, booted, nspawn_unavailable
 
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
+
 NEW_RULE = '''version = 1
 [[rule]]
 name = "added-later"

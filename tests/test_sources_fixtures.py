@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,7 +170,7 @@ def test_systemd_absent_means_unavailable_with_a_reason(tmp_path: Path) -> None:
 
 # -- garbage, truncated and empty files --------------------------------------------------
 
-CASES: list[tuple[type[Source], str]] = [
+CASES: list[tuple[type[Source[Any]], str]] = [
     (CpuSource, "proc/stat"),
     (NetSource, "proc/softirqs"),
     (NetSource, "proc/net/softnet_stat"),
@@ -186,7 +187,7 @@ BAD = {
 @pytest.mark.parametrize(("source", "rel"), CASES, ids=[c[1] for c in CASES])
 @pytest.mark.parametrize("kind", list(BAD))
 def test_bad_files_are_a_clean_error_and_no_value(
-        procfs_fixtures: Path, tmp_path: Path, source: type[Source], rel: str,
+        procfs_fixtures: Path, tmp_path: Path, source: type[Source[Any]], rel: str,
         kind: str) -> None:
     root = tmp_path / "root"
     shutil.copytree(procfs_fixtures, root)

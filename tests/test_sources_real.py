@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_real_dying_memcgs_rise_and_fall_after_drop_caches() -> None:
         made = src.collect(1.0)
         rise = made["memcg.dying"] - base["memcg.dying"]  # type: ignore[operator]
         assert 36 <= rise <= 44, (base, made)  # a few may be released at once by the kernel
-        assert made["memcg.live"] == base["memcg.live"] + 1  # our parent cgroup
+        assert made["memcg.live"] == cast(float, base["memcg.live"]) + 1  # our parent cgroup
         drop_caches()
         time.sleep(0.5)
         dropped = src.collect(2.0)
@@ -108,7 +109,12 @@ def test_kmsg_counts_injected_ena_lines_and_wakes_at_once() -> None:
     assert src.unavailable() is None
     woke = threading.Event()
     reasons: list[str] = []
-    src.follow(lambda r: (reasons.append(r), woke.set()))
+
+    def wake(reason: str) -> None:
+        reasons.append(reason)
+        woke.set()
+
+    src.follow(wake)
     try:
         src.collect(0.0)
         t0 = time.monotonic()
@@ -128,6 +134,7 @@ def test_kmsg_counts_injected_ena_lines_and_wakes_at_once() -> None:
             if m[labels_of({"pattern": "ena_reset_completed"})] == 1:
                 break
             time.sleep(0.05)
+        assert isinstance(m, dict)
         assert m[labels_of({"pattern": "ena_tx_paused"})] == 1
         assert m[labels_of({"pattern": "ena_reset_triggered"})] == 1
         assert m[labels_of({"pattern": "ena_reset_completed"})] == 1

@@ -4,8 +4,10 @@ rule firing at once. Actions stay within the per-rule limits and the global budg
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 from guardian import Budget, Engine, Snapshot, load_text
+from guardian.engine import Decision
 
 FLAPPY = '''version = 1
 [[rule]]
@@ -19,8 +21,8 @@ limit = {{ runs = 3, within = "1h" }}
 '''
 
 
-def runs_of(decisions: list[object]) -> list[float]:
-    return [d.time for d in decisions if d.actions]  # type: ignore[attr-defined]
+def runs_of(decisions: Sequence[Decision]) -> list[float]:
+    return [d.time for d in decisions if d.actions]
 
 
 def test_a_signal_toggling_every_tick_for_an_hour_stays_within_the_limit() -> None:

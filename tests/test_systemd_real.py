@@ -9,11 +9,16 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from guardian.host import Host
 from guardian.snapshot import labels_of
 from guardian.sources.systemd import SystemdSource
 
 from .nspawn import booted
+
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
 
 
 def test_a_crash_looping_unit_is_visible() -> None:
@@ -48,6 +53,8 @@ PROBE = r"""
 import json, sys, time
 from guardian.host import Host
 from guardian.sources.systemd import SystemdSource
+
+
 src = SystemdSource(Host(), SystemdSource.Config(transport="dbus", bus_socket=sys.argv[1],
                                                  restart_window="1m", crashloop_restarts=5))
 assert src.unavailable() is None

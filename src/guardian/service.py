@@ -334,9 +334,16 @@ class Daemon:
         end, and no other starts beside it."""
         assert self.executor
         box: list[list[Executed]] = []
+        crashed: list[BaseException] = []
         executor = self.executor
-        worker = threading.Thread(target=lambda: box.append(executor.run(decisions, snap)),
-                                  name="guardian-act", daemon=True)
+
+        def work() -> None:
+            try:
+                box.append(executor.run(decisions, snap))
+            except Exception as exc:  # reported below as what it is, not as a timeout
+                crashed.append(exc)
+
+        worker = threading.Thread(target=work, name="guardian-act", daemon=True)
         try:
             worker.start()
         except RuntimeError as exc:  # no thread to be had (TasksMax): decide again later
@@ -353,6 +360,13 @@ class Daemon:
             self.ping_if_due()
         if box:
             return box[0]
+        if crashed:
+            error = crashed[0]
+            rules = sorted({d.rule for d in decisions})
+            log.error("acting on %s crashed: %r", ", ".join(rules), error,
+                      exc_info=(type(error), error, error.__traceback__))
+            executor.audit_entry({"type": "act_crash", "rules": rules, "error": repr(error)})
+            return []
         if not self.stop_requested:
             log.error("actions did not finish within %gs (an API that does not answer?); "
                       "the loop goes on, and nothing else acts until they end",

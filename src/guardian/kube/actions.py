@@ -23,7 +23,7 @@ API_ERRORS = (ApiError, httpx2.HTTPError, OSError, ValueError)
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _unschedulable(node: Node) -> bool:

@@ -59,7 +59,7 @@ def _time(t: Any) -> dt.datetime | None:
     if t is None:
         return None
     if isinstance(t, dt.datetime):
-        return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
     return dt.datetime.fromisoformat(str(t).replace("Z", "+00:00"))
 
 
@@ -72,7 +72,7 @@ class FleetBudget:
         self.p = params
         self.me = node_name(params)
         self.client = make_client(params)
-        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self.slot: str | None = None
         self.holders: set[str] = set()  # rules that disrupt under the held slot
         self.renewed: dt.datetime | None = None
