@@ -15,7 +15,7 @@ import guardian
 from guardian.testing import FakeHost
 
 sys.path.insert(0, str(Path(__file__).parent))
-from acme_plugin import NoteAction, QueueSource  # noqa: E402
+from acme_plugin import NoteAction, QueueSource
 
 RULES = """
 version = 1

@@ -393,8 +393,8 @@ def test_nothing_is_applied_unless_state_and_audit_are_durable(tmp_path: Path,
     with tiny_tmpfs(tmp_path / "disk") as disk:
         state_dir, audit_dir = (disk, tmp_path) if which == "state" else (tmp_path, disk)
         if which == "audit":  # a torn line that fills its page: the next byte needs a new one
-            torn = '{"type":"decision","rule":"ear'
-            (disk / "audit.jsonl").write_text(torn + "x" * (4096 - len(torn)))
+            half = '{"type":"decision","rule":"ear'
+            (disk / "audit.jsonl").write_text(half + "x" * (4096 - len(half)))
         d = _service(tmp_path, state_dir, audit_dir)
         try:
             ballast = _fill(disk)
@@ -464,7 +464,7 @@ def test_a_wrong_wall_clock_never_suppresses_actions_for_good(
     state_file.save(engine, path)
     year = 365 * 86400.0
     real_time = time.time
-    monkeypatch.setattr(state_file.time, "time", lambda: real_time() - year)
+    monkeypatch.setattr(time, "time", lambda: real_time() - year)  # the clock state reads
     # the same boot: monotonic times are exact, whatever the wall clock says
     same = Engine(rules)
     state_file.load(same, path)
@@ -578,6 +578,7 @@ def test_a_process_named_like_a_pattern_cannot_fire_it(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     src.close()
+    assert isinstance(m, dict)
     assert m[labels_of({"pattern": "xid_unanchored"})] >= 1  # the spoof is real
     for pattern in ("xid", "oom_kill", "hung_task"):
         assert m[labels_of({"pattern": pattern})] == 0, pattern

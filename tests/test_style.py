@@ -9,7 +9,8 @@ from .conftest import REPO
 
 
 def test_ruff_clean() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench"],
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench",
+                           "examples"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
