@@ -1,4 +1,4 @@
-"""Kernel-log patterns that cannot stall the daemon or be fired by a process name.
+"""Kernel-log patterns that cannot stall the daemon, and lines that fire them.
 
 Python's regex engine backtracks and holds the interpreter lock while it does: a pattern
 with nested quantifiers (``(a+)+$``) or a repeated alternation whose branches overlap
@@ -6,16 +6,14 @@ with nested quantifiers (``(a+)+$``) or a repeated alternation whose branches ov
 thread, the watchdog's included. Such patterns are refused when the configuration loads
 (see :func:`backtracking_risk`).
 
-An unprivileged process controls its own name (up to 15 characters, TASK_COMM_LEN - 1),
-and the kernel prints that name in lines of its own (``NAME[PID]: segfault at ...``). A
-pattern that can match 15 characters or fewer anywhere in a line can be fired that way;
-:func:`spoof_risk` says so, and anchoring the pattern at the start of the driver's message
-(``^NVRM: Xid \\(PCI:``) removes the risk.
+Where a process's own text sits in kernel lines, and what that means for a pattern, is
+guardian.sources.kernel_usertext; :func:`example_match` gives it the text to try.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 # The standard library's own regex parser (re._parser since 3.11, sre_parse before).
@@ -26,28 +24,13 @@ except ImportError:  # pragma: no cover - Python 3.9 and 3.10
     sre_parse = importlib.import_module("sre_parse")
     sre_constants = importlib.import_module("sre_constants")
 
-COMM_MAX = 15  # TASK_COMM_LEN - 1: the longest name a process can give itself
 _REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT} | (
     {sre_constants.POSSESSIVE_REPEAT} if hasattr(sre_constants, "POSSESSIVE_REPEAT") else set())
-_BEGIN = {sre_constants.AT_BEGINNING, sre_constants.AT_BEGINNING_STRING}
 
 
 def backtracking_risk(pattern: str) -> str | None:
     """Why ``pattern`` can backtrack exponentially, or None."""
     return _walk(sre_parse.parse(pattern), repeated=False)
-
-
-def spoof_risk(pattern: str) -> str | None:
-    """Why a process name could fire ``pattern``, or None."""
-    parsed = sre_parse.parse(pattern)
-    if _anchored(list(parsed)):
-        return None
-    shortest = parsed.getwidth()[0]
-    if shortest > COMM_MAX:
-        return None
-    return (f"matches as few as {shortest} characters anywhere in a line, so a process "
-            f"that names itself so (up to {COMM_MAX} characters) and crashes fires it; "
-            f"anchor it at the start of the driver's message with ^")
 
 
 _NESTED = "nested quantifiers (a repeat inside a repeat) can backtrack exponentially"
@@ -106,14 +89,65 @@ def _branches_overlap(branches: Any) -> bool:
     return False
 
 
-def _anchored(items: list[Any]) -> bool:
-    if not items:
-        return False
-    op, av = items[0]
-    if op == sre_constants.AT:
-        return av in _BEGIN
-    if op == sre_constants.SUBPATTERN:
-        return _anchored(list(av[-1]))
-    if op == sre_constants.BRANCH:
-        return all(_anchored(list(b)) for b in av[1])
-    return False
+_CATEGORY_CHAR = {"CATEGORY_DIGIT": "0", "CATEGORY_NOT_DIGIT": "x", "CATEGORY_SPACE": " ",
+                  "CATEGORY_NOT_SPACE": "x", "CATEGORY_WORD": "x", "CATEGORY_NOT_WORD": " "}
+
+
+def example_match(pattern: str) -> str | None:
+    """A short line that ``pattern`` matches (what an attacker would print to fire it),
+    or None when none is found this simply."""
+    try:
+        text = _example(list(sre_parse.parse(pattern)))
+    except _NoExample:
+        return None
+    return text if re.search(pattern, text) else None
+
+
+class _NoExample(Exception):
+    pass
+
+
+def _example(items: list[Any]) -> str:
+    out = []
+    for op, av in items:
+        name = str(op)
+        if op == sre_constants.LITERAL:
+            out.append(chr(av))
+        elif op == sre_constants.NOT_LITERAL:
+            out.append("x" if av != ord("x") else "y")
+        elif op == sre_constants.ANY:
+            out.append("x")
+        elif op == sre_constants.IN:
+            out.append(_in_example(av))
+        elif op in _REPEATS:
+            lo, _hi, body = av
+            out.append(_example(list(body)) * lo)
+        elif op == sre_constants.SUBPATTERN:
+            out.append(_example(list(av[-1])))
+        elif op == sre_constants.BRANCH:
+            out.append(_example(list(av[1][0])))
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue
+        elif op == getattr(sre_constants, "ATOMIC_GROUP", None):
+            out.append(_example(list(av)))
+        else:
+            raise _NoExample(name)
+    return "".join(out)
+
+
+def _in_example(av: Any) -> str:
+    negate = any(op == sre_constants.NEGATE for op, _ in av)
+    if negate:
+        banned = {chr(v) for op, v in av if op == sre_constants.LITERAL}
+        for candidate in "xy0 ":
+            if candidate not in banned:
+                return candidate
+        raise _NoExample("class")
+    for op, v in av:
+        if op == sre_constants.LITERAL:
+            return chr(v)
+        if op == sre_constants.RANGE:
+            return chr(v[0])
+        if op == sre_constants.CATEGORY:
+            return _CATEGORY_CHAR.get(str(v), "x")
+    raise _NoExample("class")

@@ -4,6 +4,7 @@ the actions alike."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -152,3 +153,27 @@ class ProcessTable:
 def uptime(proc: Path) -> float:
     with open(proc / "uptime") as f:
         return float(f.read().split()[0])
+
+
+_SYSTEM_UNIT = re.compile(r"^/system\.slice/([A-Za-z0-9:_.@\\-]+\.service)(?:/|$)")
+
+
+def system_unit_of(proc: Path, pid: int) -> str | None:
+    """The system service a root-owned process runs in (``containerd.service``), from
+    its cgroup: what only root can choose, unlike its name. None for a process of another
+    user, one outside ``system.slice``, or one that is gone."""
+    base = proc / str(pid)
+    try:
+        # the real UID from status: /proc/<pid> of a non-dumpable process is root's
+        uid = next(line.split()[1] for line in (base / "status").read_text().splitlines()
+                   if line.startswith("Uid:"))
+        lines = (base / "cgroup").read_text().splitlines()
+    except (OSError, StopIteration, IndexError):
+        return None
+    if uid != "0":
+        return None
+    for line in lines:  # "hierarchy-ID:controllers:path", v1 and v2 alike
+        found = _SYSTEM_UNIT.match(line.split(":", 2)[-1])
+        if found:
+            return found[1]
+    return None

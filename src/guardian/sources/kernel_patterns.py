@@ -22,6 +22,9 @@ class KernelPattern:
     meaning: str
     origin: str
     npd_reason: str = ""  # node-problem-detector's reason for the same problem, if any
+    # counted only when the task the line names (by the PID the kernel printed) is a
+    # root process of one of these system services: its name is its own to choose
+    task_units: tuple[str, ...] = ()
 
 
 # How the ENA driver's lines begin (drivers/base/core.c and net/core/dev.c):
@@ -37,6 +40,10 @@ ENA_PREFIX = rf"^ena(?: {_PCI}(?: {_IFNAME})?)?: "
 _OOT = "amzn-drivers kernel/linux/ena/ena_netdev.c"
 _OOT_COM = "amzn-drivers kernel/linux/common/ena_com/ena_com.c"
 _INTREE = "drivers/net/ethernet/amazon/ena/ena_netdev.c"
+
+# the services whose hung tasks mean the node cannot run containers
+RUNTIME_UNITS = ("docker.service", "containerd.service", "crio.service",
+                 "cri-docker.service", "kubelet.service")
 
 ENA: dict[str, KernelPattern] = {
     "ena_tx_paused": KernelPattern(
@@ -147,10 +154,13 @@ KERNEL: dict[str, KernelPattern] = {
         "a task has been in uninterruptible sleep for longer than hung_task_timeout_secs",
         "kernel/hung_task.c check_hung_task: 'INFO: task %s:%d blocked for more than %ld "
         "seconds.'", "TaskHung"),
-    "hung_task_docker": KernelPattern(
-        r"^INFO: task docker:\d+ blocked for more than \d+ seconds\.",
-        "dockerd is hung in the kernel (node-problem-detector's KernelDeadlock)",
-        "kernel/hung_task.c check_hung_task, comm 'docker'", "DockerHung"),
+    "hung_task_runtime": KernelPattern(
+        r"^INFO: task .{1,64}:\d+ blocked for more than \d+ seconds\.",
+        "a container runtime's task (docker, containerd, CRI-O, kubelet) is hung in the "
+        "kernel (node-problem-detector's KernelDeadlock)",
+        "kernel/hung_task.c check_hung_task, the PID's cgroup one of the runtimes' services "
+        "(node-problem-detector matches the name 'docker', which any process can take)",
+        "DockerHung", task_units=RUNTIME_UNITS),
     "kernel_oops": KernelPattern(
         r"^(?:Oops: )?(?:Oops|[a-z][a-z ]{1,40}(?:, [^:]{1,80})?): [0-9a-f]{4} \[#\d+\]"
         r"|^Internal error: [^:]{1,40}: [0-9a-f]+ \[#\d+\]",
@@ -270,3 +280,5 @@ KERNEL: dict[str, KernelPattern] = {
 
 SHIPPED: dict[str, KernelPattern] = {**ENA, **KERNEL}
 DEFAULT_PATTERNS: dict[str, str] = {name: p.regex for name, p in SHIPPED.items()}
+TASK_UNITS: dict[str, tuple[str, ...]] = {
+    name: p.task_units for name, p in SHIPPED.items() if p.task_units}

@@ -43,10 +43,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..host import Host
+from ..hostio.procfs import system_unit_of
 from ..plugins import SampleError, Source
-from ..regexsafety import backtracking_risk, spoof_risk
+from ..regexsafety import backtracking_risk
 from ..snapshot import Family, SignalSpec, labels_of
-from .kernel_patterns import DEFAULT_PATTERNS
+from .kernel_patterns import DEFAULT_PATTERNS, TASK_UNITS
+from .kernel_usertext import mask, named_task, spoofable
 
 # syslog facility numbers (RFC 5424, <sys/syslog.h>)
 FACILITIES: dict[str, int] = {
@@ -402,19 +404,33 @@ class KmsgSource(Source[KmsgConfig]):
 
     def matches(self, line: str) -> list[str]:
         """Names of the configured patterns one kernel-log line matches: what the live
-        source counts, and what rule tests check."""
-        if not self.screen_start.match(line) and (
-                self.screen_anywhere is None or not self.screen_anywhere.search(line)):
+        source counts, and what rule tests check. Fields a process chose (its name, its
+        file names: see :mod:`.kernel_usertext`) are masked first, so no pattern matches
+        inside them."""
+        masked = mask(line)
+        if not self.screen_start.match(masked) and (
+                self.screen_anywhere is None or not self.screen_anywhere.search(masked)):
             return []
-        return match_line(self.patterns, line)
+        found = match_line(self.patterns, masked)
+        if any(name in TASK_UNITS for name in found):
+            found = [n for n in found if n not in TASK_UNITS or self._task_in(line, n)]
+        return found
+
+    def _task_in(self, line: str, pattern: str) -> bool:
+        """Whether the task ``line`` names runs in one of the services ``pattern`` is
+        about (a recorded line is never confirmed: its process is not this host's)."""
+        pid = named_task(line)
+        return pid is not None and self.fd >= 0 and not self.is_file and \
+            system_unit_of(self.host.proc, pid) in TASK_UNITS[pattern]
 
     offers_samples: ClassVar[bool] = True
 
     @classmethod
     def config_warnings(cls, config: KmsgConfig) -> list[str]:
-        """Patterns a process could fire through its own name."""
+        """Patterns an unprivileged process could fire through a line the kernel logs for
+        it (a segfault, a trap, an audit record)."""
         return [f"pattern {name!r} {why}" for name, rx in config.merged().items()
-                if (why := spoof_risk(rx)) is not None]
+                if (why := spoofable(rx)) is not None]
 
     @classmethod
     def sample_schema(cls) -> dict[str, Any]:
