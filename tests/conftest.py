@@ -32,6 +32,22 @@ def write(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
+def copy_checkout(dest: Path) -> Path:
+    """A copy of this checkout without what builds and installs leave at its top
+    (``.git``, ``build/``, ``dist/``, venvs, ``*.egg-info``, caches)."""
+    import shutil
+    leftovers = {".git", "build", "dist", ".venv", ".mypy_cache", ".ruff_cache",
+                 ".pytest_cache", ".hypothesis"}
+
+    def ignore(where: str, names: list[str]) -> set[str]:
+        top = leftovers if Path(where) == REPO else set()
+        return {n for n in names if n in top or n.endswith(".egg-info") or
+                n == "__pycache__"}
+
+    shutil.copytree(REPO, dest, symlinks=True, ignore=ignore)
+    return dest
+
+
 def shipped_rule_count() -> int:
     """How many rules rules/ ships (tests that see the count follow the pack)."""
     from guardian.policy.loader import load_rules
@@ -52,9 +68,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("dpkg-deb") is None or not TARGET_PYTHON.exists():
         pytest.skip("packaging/build needs dpkg-deb and /usr/bin/python3.11 (Debian 12)")
     out = tmp_path_factory.mktemp("dist")
-    tree = tmp_path_factory.mktemp("checkout") / "guardian"
-    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", ".venv", "*.egg-info", "__pycache__", ".*_cache"))
+    tree = copy_checkout(tmp_path_factory.mktemp("checkout") / "guardian")
     write(tree / "build" / "lib" / "guardian", f"{STALE_MODULE}.py", "raise SystemExit(1)\n")
     write(tree / "src" / "node_guardian.egg-info", "SOURCES.txt",
           f"src/guardian/{STALE_MODULE}.py\n")

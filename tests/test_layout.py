@@ -14,7 +14,7 @@ import pytest
 
 from guardian.layout import SHIPPED_RECORD, init
 
-from .conftest import REPO, RULES
+from .conftest import REPO, RULES, copy_checkout
 
 
 def test_init_lays_out_the_defaults_and_they_check(tmp_path: Path) -> None:
@@ -128,10 +128,7 @@ def test_the_readme_set_up_commands_make_their_own_venv() -> None:
 def test_the_readme_dry_run_works_in_a_fresh_copy(tmp_path: Path) -> None:
     """The main job, exactly as the README gives it, in a copy of this checkout (so it
     makes its own .venv there): every shipped rule is evaluated, and nothing is acted on."""
-    import shutil
-    tree = tmp_path / "guardian"
-    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", ".venv", "*.egg-info", "__pycache__", ".*_cache"))
+    tree = copy_checkout(tmp_path / "guardian")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if not p.startswith(sys.prefix))

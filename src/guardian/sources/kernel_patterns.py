@@ -10,6 +10,8 @@ quoted here and check it matches (tests/test_kernel_patterns.py).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 
 
@@ -25,6 +27,7 @@ class KernelPattern:
     # counted only when the task the line names (by the PID the kernel printed) is a
     # root process of one of these system services: its name is its own to choose
     task_units: tuple[str, ...] = ()
+    tested: str = ""  # the kernels and drivers this pattern's test data comes from
 
 
 # How the ENA driver's lines begin (drivers/base/core.c and net/core/dev.c):
@@ -34,8 +37,13 @@ class KernelPattern:
 #   pr_err() in ena_com (pr_fmt KBUILD_MODNAME ": "): "ena: "
 # Interface names never hold ':', '/' or white space (net/core/dev.c dev_valid_name).
 _PCI = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+_PCI_ANY = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _IFNAME = r"(?:[^\s:/]+|\(unnamed net_device\))(?: \([a-z ]+\))?"
 ENA_PREFIX = rf"^ena(?: {_PCI}(?: {_IFNAME})?)?: "
+
+# a block device other than a virtual CD-ROM (sr0) or floppy (fd0): every cloud VM has
+# them, empty, and the kernel reports reading them at boot as I/O errors
+_DISK = r"(?!(?:sr|fd)\d)\S+"
 
 _OOT = "amzn-drivers kernel/linux/ena/ena_netdev.c"
 _OOT_COM = "amzn-drivers kernel/linux/common/ena_com/ena_com.c"
@@ -48,10 +56,13 @@ RUNTIME_UNITS = ("docker.service", "containerd.service", "crio.service",
 ENA: dict[str, KernelPattern] = {
     "ena_tx_paused": KernelPattern(
         ENA_PREFIX + r"(?:TX q \d+ is paused for too long|Transmit time out$"
-                     r"|TX timeout on invalid queue \d+)",
+                     r"|TX timeout on invalid queue \d+"
+                     r"|timeout was called, but no offending queue was found)",
         "the kernel's Tx watchdog found an ENA queue stopped (ndo_tx_timeout)",
         f"{_OOT} ena_tx_timeout: 'Transmit time out' (1.1.2-2.7.1; in-tree before 6.9), "
-        "'TX q %d is paused for too long (threshold %u)...' (2.2.12+; in-tree 6.9+)"),
+        "'TX q %d is paused for too long (threshold %u)...' (2.2.12+; in-tree 6.9+), netdev_warn "
+        "'timeout was called, but no offending queue was found' (2.7.2-2.17.0, kernels "
+        "before 5.6)"),
     "ena_poll_starvation": KernelPattern(
         ENA_PREFIX + r"napi handler hasn't been called for a long time but is scheduled",
         "the queue's NAPI poll was scheduled but never ran: the CPU starved softirqs "
@@ -110,9 +121,11 @@ ENA: dict[str, KernelPattern] = {
         f"{_OOT} ena_notification (2.2.12+): 'The device has detected an unhealthy state, "
         "reset is requested'"),
     "ena_reset_triggered": KernelPattern(
-        ENA_PREFIX + r"Trigger reset is on",
+        ENA_PREFIX + r"(?:Trigger reset is on|Resetting the device$)",
         "the driver is resetting the device",
-        f"{_OOT} ena_fw_reset_device: 'Trigger reset is on' (1.1.2-2.17.0; in-tree)"),
+        f"{_OOT} ena_timer_service / ena_fw_reset_device: 'Trigger reset is on' (1.1.2-"
+        "2.17.0; in-tree); check_missing_comp_in_tx_queue: 'Resetting the device' after the "
+        "lost-completions line (2.7.2-2.17.0; in-tree 6.9+)"),
     "ena_reset_completed": KernelPattern(
         ENA_PREFIX + r"Device reset completed(?: successfully|, status: 0,)",
         "the device came back from a reset",
@@ -121,11 +134,20 @@ ENA: dict[str, KernelPattern] = {
         "completed, status: %d, Driver info: %s' with status 0 (2.13.1+)"),
     "ena_reset_failed": KernelPattern(
         ENA_PREFIX + r"(?:Reset attempt failed\. Can not reset the device"
-                     r"|Device reset completed, status: -?[1-9]\d*,)",
+                     r"|Device reset completed, status: -?[1-9]\d*,"
+                     r"|Can not reset device$|Device reset failed$|Restore attempt failed)",
         "a reset failed: the device did not come back (a worse problem than a reset)",
         f"{_OOT} ena_restore_device: 'Reset attempt failed. Can not reset the device' "
-        "(1.1.2-2.17.0; in-tree), ena_fw_reset_device: 'Device reset completed, status: %d, "
-        "Driver info: %s' with a non-zero status (2.13.1+, counted in reset_fail)"),
+        "(dev_err 1.5.0-2.16.1; in-tree; netif_err in 2.17.0's callers), 'Restore attempt "
+        "failed.' (2.17.0); ena_fw_reset_device: 'Device reset completed, status: %d, "
+        "Driver info: %s' with a non-zero status (2.13.1+, counted in reset_fail); "
+        "ena_device_init / ena_destroy_device: 'Can not reset device' (dev_err 1.5.0-"
+        "2.17.0), 'Device reset failed' (dev_err to 2.2.10, netif_err 2.2.11+)"),
+    "ena_init_failed": KernelPattern(
+        ENA_PREFIX + r"(?:ena device init failed|Can not initialize device)$",
+        "the driver could not initialize the device (at probe or after a reset)",
+        f"{_OOT} ena_probe / ena_device_init: 'ena device init failed' (dev_err 1.5.0-"
+        "2.2.10), 'Can not initialize device' (dev_err 1.5.0-2.17.0)"),
     "nic_tx_timeout": KernelPattern(
         r"^(?:.{1,80}: )?NETDEV WATCHDOG: (?:\S+ \(\S+\)|CPU: \d+): transmit queue \d+ "
         r"timed out",
@@ -133,18 +155,40 @@ ENA: dict[str, KernelPattern] = {
         "net/sched/sch_generic.c dev_watchdog: 'NETDEV WATCHDOG: %s (%s): transmit queue %u "
         "timed out' (WARN_ONCE; ' %u ms' appended in 6.3), netdev_crit 'NETDEV WATCHDOG: "
         "CPU: %d: transmit queue %u timed out %u ms' (6.7+)"),
+    "nic_hang_reset": KernelPattern(
+        rf"^(?:e1000e?|igb|igbvf|igc|ixgbe|ixgbevf|i40e|iavf|ice|mlx5_core|bnxt_en) {_PCI}"
+        r"(?::? \S+)?: (?:Detected (?:Hardware|Tx) Unit Hang|Reset adapter"
+        r"|VSI_seid \d+, Hung TX queue \d+"
+        r"|tx hang \d+ detected on queue \d+, resetting adapter"
+        r"|initiating reset due to tx timeout|TX driver issue detected, PF reset issued"
+        r"|TX timeout detected, starting reset task|TX timeout on queue: \d+"
+        r"|mlx5e_tx_timeout|cmd_work_handler:\d+:\(pid \d+\): cmd\[\d+\]: [^)]{0,64}timeout"
+        r"|poll_health:\d+:\(pid \d+\): Fatal error|health compromised)",
+        "another NIC driver found a hung queue or reset its adapter (e1000e, igb, ixgbe, "
+        "i40e, ice, mlx5, bnxt_en)",
+        "drivers/net/ethernet/intel/e1000e/netdev.c e1000_print_hw_hang 'Detected Hardware "
+        "Unit Hang:', e1000e_reset_task 'Reset adapter unexpectedly'; igb_main.c / "
+        "ixgbe_main.c 'Detected Tx Unit Hang', ixgbe 'tx hang %d detected on queue %d, "
+        "resetting adapter', 'initiating reset due to tx timeout', 'Reset adapter'; "
+        "i40e_main.c 'TX driver issue detected, PF reset issued'; mellanox/mlx5 en_main.c "
+        "'TX timeout on queue: %d, ...', cmd.c 'cmd[%d]: %s(0x%x) ... timeout', health.c "
+        "'Fatal error %d detected', 'health compromised'; broadcom bnxt.c 'TX timeout "
+        "detected, starting reset task!'"),
 }
 
 KERNEL: dict[str, KernelPattern] = {
     "oom_kill": KernelPattern(
         r"^(?:(?:Out of memory|Memory cgroup out of memory)"
-        r"(?: \(oom_kill_allocating_task\))?: )?Killed process \d+ \(",
-        "the OOM killer killed a process (one line per kill, system or memcg)",
-        "mm/oom_kill.c: 'Killed process %d (%s) total-vm:%lukB, ...' (to 5.0), '%s: Killed "
-        "process %d (%s) total-vm:...' with 'Out of memory' / 'Memory cgroup out of memory' "
-        "(5.1+)", "OOMKilling"),
+        r"(?: \(oom_kill_allocating_task\))?: )?Kill(?:ed)? process \d+,? (?:UID \d+, )?\(",
+        "the OOM killer killed a process (system or memcg; kernels before 5.1 print the "
+        "victim's choice and its kill, two lines)",
+        "mm/oom_kill.c: 'Out of memory: Kill process %d (%s) score %u or sacrifice child' "
+        "and 'Killed process %d (%s) total-vm:%lukB, ...' (to 5.0), 'Killed process %d, UID "
+        "%u, (%s) total-vm:...' (4.x distribution kernels), '%s: Killed process %d (%s) "
+        "total-vm:...' with 'Out of memory' / 'Memory cgroup out of memory' (5.1+)",
+        "OOMKilling"),
     "oom_kill_memcg": KernelPattern(
-        r"^Memory cgroup out of memory: Kill(?:ed)? process \d+ \(",
+        r"^Memory cgroup out of memory: Kill(?:ed)? process \d+,? (?:UID \d+, )?\(",
         "the OOM killer killed a process because its memory cgroup hit its limit",
         "mm/oom_kill.c: 'Memory cgroup out of memory: Kill process %d (%s) score %u or "
         "sacrifice child' (to 5.0), 'Memory cgroup out of memory: Killed process ...' (5.1+)",
@@ -163,17 +207,33 @@ KERNEL: dict[str, KernelPattern] = {
         "DockerHung", task_units=RUNTIME_UNITS),
     "kernel_oops": KernelPattern(
         r"^(?:Oops: )?(?:Oops|[a-z][a-z ]{1,40}(?:, [^:]{1,80})?): [0-9a-f]{4} \[#\d+\]"
-        r"|^Internal error: [^:]{1,40}: [0-9a-f]+ \[#\d+\]",
-        "the kernel oopsed (any die(): page fault, divide error, invalid opcode, GPF)",
+        r"|^Internal error: [^:]{1,40}: [0-9a-f]+ \[#\d+\]|^Oops(?:: [^\[]{1,80})? \[#\d+\]"
+        r"|^kernel BUG at \S{1,128}:\d+!",
+        "the kernel oopsed (any die(): page fault, divide error, invalid opcode, GPF, BUG())",
         "arch/x86/kernel/dumpstack.c __die_header: '%s: %04lx [#%d]%s%s...' (to 6.8), "
-        "'Oops: %s: %04lx [#%d]...' (6.9+); arch/arm64/kernel/traps.c: 'Internal error: %s: "
-        "%016lx [#%d]...'", "KernelOops"),
+        "'Oops: %s: %04lx [#%d]...' (6.10+); arch/arm64/kernel/traps.c and arch/arm: "
+        "'Internal error: %s: %08x|%016lx [#%d]...'; arch/riscv, arch/powerpc die: '%s "
+        "[#%d]' ('Oops [#1]', 'Oops: Kernel access of bad area, sig: 11 [#1]'); "
+        "BUG(): 'kernel BUG at %s:%u!'", "KernelOops"),
+    "kernel_bad_access": KernelPattern(
+        r"^BUG: unable to handle (?:kernel paging request at|page fault for address:"
+        r"|kernel paging request for address)"
+        r"|^Unable to handle kernel (?:paging request|access to user memory|execute from "
+        r"non-executable memory|read from unreadable memory|write to read-only memory) at "
+        r"virtual address",
+        "the kernel accessed an address it may not (a paging request or page fault oops)",
+        "arch/x86/mm/fault.c show_fault_oops: 'BUG: unable to handle kernel paging request "
+        "at %p' (to 4.19), 'BUG: unable to handle page fault for address: %px' (4.20+); "
+        "arch/arm64/mm/fault.c die_kernel_fault and arch/arm/mm/fault.c __do_kernel_fault: "
+        "'Unable to handle kernel %s at virtual address %016lx'", "KernelOops"),
     "null_deref": KernelPattern(
         r"^BUG: (?:unable to handle kernel NULL pointer dereference at"
-        r"|kernel NULL pointer dereference, address: )",
+        r"|kernel NULL pointer dereference, address: )"
+        r"|^Unable to handle kernel NULL pointer dereference at virtual address",
         "the kernel dereferenced a NULL pointer",
         "arch/x86/mm/fault.c: 'BUG: unable to handle kernel NULL pointer dereference at %p' "
-        "(to 4.19), 'BUG: kernel NULL pointer dereference, address: %px' (4.20+)",
+        "(to 4.19), 'BUG: kernel NULL pointer dereference, address: %px' (4.20+); arm64 and "
+        "arm: 'Unable to handle kernel NULL pointer dereference at virtual address %016lx'",
         "KernelOops"),
     "general_protection_fault": KernelPattern(
         r"^(?:Oops: )?general protection fault(?:, [^:]{1,80})?: [0-9a-f]{4} \[#\d+\]",
@@ -187,10 +247,18 @@ KERNEL: dict[str, KernelPattern] = {
         "net/core/dev.c netdev_wait_allrefs(_any): 'unregister_netdevice: waiting for %s to "
         "become free. Usage count = %d'", "UnregisterNetDevice"),
     "ext4_error": KernelPattern(
-        r"^EXT4-fs error \(device [^)]{1,64}\)",
-        "ext4 found an error on a filesystem",
+        r"^EXT4-fs error \(device [^)]{1,64}\)"
+        r"|^EXT4-fs \([^)]{1,64}\): (?:I/O error while writing superblock"
+        r"|error count since last fsck: \d+)"
+        r"|^Aborting journal on device \S{1,64}\.|^JBD2: (?:Error -?\d+ detected when "
+        r"updating journal superblock|Detected IO errors while flushing file data)",
+        "ext4 found an error on a filesystem (or its journal was aborted)",
         "fs/ext4/super.c __ext4_error / __ext4_error_inode / __ext4_error_file: 'EXT4-fs "
-        "error (device %s): %s:%d: ...'", "Ext4Error"),
+        "error (device %s): %s:%d: ...'; ext4_commit_super: 'I/O error while writing "
+        "superblock'; print_daily_error_info: 'error count since last fsck: %u' (daily "
+        "while a filesystem has errors); fs/jbd2/journal.c __jbd2_journal_abort_hard: "
+        "'Aborting journal on device %s.', jbd2_write_superblock: 'JBD2: Error %d detected "
+        "when updating journal superblock for %s.'", "Ext4Error"),
     "ext4_warning": KernelPattern(
         r"^EXT4-fs warning \(device [^)]{1,64}\)",
         "ext4 warned about a filesystem",
@@ -198,26 +266,55 @@ KERNEL: dict[str, KernelPattern] = {
         "Ext4Warning"),
     "xfs_shutdown": KernelPattern(
         r"^XFS \([^)]{1,64}\): (?:.{0,200}[Ss]hutting down filesystem"
-        r"|Filesystem has been shut down)",
+        r"|Filesystem has been shut down|xfs_do_force_shutdown\(0x[0-9a-f]+\) called from"
+        r"|xfs_log_force: error -?\d+ returned)",
         "XFS shut a filesystem down: it is unusable until repaired",
         "fs/xfs/xfs_fsops.c xfs_do_force_shutdown: '... Shutting down filesystem' "
-        "(every wording), 'Filesystem has been shut down due to log error (0x%x).' (6.x)",
+        "(every wording), 'Filesystem has been shut down due to log error (0x%x).' (6.x), "
+        "'xfs_do_force_shutdown(0x%x) called from line %d of file %s. Return address = "
+        "%pS' (to 5.x); fs/xfs/xfs_log.c: 'xfs_log_force: error %d returned.'",
         "XfsHasShutdown"),
     "xfs_corruption": KernelPattern(
         r"^XFS \([^)]{1,64}\): (?:Metadata corruption detected|Corruption detected"
-        r"|Internal error)",
-        "XFS found metadata corruption",
+        r"|Internal error|metadata I/O error|log I/O error -?\d+)|^XFS: Internal error",
+        "XFS found metadata corruption or could not read its metadata",
         "fs/xfs/xfs_error.c xfs_corruption_error / xfs_verifier_error / xfs_error_report: "
         "'Metadata corruption detected at %pS, ...', 'Internal error %s at line %d of file "
-        "%s.'"),
+        "%s.' (XFS_WANT_CORRUPTED_GOTO/RETURN); xfs_buf_item.c / xfs_buf.c: 'metadata I/O "
+        "error in \"%pS\" at daddr 0x%llx len %d error %d' (4.x+), 'metadata I/O error: "
+        "block 0x%llx (\"%s\") error %d numblks %d' (3.x)"),
     "io_error": KernelPattern(
-        r"^Buffer I/O error on dev(?:ice)? \S+"
-        r"|^(?:[a-z_]{1,32}: )?[A-Za-z/ ]{1,40} error, dev \S+, sector \d+",
-        "a block device returned an I/O error",
+        rf"^Buffer I/O error on dev(?:ice)? {_DISK}"
+        rf"|^(?:[a-z_]{{1,32}}: )?[A-Za-z/ ]{{1,40}} error, dev {_DISK}, sector \d+"
+        r"|^(?:[^:]{1,16}: )?attempt to access beyond end of device"
+        r"|^nvme\d+(?:c\d+)?n\d+: I/O Cmd\(0x[0-9a-f]+\) @ LBA \d+, \d+ blocks, I/O Error"
+        r"|^sd \d+:\d+:\d+:\d+: \[[^\]]{1,32}\] (?:(?:tag#\d+ )?(?:FAILED"
+        r"|UNKNOWN\(0x[0-9a-f]+\)) Result: hostbyte=|Unhandled (?:error|sense) code)",
+        "a block device returned an I/O error (virtual CD-ROM and floppy drives left out: "
+        "cloud VMs read them at boot)",
         "fs/buffer.c: 'Buffer I/O error on dev %pg, logical block %llu, ...' ('on device "
         "%s' before 4.10); block/blk-core.c: 'blk_update_request: %s error, dev %s, sector "
-        "%llu' (4.x-5.15), '%s error, dev %s, sector %llu op 0x%x:(%s) ...' (5.16+)",
-        "IOError"),
+        "%llu' (4.x-5.15), '%s error, dev %s, sector %llu op 0x%x:(%s) ...' (5.16+); "
+        "block/blk-core.c bio_check_eod: 'attempt to access beyond end of device' ('%s: ...' "
+        "naming the process, 5.x+); "
+        "drivers/nvme/host/core.c nvme_log_error: '%s: %s(0x%x) @ LBA %llu, %u blocks, %s "
+        "(sct 0x%x / sc 0x%x)' (6.0+); drivers/scsi/sd.c sd_done via scsi_print_result: "
+        "'[%s] tag#%d FAILED Result: hostbyte=%s driverbyte=%s' (4.x+; 'UNKNOWN(0x%x)' for an "
+        "unnamed disposition; 3.x: 'Unhandled error code', then 'Result: ...')", "IOError"),
+    "nvme_controller_reset": KernelPattern(
+        r"^nvme nvme\d+: (?:I/O (?:tag )?\d+ (?:\([0-9a-f]+\) )?"
+        r"(?:opcode 0x[0-9a-f]+ \([^)]{0,40}\) )?QID \d+ timeout, "
+        r"(?:aborting|reset controller|disable controller)"
+        r"|controller is down; will reset|Abort status: 0x[0-9a-f]+"
+        r"|Removing after probe failure|Device not ready; aborting)",
+        "an NVMe controller stopped answering: commands timed out, it was reset or removed",
+        "drivers/nvme/host/pci.c nvme_timeout: 'I/O %d QID %d timeout, aborting' / ', "
+        "reset controller' / ', disable controller' (', completion polled' is a recovered "
+        "timeout, left out; 'I/O tag %d "
+        "(%04x) opcode %#x (%s) QID %d timeout, ...' 6.x), nvme_should_reset: 'controller "
+        "is down; will reset: CSTS=0x%x, PCI_STATUS=0x%x', abort_endio: 'Abort status: "
+        "0x%x', nvme_remove_dead_ctrl: 'Removing after probe failure status: %d'; core.c "
+        "nvme_wait_ready: 'Device not ready; aborting reset|initialisation'"),
     "fs_readonly": KernelPattern(
         r"^[A-Z0-9]{2,8}-fs \([^)]{1,64}\): (?:error: )?[Rr]emounting filesystem read-only"
         r"|^BTRFS [a-z]{1,8} \(device [^)]{1,64}\): forced readonly",
@@ -248,28 +345,98 @@ KERNEL: dict[str, KernelPattern] = {
         "firmware reported a fatal hardware error (CPER)",
         "drivers/firmware/efi/cper.c cper_print_hdr", "CperHardwareErrorFatal"),
     "soft_lockup": KernelPattern(
-        r"^(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
+        r"^(?:(?:NMI )?watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
         "a CPU ran kernel code without scheduling for longer than the soft-lockup threshold",
         "kernel/watchdog.c watchdog_timer_fn: 'BUG: soft lockup - CPU#%d stuck for %us! "
-        "[%s:%d]' (pr_fmt 'watchdog: ' since 4.13)"),
+        "[%s:%d]' (pr_fmt 'NMI watchdog: ' 4.0-4.12 when kernel/watchdog.c carried it, "
+        "'watchdog: ' since 4.13)"),
     "hard_lockup": KernelPattern(
-        r"^(?:NMI watchdog: |watchdog: )?Watchdog detected hard LOCKUP on cpu \d+",
+        r"^(?:NMI watchdog: |watchdog: )?(?:CPU\d+: )?(?:Watchdog detected hard LOCKUP on "
+        r"cpu \d+"
+        r"|Watchdog CPU:\d+ Hard LOCKUP|CPU \d+ (?:self-)?detected hard LOCKUP)",
         "a CPU stopped taking interrupts",
         "kernel/watchdog_hld.c watchdog_overflow_callback (pr_fmt 'NMI watchdog: '), "
         "kernel/watchdog.c watchdog_hardlockup_check (6.6+): 'Watchdog detected hard LOCKUP "
-        "on cpu %d'"),
+        "on cpu %d'; 'Watchdog CPU:%d Hard LOCKUP' (the hpwdt / buddy wording of vendor "
+        "kernels); arch/powerpc/kernel/watchdog.c: 'CPU %d self-detected hard LOCKUP @ %pS',"
+        " 'CPU %d detected hard LOCKUP on other CPUs %*pbl'"),
     "rcu_stall": KernelPattern(
         r"^(?:rcu: )?INFO: [a-z_]{2,24} (?:self-detected stall on CPU"
-        r"|detected (?:expedited )?stalls? on (?:CPUs/tasks|tasks))",
+        r"|detected (?:expedited )?stalls? on (?:CPUs/tasks|tasks|CPU))",
         "an RCU grace period is stalled (any flavour: sched, preempt, bh, expedited, tasks)",
         "kernel/rcu/tree_stall.h print_other_cpu_stall / print_cpu_stall: 'INFO: %s detected "
         "stalls on CPUs/tasks:', 'INFO: %s self-detected stall on CPU'; tree_exp.h: 'INFO: "
         "%s detected expedited stalls on CPUs/tasks: {'; tasks.h: 'INFO: %s detected stalls "
-        "on tasks:' (pr_fmt 'rcu: ' since 4.20)"),
+        "on tasks:' (pr_fmt 'rcu: ' since 4.20); 3.x: 'INFO: %s detected stall on CPU %d' "
+        "and 'INFO: rcu_sched_state detected stall on CPU %d (t=%lu jiffies)'"),
     "kernel_panic": KernelPattern(
         r"^Kernel panic - not syncing: ",
         "the kernel panicked (seen only when the log outlives the panic, e.g. replayed)",
         "kernel/panic.c panic: 'Kernel panic - not syncing: %s'"),
+    "machine_check": KernelPattern(
+        r"^(?:mce: )?\[Hardware Error\]: (?:Machine check events logged"
+        r"|CPU \d+: Machine Check(?: Exception)?: |Machine check: )"
+        r"|^Machine check events logged",
+        "the CPU reported a machine check (a hardware error the kernel logged)",
+        "arch/x86/kernel/cpu/mce/core.c mce_notify_irq: '[Hardware Error]: Machine check "
+        "events logged' (pr_fmt 'mce: ' 4.x+; bare 'Machine check events logged' in 3.x), "
+        "print_mce: 'CPU %d: Machine Check%s: %Lx Bank %d: %016Lx'"),
+    "pcie_aer_error": KernelPattern(
+        rf"^(?:pcieport|aer) {_PCI_ANY}: (?:AER: )?(?:Multiple )?(?:Corrected|Correctable"
+        r"|Uncorrect(?:ed|able) \(Non-Fatal\)) error (?:message )?received",
+        "a PCIe link reported a corrected or non-fatal error (AER)",
+        "drivers/pci/pcie/aer.c aer_print_port_info: '%s%s error message received from "
+        "%04x:%02x:%02x.%d' (5.x+), 'AER: Corrected error received: %04x:%02x:%02x.%d', "
+        "'Multiple Corrected error received' (4.x), 'AER: Corrected error received: "
+        "id=%04x' (to 4.18), 'Correctable' / 'Uncorrectable' (6.8+)"),
+    "pcie_aer_fatal": KernelPattern(
+        rf"^(?:pcieport|aer) {_PCI_ANY}: (?:AER: )?(?:Multiple )?Uncorrect(?:ed|able) "
+        r"\(Fatal\) error (?:message )?received",
+        "a PCIe link reported a fatal uncorrected error (AER): the device may be lost",
+        "drivers/pci/pcie/aer.c aer_print_port_info, severity 'Uncorrected (Fatal)'"),
+    "cpu_thermal_throttling": KernelPattern(
+        r"^(?:mce: )?CPU\d+: (?:Core|Package) temperature (?:is )?above threshold, cpu "
+        r"clock (?:is )?throttled",
+        "a CPU's clock was throttled because it ran too hot",
+        "arch/x86/kernel/cpu/mce/therm_throt.c therm_throt_process: 'CPU%d: %s temperature "
+        "above threshold, cpu clock throttled (total events = %lu)' (to 5.4, 'mce: ' on 5.x), "
+        "'%s temperature is above threshold, cpu clock is throttled' (5.5+); the benign "
+        "'temperature/speed normal' is its end"),
+    "conntrack_table_full": KernelPattern(
+        r"^nf_conntrack: (?:nf_conntrack: )?table full, dropping packet",
+        "the connection-tracking table is full: new connections are dropped",
+        "net/netfilter/nf_conntrack_core.c __nf_conntrack_alloc: 'nf_conntrack: table "
+        "full, dropping packet' (net_warn_ratelimited; printed twice-prefixed 'nf_conntrack: "
+        "nf_conntrack: ' from 4.x, as pr_fmt and the message both name it)"),
+    "pids_fork_rejected": KernelPattern(
+        r"^cgroup: fork rejected by pids controller in ",
+        "a fork was refused: a cgroup hit its pids.max",
+        "kernel/cgroup/pids.c pids_can_fork / pids_event: 'cgroup: fork rejected by pids "
+        "controller in %s' (4.x+, once per cgroup)"),
+    "nfs_server_not_responding": KernelPattern(
+        r"^(?:nfs|lockd): server \S{1,255} not responding, (?:still trying|timed out)",
+        "an NFS server stopped answering: tasks using the mount hang or fail",
+        "fs/nfs/client.c / sunrpc clnt.c call_timeout via nfs_timeout: 'nfs: server %s not "
+        "responding, still trying' / ', timed out' (3.10+); the benign 'nfs: server %s OK' "
+        "is its end"),
+    "nvidia_init_failed": KernelPattern(
+        r"^NVRM: (?:GPU [0-9a-fA-F:.]{7,16}: )?(?:RmInitAdapter failed!"
+        r"|rm_init_adapter failed|The NVIDIA probe routine failed"
+        r"|None of the NVIDIA devices were initialized)"
+        rf"|^nvidia {_PCI_ANY}: probe (?:with driver nvidia failed|failed)"
+        rf"|^nvidia: probe of {_PCI_ANY} failed with error"
+        r"|^NVRM: The NVIDIA GPU [0-9a-fA-F:.]{7,16}[\s\S]{0,200}fallen off the bus"
+        r"|^NVRM: fallen off the bus and is not responding",
+        "the NVIDIA driver could not initialize a GPU (it is unusable until fixed)",
+        "open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/src/osinit.c: 'NVRM: GPU "
+        "%04x:%02x:%02x.%x: RmInitAdapter failed! (0x%x:0x%x:%d)', kernel-open/nvidia/nv.c: "
+        "'NVRM: rm_init_adapter failed, device minor number %d' ('for device bearing minor "
+        "number %d' in the closed driver), nv-pci.c: 'NVRM: The NVIDIA probe routine failed "
+        "for %d device(s).', 'NVRM: None of the NVIDIA devices were initialized.'; "
+        "drivers/base/dd.c: '%s: probe of %s failed with error %d' (to 6.9), 'probe with "
+        "driver %s failed with error %d' (6.10+); nv.c: 'NVRM: The NVIDIA GPU %04x:%02x:%02x.%x "
+        "(PCI ID: ...) installed in this system has fallen off the bus and is not responding "
+        "to commands.' (one record, or one line each)"),
     "nvidia_xid": KernelPattern(
         r"^NVRM: Xid \((?:PCI:)?[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}[^)]{0,40}\): "
         r"\d+, ",
@@ -279,6 +446,91 @@ KERNEL: dict[str, KernelPattern] = {
 }
 
 SHIPPED: dict[str, KernelPattern] = {**ENA, **KERNEL}
+
+# An Xid line's GPU (its PCI bus address, as the driver prints it) and code.
+XID_LINE = re.compile(r"^NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+                      r"[^)]{0,40}\): (\d+), ")
+# What NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors, "Immediate action")
+# answers each code with: restart the application (the GPU is fine), reset the GPU,
+# reboot the machine, follow the NVLink workflow, or nothing (informational).
+XID_ACTIONS: dict[int, str] = {
+    **dict.fromkeys((8, 13, 31, 32, 43, 45, 68, 69, 94), "restart_app"),
+    **dict.fromkeys((46, 48, 62, 64, 95, 109, 110, 119, 120, 140, 143), "reset_gpu"),
+    79: "reboot",
+    **dict.fromkeys((74, 144, 145, 146, 147, 148, 149, 150), "nvlink"),
+    **dict.fromkeys((38, 63, 92, 121, 137, 154), "ignore"),
+}
+XID_ACTION_NAMES = ("restart_app", "reset_gpu", "reboot", "nvlink", "ignore", "unknown")
+
+
+def xid_of(line: str) -> tuple[str, int, str] | None:
+    """(GPU's PCI address, Xid code, NVIDIA's immediate action) of an Xid line."""
+    found = XID_LINE.match(line)
+    if found is None:
+        return None
+    code = int(found[2])
+    return found[1].lower(), code, XID_ACTIONS.get(code, "unknown")
+_TESTED = {
+    'ena_tx_paused': 'ENA 1.1.2-2.17.0 format strings; real: 2.11.0g (Pinterest)',
+    'ena_poll_starvation': 'ENA 2.2.12-2.17.0, in-tree 6.9+; real: 2.11.0g',
+    'ena_tx_missing_completion': 'ENA 1.1.2-2.17.0; real: 1.5.0K, 2.x (amzn-drivers #134, #220)',
+    'ena_tx_lost_completions': 'ENA 1.1.2-2.17.0; real: 1.5.0K, 2.1.0K (amzn-drivers #134, #147)',
+    'ena_keep_alive_timeout': 'ENA 1.1.2-2.17.0; real: 1.5.0K (amzn-drivers #134, #285)',
+    'ena_admin_queue_timeout': 'ENA 1.1.2-2.17.0 (ena_com)',
+    'ena_admin_queue_error': 'ENA 1.1.2-2.17.0 (ena_com)',
+    'ena_msix_issue': 'ENA 1.5.0-2.17.0',
+    'ena_unhealthy_reset_request': 'ENA 2.2.12-2.17.0',
+    'ena_reset_triggered': 'ENA 1.1.2-2.17.0; real: 1.5.0K, 2.1.0K on 5.5',
+    'ena_reset_completed': 'ENA 1.5.0-2.17.0; real: 1.5.0K, 2.4.0g, 2.11.0g',
+    'ena_reset_failed': 'ENA 1.5.0-2.17.0 (dev_err and netif_err)',
+    'ena_init_failed': 'ENA 1.5.0-2.17.0 (dev_err)',
+    'nic_tx_timeout': '3.10-6.12 (sch_generic.c, every wording); real: ena 1.5.3, ixgbe, e1000e, '
+                      'bnxt_en on 6.7+',
+    'nic_hang_reset': 'e1000e, igb, ixgbe, i40e, mlx5, bnxt_en format strings; real lines from '
+                      'their bug reports',
+    'oom_kill': '2.6.32 (RHEL 6) to 6.x; real: 3.10 (RHEL 7), 4.x, 5.4, 6.x',
+    'oom_kill_memcg': '3.10-6.x; real: 3.10.0-327 (RHEL 7), 5.x',
+    'hung_task': '3.10-6.12; real: docker, dockerd, containerd-shim, kubelet hangs',
+    'hung_task_runtime': 'live: a root process in system.slice/containerd.service on this host',
+    'kernel_oops': 'x86 3.10-6.12 (Oops: prefix 6.10+), arm64 (8 and 16 hex digits), arm, riscv, '
+                   'powerpc',
+    'kernel_bad_access': 'x86 to 4.19 and 5.0+, arm64',
+    'null_deref': 'x86 to 4.19 and 5.0+, arm64, arm',
+    'general_protection_fault': 'x86 to 5.4, 5.5-6.9, 6.10+',
+    'unregister_netdevice': '3.10-6.12; node-problem-detector sample',
+    'ext4_error': '3.10-6.12 (ext4 and jbd2); real lines from 4.x and 5.x',
+    'ext4_warning': '3.10-6.12',
+    'xfs_shutdown': '3.10-6.12 (xfs_do_force_shutdown to 5.14, new wording 5.15+)',
+    'xfs_corruption': '3.x-6.12 (metadata I/O error, both wordings)',
+    'io_error': '3.10 (end_request) to 6.12 (no prefix 5.16+), NVMe 5.18+, SCSI 3.10-6.12; '
+                'sr0/fd0 excluded (Azure, VMware, Debian lines)',
+    'nvme_controller_reset': 'to 6.4 and 6.5+ timeout wordings; real lines on 6.8',
+    'fs_readonly': 'ext2/ext3/ext4, btrfs 3.10-6.12',
+    'memory_error_corrected': 'EDAC 3.10-6.12',
+    'memory_error_uncorrected': 'EDAC 3.10-6.12',
+    'cper_corrected': '4.x-6.12 (GHES)',
+    'cper_recoverable': '4.x-6.12 (GHES)',
+    'cper_fatal': '4.x-6.12 (GHES)',
+    'machine_check': '3.x-6.12 (mce: prefix 4.x+)',
+    'pcie_aer_error': '3.x-4.18 (id=), 4.19-6.7, 6.8+ (Correctable)',
+    'pcie_aer_fatal': '4.19-6.7 and 6.8+ wordings',
+    'cpu_thermal_throttling': 'to 5.4 and 5.5+ wordings',
+    'conntrack_table_full': '3.x and 4.x+ (doubled prefix)',
+    'pids_fork_rejected': '4.8-6.12',
+    'nfs_server_not_responding': '3.10-6.12',
+    'soft_lockup': '3.10 (none), 4.0-4.12 (NMI watchdog:), 4.13+ (watchdog:)',
+    'hard_lockup': '3.x-6.4 (NMI watchdog:), 6.5+ (watchdog:), powerpc 4.13+',
+    'rcu_stall': '2.6.3x/3.0 (rcu_sched_state), 3.x-4.18, 4.19+ (rcu:)',
+    'kernel_panic': '3.10-6.12',
+    'nvidia_init_failed': 'open-gpu-kernel-modules 515+, the closed 358.x driver, kernel probe '
+                          'wording to 6.9 and 6.10+',
+    'nvidia_xid': 'drivers 515-570 (with and without pid/name), MIG, older closed drivers; 18 '
+                  'real lines',
+}
+for _name, _tested in _TESTED.items():
+    SHIPPED[_name] = dataclasses.replace(SHIPPED[_name], tested=_tested)
+    (ENA if _name in ENA else KERNEL)[_name] = SHIPPED[_name]
+
 DEFAULT_PATTERNS: dict[str, str] = {name: p.regex for name, p in SHIPPED.items()}
 TASK_UNITS: dict[str, tuple[str, ...]] = {
     name: p.task_units for name, p in SHIPPED.items() if p.task_units}

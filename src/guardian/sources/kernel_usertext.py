@@ -107,7 +107,7 @@ TEMPLATES: tuple[UserTextTemplate, ...] = (
     UserTextTemplate(
         "oom_killed",
         r"^(?:[A-Za-z ()_]{0,48}: )?Kill(?:ed)? process \d+,? (?:UID \d+, )?"
-        rf"\((?P<comm>{COMM})\) (?P<rest>(?:total-vm|score)[\s\S]*)$",
+        rf"\((?P<comm>{COMM})\)(?P<rest>,? (?:UID \d+, )?(?:total-vm|score)[\s\S]*)$",
         "Out of memory: Killed process 4242 ({comm}) total-vm:10000kB, anon-rss:9000kB, "
         "file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:100kB oom_score_adj:0",
         "mm/oom_kill.c: 'Killed process %d (%s) total-vm:...', 'Kill process %d (%s) "
@@ -166,14 +166,57 @@ TEMPLATES: tuple[UserTextTemplate, ...] = (
         reports=True),
     UserTextTemplate(
         "comm_pid_notice",
-        rf"^(?P<comm>{COMM}) \(\d+\):? (?P<rest>(?:drop_caches: |Attempt to access syslog"
-        r"|VmData \d+ exceed data ulimit|/proc/\d+/oom_adj is deprecated|used greatest "
-        r"stack depth: )[\s\S]*)$",
+        rf"^(?:mmap: )?(?P<comm>{COMM}) \(\d+\):? (?P<rest>(?:drop_caches: "
+        r"|Attempt to access syslog|VmData \d+ exceed data ulimit|/proc/\d+/oom_adj is "
+        r"deprecated|used greatest stack depth: |uses deprecated remap_file_pages)[\s\S]*)$",
         "{comm} (4242): drop_caches: 3",
         "mm/drop_caches.c '%s (%d): drop_caches: %d'; kernel/printk check_syslog_permissions"
         " '%s (%d): Attempt to access syslog ...'; mm/mmap.c '%s (%d): VmData %lu exceed "
-        "data ulimit %lu. ...'; fs/proc/base.c '%s (%d): /proc/%d/oom_adj is deprecated, "
+        "data ulimit %lu. ...' and '%s (%d) uses deprecated remap_file_pages() syscall' "
+        "(pr_fmt 'mmap: ' 4.x+); fs/proc/base.c '%s (%d): /proc/%d/oom_adj is deprecated, "
         "...'; kernel/exit.c check_stack_usage '%s (%d) used greatest stack depth: ...'"),
+    UserTextTemplate(
+        "beyond_end_of_device",
+        rf"^(?P<comm>{COMM}): attempt to access beyond end of device(?P<rest>[\s\S]*)$",
+        "{comm}: attempt to access beyond end of device\nsda1: rw=0, want=8, limit=4",
+        "block/blk-core.c bio_check_eod: '%s: attempt to access beyond end of device\\n"
+        "%pg: rw=%d, sector=%llu, nr_sectors = %u limit=%llu' (5.10+; the issuing process)",
+        reports=True),
+    UserTextTemplate(
+        "arm64_syscall",
+        rf"^(?P<comm>{COMM})\[\d+\]: syscall \d+(?P<rest>[\s\S]*)$",
+        "{comm}[4242]: syscall 999",
+        "arch/arm64/kernel/traps.c do_ni_syscall: '%s[%d]: syscall %d' (3.10-4.15)"),
+    UserTextTemplate(
+        "deprecation_warning",
+        r"^(?:capability: )?warning: (?:process )?`(?P<comm>[\s\S]{0,15})' "
+        r"(?P<rest>[\s\S]*)$",
+        "capability: warning: `{comm}' uses 32-bit capabilities (legacy support in use)",
+        "kernel/capability.c warn_legacy_capability_use: 'warning: `%s' uses 32-bit "
+        "capabilities ...' (pr_fmt 'capability: ' 4.x+); net/wireless/wext-core.c: "
+        "'warning: `%s' uses wireless extensions ...'; kernel/sysctl_binary.c: 'warning: "
+        "process `%s' used the deprecated sysctl system call ...'"),
+    UserTextTemplate(
+        "oom_cpuset",
+        rf"^(?P<comm>{COMM}) cpuset=(?P<rest>[\s\S]*)$",
+        "{comm} cpuset=/ mems_allowed=0",
+        "mm/oom_kill.c dump_header via cpuset_print_current_mems_allowed: '%s cpuset=%s "
+        "mems_allowed=%*pbl' (to 4.18)",
+        reports=True),
+    UserTextTemplate(
+        "null_argv",
+        r"^process '(?P<path>[\s\S]*)' launched '(?P<file>[\s\S]*)' with NULL argv",
+        "process '/tmp/{file}' launched '/tmp/{file}' with NULL argv: empty string added",
+        "fs/exec.c do_execveat_common (5.18+): \"process '%s' launched '%s' with NULL argv: "
+        "empty string added\""),
+    UserTextTemplate(
+        "soft_lockup_task",
+        r"^(?P<head>(?:(?:NMI )?watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s! )"
+        rf"\[(?P<comm>{COMM}):\d+\]$",
+        "watchdog: BUG: soft lockup - CPU#2 stuck for 23s! [{comm}:4242]",
+        "kernel/watchdog.c watchdog_timer_fn: '... stuck for %us! [%s:%d]' (the task on "
+        "the CPU)",
+        reports=True),
     UserTextTemplate(
         "exec_stack",
         r"^process '(?P<path>[\s\S]*)' started with executable stack$",

@@ -36,6 +36,7 @@ import select
 import stat
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -47,7 +48,7 @@ from ..hostio.procfs import system_unit_of
 from ..plugins import SampleError, Source
 from ..regexsafety import backtracking_risk
 from ..snapshot import Family, SignalSpec, labels_of
-from .kernel_patterns import DEFAULT_PATTERNS, TASK_UNITS
+from .kernel_patterns import DEFAULT_PATTERNS, TASK_UNITS, XID_ACTION_NAMES, xid_of
 from .kernel_usertext import mask, named_task, spoofable
 
 # syslog facility numbers (RFC 5424, <sys/syslog.h>)
@@ -100,7 +101,14 @@ class KmsgConfig(BaseModel):
                                  "(?P<x>...)(?P=x)")
         # the live matcher screens each line with the patterns in one or two alternations
         try:
-            _screens(_with_defaults(info.data.get("default_patterns", True), v))
+            with warnings.catch_warnings():
+                # 3.10 only warns of a global flag past the start; 3.11 refuses it
+                warnings.simplefilter("error", DeprecationWarning)
+                _screens(_with_defaults(info.data.get("default_patterns", True), v))
+        except DeprecationWarning as exc:
+            raise ValueError(f"the patterns do not combine into one expression: global "
+                             f"flags not at the start ({exc}); use (?i:...) instead of "
+                             "(?i) and unique group names") from None
         except (re.error, RecursionError, OverflowError) as exc:
             # a re.error's position would be one in the combined expression: leave it out
             why = exc.msg if isinstance(exc, re.error) else str(exc)
@@ -249,6 +257,14 @@ class KmsgSource(Source[KmsgConfig]):
                    counter=True),
         SignalSpec("kmsg.skipped", "records that could not be read, by reason (header, "
                    "flags, utf8, too_long)", "records", labels=("reason",), counter=True),
+        SignalSpec("gpu.xid", "NVIDIA Xid errors since start, by GPU (PCI address), code "
+                   "and the action NVIDIA's catalog gives it (restart_app, reset_gpu, "
+                   "reboot, nvlink, ignore, unknown)", "errors",
+                   labels=("pci", "code", "action"), counter=True),
+        SignalSpec("gpu.xid_by_action", "NVIDIA Xid errors since start, by the action "
+                   "NVIDIA's catalog gives them (every action present from the start, so "
+                   "the first Xid is an increase)", "errors", labels=("action",),
+                   counter=True),
     )
 
     def __init__(self, host: Host, config: KmsgConfig | None = None) -> None:
@@ -266,6 +282,7 @@ class KmsgSource(Source[KmsgConfig]):
         self.skip_long_line = False
         self.lock = threading.Lock()
         self.counts = dict.fromkeys(self.patterns, 0)
+        self.xids: dict[tuple[str, int, str], int] = {}
         self.last_match: dict[str, float] = {}
         self.records = 0
         self.lost = 0
@@ -395,6 +412,9 @@ class KmsgSource(Source[KmsgConfig]):
                 line = self.line = text
                 if self.line_matched:
                     self.line_matched = set()
+        if "gpu.xid" not in self.line_matched and (xid := xid_of(mask(line))) is not None:
+            self.line_matched.add("gpu.xid")
+            self.xids[xid] = self.xids.get(xid, 0) + 1
         for name in self.matches(line):
             if name not in self.line_matched:  # once per line, however many fragments
                 self.line_matched.add(name)
@@ -463,9 +483,15 @@ class KmsgSource(Source[KmsgConfig]):
                             for n, t in self.last_match.items()}
             skipped: Family = {labels_of({"reason": r}): float(c)
                                for r, c in self.skipped.items()}
+            xids: Family = {labels_of({"pci": pci, "code": str(code), "action": action}):
+                            float(n) for (pci, code, action), n in self.xids.items()}
+            by_action = dict.fromkeys(XID_ACTION_NAMES, 0.0)
+            for (_, _, action), n in self.xids.items():
+                by_action[action] += n
+            actions: Family = {labels_of({"action": a}): n for a, n in by_action.items()}
             return {"kmsg.matches": matches, "kmsg.last_match_age_seconds": ages,
                     "kmsg.records": self.records, "kmsg.lost": self.lost,
-                    "kmsg.skipped": skipped}
+                    "kmsg.skipped": skipped, "gpu.xid": xids, "gpu.xid_by_action": actions}
 
     def follow(self, wake: Callable[[str], None]) -> bool:
         if self.thread is not None:
