@@ -166,3 +166,19 @@ def test_generated_code_never_contains_rule_text() -> None:
 
 def test_infinite_values_compare_sanely() -> None:
     assert ev("a.x > 1e308 * 10", {"a.x": math.inf}) is False
+
+
+def test_modulo_takes_the_dividends_sign_as_promql() -> None:
+    """Before: Python's modulo, (5-12) % 3 == 2; PromQL's is Go's math.Mod: -1."""
+    assert ev("(5 - 12) % 3 == -1", {}) is True
+    assert ev("a.x % 3 == -1", {"a.x": -7.0}) is True
+    assert ev("c.core % 3 < 0", {"c.core": fam(c0=-7.0, c1=7.0)}) == {labels_of({"cpu": "0"}):
+                                                                      -1.0}
+
+
+def test_clamps() -> None:
+    assert ev("clamp_max(c.core, 50) == 50", {"c.core": fam(c0=70.0, c1=20.0)}) == {
+        labels_of({"cpu": "0"}): 50.0}
+    assert ev("clamp_min(a.x, 0) == 0", {"a.x": -3.0}) is True
+    with pytest.raises(ExprError, match="clamps to a number"):
+        compile_condition("clamp_min(a.x, c.core) > 0", CAT)

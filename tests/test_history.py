@@ -196,3 +196,18 @@ def test_shipped_rules_on_an_ena_sized_node_do_not_slow_down_as_history_fills() 
     # longer ones still add a float a tick: the 30-minute memcg.dying (a scalar) and the
     # 1-hour reset_fail counter (one member on this node)
     assert stored[-1] - stored[11 * 60] == 2 * ((15 * 60 - 1) - 11 * 60)
+
+
+def test_a_gap_does_not_change_a_members_rate() -> None:
+    """Before: a member whose window ends on a gap took a path that turned times into
+    float seconds before subtracting (1.002 s to 16.002 s is 14.999999999999998 s), so
+    the same samples gave two rates; times are whole milliseconds, subtracted first."""
+    a, b = labels_of({"i": "a"}), labels_of({"i": "b"})
+    whole, gappy = History({"m": 60.0}), History({"m": 60.0})
+    whole.record(1.002, {"m": {a: 0.0, b: 0.0}})
+    gappy.record(1.002, {"m": {a: 0.0, b: 0.0}})
+    whole.record(16.002, {"m": {a: 30.0, b: 1.0}})
+    gappy.record(16.002, {"m": {a: 30.0}})  # b has no sample: the per-member path
+    fast, slow = whole.query("rate", "m", None, 60.0), gappy.query("rate", "m", None, 60.0)
+    assert isinstance(fast, dict) and isinstance(slow, dict)
+    assert fast[a] == slow[a] == 2.0

@@ -21,7 +21,7 @@ from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from itertools import islice, repeat
+from itertools import islice, pairwise, repeat
 from operator import gt, sub, truediv
 from typing import Any
 
@@ -31,10 +31,13 @@ from .snapshot import Family, Labels
 MAX_ROWS = 10_000  # per lookback, whatever the window: bounds memory at fast tick rates
 NAN = math.nan
 
-Series = list[tuple[float, float]]
+Series = list[tuple[int, float]]  # (time in whole milliseconds, value)
+# one member's samples in the window, the function's number argument (quantile_over_time's
+# quantile, predict_linear's seconds ahead) and the evaluation time, in milliseconds
+Func = Callable[[Series, float, int], "float | None"]
 
 
-def _increase(s: Series) -> float:
+def _increase(s: Series, _arg: float = 0.0, _now: int = 0) -> float:
     """Counter increase; a drop is a counter reset (counting restarts from zero)."""
     total = 0.0
     prev = s[0][1]
@@ -44,21 +47,83 @@ def _increase(s: Series) -> float:
     return total
 
 
-def _rate(s: Series) -> float | None:
-    span = s[-1][0] - s[0][0]
-    return _increase(s) / span if span > 0 else None
+def _rate(s: Series, _arg: float, _now: int) -> float | None:
+    span_ms = s[-1][0] - s[0][0]  # whole milliseconds: subtracted before any division
+    return _increase(s) / (span_ms / 1000) if span_ms > 0 else None
 
 
-_FUNCS: dict[str, tuple[int, Callable[[Series], float | None]]] = {
+def _quantile(s: Series, q: float, _now: int) -> float:
+    """Prometheus' quantile (promql/quantile.go): linear between the closest ranks;
+    below 0 is -Inf and above 1 +Inf."""
+    if math.isnan(q):
+        return NAN
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    values = sorted(v for _, v in s)
+    rank = q * (len(values) - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(len(values) - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return values[lower] * (1 - weight) + values[upper] * weight
+
+
+def _stddev(s: Series, _arg: float, _now: int) -> float:
+    """Population standard deviation (Prometheus' stddev_over_time), by Welford's update."""
+    mean = aux = 0.0
+    for n, (_, v) in enumerate(s, start=1):
+        delta = v - mean
+        mean += delta / n
+        aux += delta * (v - mean)
+    return math.sqrt(aux / len(s))
+
+
+def _predict_linear(s: Series, ahead: float, now: int) -> float:
+    """Least squares over the window, x in seconds from the evaluation time (Prometheus'
+    linearRegression): the value ``ahead`` seconds after it. A flat series is itself."""
+    first = s[0][1]
+    if all(v == first for _, v in s):
+        return NAN if math.isinf(first) else first
+    n = len(s)
+    xs = [(t - now) / 1000 for t, _ in s]
+    ys = [v for _, v in s]
+    sum_x, sum_y = math.fsum(xs), math.fsum(ys)
+    cov_xy = math.fsum(x * y for x, y in zip(xs, ys, strict=True)) - sum_x * sum_y / n
+    var_x = math.fsum(x * x for x in xs) - sum_x * sum_x / n
+    slope = cov_xy / var_x
+    intercept = sum_y / n - slope * sum_x / n
+    return slope * ahead + intercept
+
+
+def _changes(s: Series, _arg: float, _now: int) -> float:
+    """How often the value changed (a gap's missing samples are not values: no NaN)."""
+    return float(sum(1 for (_, a), (_, b) in pairwise(s) if a != b))
+
+
+def _resets(s: Series, _arg: float, _now: int) -> float:
+    return float(sum(1 for (_, a), (_, b) in pairwise(s) if b < a))
+
+
+_FUNCS: dict[str, tuple[int, Func]] = {
     # name: (fewest samples needed, function over one member's samples in the window)
     "rate": (2, _rate),
     "increase": (2, _increase),
-    "delta": (2, lambda s: s[-1][1] - s[0][1]),
-    "max_over_time": (1, lambda s: max(v for _, v in s)),
-    "min_over_time": (1, lambda s: min(v for _, v in s)),
-    "avg_over_time": (1, lambda s: math.fsum(v for _, v in s) / len(s)),
+    "delta": (2, lambda s, _a, _n: s[-1][1] - s[0][1]),
+    "max_over_time": (1, lambda s, _a, _n: max(v for _, v in s)),
+    "min_over_time": (1, lambda s, _a, _n: min(v for _, v in s)),
+    "avg_over_time": (1, lambda s, _a, _n: math.fsum(v for _, v in s) / len(s)),
+    "sum_over_time": (1, lambda s, _a, _n: math.fsum(v for _, v in s)),
+    "count_over_time": (1, lambda s, _a, _n: float(len(s))),
+    "last_over_time": (1, lambda s, _a, _n: s[-1][1]),
+    "quantile_over_time": (1, _quantile),
+    "stddev_over_time": (1, _stddev),
+    "changes": (1, _changes),
+    "resets": (1, _resets),
+    "predict_linear": (2, _predict_linear),
 }
 _ENDS = {"rate", "increase", "delta"}  # functions of a window's ends (and resets) only
+_COLUMNS = {"max_over_time", "min_over_time", "avg_over_time"}  # computed per column
 
 
 def _ms(seconds: float) -> int:
@@ -212,9 +277,10 @@ class _Rows:
                          if (k in self.index if chosen else not prune or k in fam)}
 
     # -- queries -----------------------------------------------------------------------
-    def query(self, fn: str, now: int, window: int) -> float | Family | None:
-        """``fn`` over the window (now - window, now], as Prometheus' range selectors (in
-        whole milliseconds)."""
+    def query(self, fn: str, now: int, window: int, arg: float = 0.0
+              ) -> float | Family | None:
+        """``fn`` over the window (now - window, now], as Prometheus 3's range selectors
+        (in whole milliseconds)."""
         i0 = bisect_right(self.times, now - window)
         n_rows = len(self.rows) - i0
         if n_rows <= 0:
@@ -225,11 +291,11 @@ class _Rows:
         elif fn in _ENDS and self.complete[i0] and self.complete[-1] \
                 and len(self.rows[i0]) == len(self.rows[-1]):
             out = self._ends(fn, i0)
-        elif fn not in _ENDS and all(islice(self.complete, i0, None)) \
+        elif fn in _COLUMNS and all(islice(self.complete, i0, None)) \
                 and len(self.rows[i0]) == len(self.rows[-1]):
             out = self._over_time(fn, i0)
         else:
-            out = self._per_member(func, need, i0)
+            out = self._per_member(func, need, i0, arg, now)
         if self.scalar:
             return out.get(())
         return out
@@ -261,15 +327,15 @@ class _Rows:
             vals = map(truediv, map(math.fsum, zip(*cols, strict=False)), repeat(len(cols)))
         return dict(zip(self.keys, vals, strict=False))
 
-    def _per_member(self, func: Callable[[Series], float | None], need: int,
-                    i0: int) -> dict[Labels, float]:
+    def _per_member(self, func: Func, need: int, i0: int, arg: float, now: int
+                    ) -> dict[Labels, float]:
         rows = list(islice(self.rows, i0, None))
         times = list(islice(self.times, i0, None))
         out: dict[Labels, float] = {}
         for i, key in enumerate(self.keys):
-            s = [(t / 1000, r[i]) for t, r in zip(times, rows, strict=True)
+            s = [(t, r[i]) for t, r in zip(times, rows, strict=True)
                  if i < len(r) and r[i] == r[i]]
-            if len(s) >= need and (v := func(s)) is not None:
+            if len(s) >= need and (v := func(s, arg, now)) is not None:
                 out[key] = v
         return out
 
@@ -295,7 +361,7 @@ class History:
         self.now_ms = _ms(self.now)
         self.windows_ms: dict[float, int] = {}  # each window a condition asks, in ms
         # rules often ask the same question; answers hold until the next record()
-        self.memo: dict[tuple[str, str, object, float], float | Family | None] = {}
+        self.memo: dict[tuple[str, str, object, float, float], float | Family | None] = {}
 
     def record(self, now: float, values: Mapping[str, Any]) -> None:
         self.now = now
@@ -305,9 +371,10 @@ class History:
             rows.record(now_ms, values.get(name))
 
     def query(
-        self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
+        self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float,
+        arg: float = 0.0,
     ) -> float | Family | None:
-        key = (fn, name, matchers, window)
+        key = (fn, name, matchers, window, arg)
         if key in self.memo:
             return self.memo[key]
         window_ms = self.windows_ms.get(window)
@@ -315,9 +382,9 @@ class History:
             window_ms = self.windows_ms[window] = _ms(window)
         rows = self.stores.get((name, matchers))
         if rows is not None:
-            result = rows.query(fn, self.now_ms, window_ms)
+            result = rows.query(fn, self.now_ms, window_ms, arg)
         elif matchers and (whole := self.stores.get((name, None))) is not None:
-            got = whole.query(fn, self.now_ms, window_ms)  # narrowed after the fact
+            got = whole.query(fn, self.now_ms, window_ms, arg)  # narrowed after the fact
             result = sel(got, matchers) if isinstance(got, dict) else got
         else:
             result = None

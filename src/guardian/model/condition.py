@@ -16,7 +16,8 @@ class TimeFunctions(Protocol):
     """History queries a compiled condition calls (see :class:`guardian.history.History`)."""
 
     def query(
-        self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float
+        self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float,
+        arg: float = 0.0,
     ) -> float | Family | None: ...
 
 

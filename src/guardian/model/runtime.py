@@ -112,5 +112,23 @@ def vabs(v: Operand) -> Operand:
     return abs(v)
 
 
+def vclamp_min(v: Operand, lo: float | None) -> Operand:
+    """Prometheus' clamp_min: each value at least ``lo``."""
+    if v is None or lo is None:
+        return None
+    if isinstance(v, dict):
+        return {k: max(x, lo) for k, x in v.items()}
+    return max(v, lo)
+
+
+def vclamp_max(v: Operand, hi: float | None) -> Operand:
+    """Prometheus' clamp_max: each value at most ``hi``."""
+    if v is None or hi is None:
+        return None
+    if isinstance(v, dict):
+        return {k: min(x, hi) for k, x in v.items()}
+    return min(v, hi)
+
+
 def absent(v: Operand) -> bool:
     return v is None or (isinstance(v, dict) and not v)

@@ -47,9 +47,16 @@ class ExprError(Exception):
 
 
 TIME_FUNCTIONS = ("rate", "increase", "delta", "max_over_time", "min_over_time",
-                  "avg_over_time")
+                  "avg_over_time", "sum_over_time", "count_over_time", "last_over_time",
+                  "quantile_over_time", "stddev_over_time", "changes", "resets",
+                  "predict_linear", "absent_over_time")
 AGGREGATIONS = ("max", "min", "sum", "avg", "count")
-FUNCTIONS = (*AGGREGATIONS, *TIME_FUNCTIONS, "abs", "absent")
+FUNCTIONS = (*AGGREGATIONS, *TIME_FUNCTIONS, "abs", "absent", "clamp_min", "clamp_max")
+# where a time function's number argument goes (PromQL's order; the window is a string
+# argument right after the signal): quantile_over_time(0.5, x, "5m"),
+# predict_linear(x, "1h", 3600)
+_NUMBER_FIRST = {"quantile_over_time"}
+_NUMBER_LAST = {"predict_linear"}
 
 _ARITH: dict[type[ast.operator], tuple[str, str]] = {
     ast.Add: ("+", "add"), ast.Sub: ("-", "sub"), ast.Mult: ("*", "mul"),
@@ -179,17 +186,19 @@ class _Compiler:
         for side, n in ((node.left, a), (node.right, b)):
             if n.kind is Kind.BOOL:
                 raise _err(side, f"arithmetic needs numbers; this is a condition ({op[0]})")
+        fn = "fmod" if op[1] == "mod" else f"operator.{op[1]}"
         if Kind.VEC in (a.kind, b.kind):
-            return _Node(f"vop(operator.{op[1]}, {a.code}, {b.code})", Kind.VEC)
+            return _Node(f"vop({fn}, {a.code}, {b.code})", Kind.VEC)
         if a.const is not None and b.const is not None:
             try:
-                v = float(getattr(operator, op[1])(a.const, b.const))
+                v = float((math.fmod if op[1] == "mod" else getattr(operator, op[1]))(
+                    a.const, b.const))
             except ZeroDivisionError as exc:
                 raise _err(node, "division by zero") from exc
             return self.number(v)
         ta, tb = self.num_operand(a), self.num_operand(b)
         guard = _none_guard(a, ta, b, tb)
-        expr = f"{ta[1]} {op[0]} {tb[1]}"
+        expr = f"fmod({ta[1]}, {tb[1]})" if op[1] == "mod" else f"{ta[1]} {op[0]} {tb[1]}"
         if op[1] in ("truediv", "mod"):
             guard = f"{guard} or {tb[1]} == 0" if guard else f"{tb[1]} == 0"
         return _Node(f"(None if {guard} else {expr})" if guard else f"({expr})", Kind.NUM)
@@ -303,6 +312,14 @@ class _Compiler:
             if args[0].kind is Kind.BOOL:
                 raise _err(node.args[0], "abs() needs a number or a family")
             return _Node(f"vabs({args[0].code})", args[0].kind)
+        if fname in ("clamp_min", "clamp_max"):
+            _arity(node, fname, 2, 2)
+            if args[0].kind is Kind.BOOL:
+                raise _err(node.args[0], f"{fname}() needs a number or a family")
+            if args[1].kind is not Kind.NUM:
+                raise _err(node.args[1], f"{fname}() clamps to a number, got a "
+                                         f"{args[1].kind.value}")
+            return _Node(f"v{fname}({args[0].code}, {args[1].code})", args[0].kind)
         _arity(node, fname, 1, 99 if fname in ("max", "min") else 1)
         if len(args) == 1 and args[0].kind is Kind.VEC:
             return _Node(f"agg_{fname}({args[0].code})", Kind.NUM)
@@ -323,8 +340,12 @@ class _Compiler:
                          f"not {_describe(node)}")
 
     def time_function(self, fname: str, node: ast.Call) -> _Node:
-        _arity(node, fname, 2, 2)
-        target, window_ast = node.args
+        extra = fname in _NUMBER_FIRST or fname in _NUMBER_LAST
+        _arity(node, fname, 3 if extra else 2, 3 if extra else 2)
+        args = list(node.args)
+        number_ast = args.pop(0) if fname in _NUMBER_FIRST else (
+            args.pop() if fname in _NUMBER_LAST else None)
+        target, window_ast = args
         ref = self.signal_arg(target, fname)
         if not (isinstance(window_ast, ast.Constant) and isinstance(window_ast.value, str)):
             raise _err(window_ast, f'{fname}() needs a window as a duration string, '
@@ -335,13 +356,26 @@ class _Compiler:
             raise _err(window_ast, str(exc)) from exc
         if window <= 0:
             raise _err(window_ast, f"{fname}() needs a window longer than zero")
+        arg = 0.0
+        if number_ast is not None:
+            number = self.visit(number_ast)
+            if number.kind is not Kind.NUM or number.const is None:
+                raise _err(number_ast, f"{fname}() needs a number here, e.g. "
+                                       + ('quantile_over_time(0.9, x, "5m")'
+                                          if fname in _NUMBER_FIRST
+                                          else 'predict_linear(x, "1h", 3600)'))
+            arg = float(number.const)
         name = _dotted(target.func if isinstance(target, ast.Call) else target)
         assert name is not None
         matchers = self.matchers_of(target) if isinstance(target, ast.Call) else None
         self.lookbacks[(name, matchers)] = max(self.lookbacks.get((name, matchers), 0.0),
                                                window)
-        return _Node(f"T.query({fname!r}, {name!r}, {self.const(matchers)}, {window!r})",
-                     ref.kind)
+        if fname == "absent_over_time":  # no sample of it in the window: never unknown
+            return _Node(f"absent(T.query('count_over_time', {name!r}, "
+                         f"{self.const(matchers)}, {window!r}))", Kind.BOOL)
+        args_code = f", {arg!r}" if number_ast is not None else ""
+        return _Node(f"T.query({fname!r}, {name!r}, {self.const(matchers)}, {window!r}"
+                     f"{args_code})", ref.kind)
 
 
 def _none_guard(a: _Node, ta: tuple[str, str], b: _Node, tb: tuple[str, str]) -> str:
@@ -418,9 +452,10 @@ def _braces_to_parens(text: str) -> str:
 _GLOBALS: dict[str, object] = {
     "__builtins__": {},
     "operator": operator,
+    "fmod": math.fmod,  # PromQL's % is Go's math.Mod: the sign of the dividend
     **{n: getattr(runtime, n) for n in (
         "sel", "vop", "vcmp", "truth", "agg_max", "agg_min", "agg_avg", "agg_sum",
-        "agg_count", "smax", "smin", "vabs", "absent")},
+        "agg_count", "smax", "smin", "vabs", "absent", "vclamp_min", "vclamp_max")},
 }
 
 

@@ -17,9 +17,10 @@ series in a compact notation and expectations at evaluation times::
     actions = [{ rule = "zombie-pileup", use = "log" }]
 
 Series notation, as promtool's (Prometheus promql/parser generated_parser.y,
-series_item): ``a`` one sample (``+a`` and ``-a`` too); ``a+bxn`` a then n more samples,
-each b higher; ``a-bxn`` likewise lower; ``axn`` a repeated n more times; ``_`` a missing
-sample; ``_xn`` n missing samples. Sample i is at time i * interval; past the end,
+series_item; values accumulate as its parser adds them): ``a`` one sample (``+a`` and
+``-a`` too); ``a+bxn`` a then n more samples, each b higher; ``a-bxn`` likewise
+lower; ``axn`` a repeated n more times; ``_`` a missing sample; ``_xn`` n missing
+samples. Sample i is at time i * interval; past the end,
 missing.
 
 A family (a labeled signal) is present at every step that its longest series covers;
@@ -68,8 +69,13 @@ def parse_series(text: str) -> list[float | None]:
                 raise ValueError(f"a missing sample cannot have a step: {tok!r}")
             out.extend([None] * (n if times is not None else 1))
         else:
-            a, b = float(start), float(step or 0)
-            out.extend(a + b * i for i in range(n + 1))
+            # promtool's parser adds the step once per sample (so 9.8-0.1x3 ends at
+            # 9.500000000000002, not 9.5): the same floats as the tool the notation is from
+            value, b = float(start), float(step or 0)
+            out.append(value)
+            for _ in range(n):
+                value += b
+                out.append(value)
     return out
 
 
