@@ -37,6 +37,18 @@ Series = list[tuple[int, float]]  # (time in whole milliseconds, value)
 Func = Callable[[Series, float, int], "float | None"]
 
 
+def _fsum(values: Iterable[float]) -> float:
+    """An exactly rounded sum; Inf and -Inf together are NaN (as PromQL's sums give),
+    and finite values overflowing are +-Inf."""
+    values = list(values)
+    try:
+        return math.fsum(values)
+    except ValueError:
+        return NAN
+    except OverflowError:
+        return sum(values)
+
+
 def _increase(s: Series, _arg: float = 0.0, _now: int = 0) -> float:
     """Counter increase; a drop is a counter reset (counting restarts from zero)."""
     total = 0.0
@@ -88,9 +100,9 @@ def _predict_linear(s: Series, ahead: float, now: int) -> float:
     n = len(s)
     xs = [(t - now) / 1000 for t, _ in s]
     ys = [v for _, v in s]
-    sum_x, sum_y = math.fsum(xs), math.fsum(ys)
-    cov_xy = math.fsum(x * y for x, y in zip(xs, ys, strict=True)) - sum_x * sum_y / n
-    var_x = math.fsum(x * x for x in xs) - sum_x * sum_x / n
+    sum_x, sum_y = _fsum(xs), _fsum(ys)
+    cov_xy = _fsum(x * y for x, y in zip(xs, ys, strict=True)) - sum_x * sum_y / n
+    var_x = _fsum(x * x for x in xs) - sum_x * sum_x / n
     slope = cov_xy / var_x
     intercept = sum_y / n - slope * sum_x / n
     return slope * ahead + intercept
@@ -112,8 +124,8 @@ _FUNCS: dict[str, tuple[int, Func]] = {
     "delta": (2, lambda s, _a, _n: s[-1][1] - s[0][1]),
     "max_over_time": (1, lambda s, _a, _n: max(v for _, v in s)),
     "min_over_time": (1, lambda s, _a, _n: min(v for _, v in s)),
-    "avg_over_time": (1, lambda s, _a, _n: math.fsum(v for _, v in s) / len(s)),
-    "sum_over_time": (1, lambda s, _a, _n: math.fsum(v for _, v in s)),
+    "avg_over_time": (1, lambda s, _a, _n: _fsum(v for _, v in s) / len(s)),
+    "sum_over_time": (1, lambda s, _a, _n: _fsum(v for _, v in s)),
     "count_over_time": (1, lambda s, _a, _n: float(len(s))),
     "last_over_time": (1, lambda s, _a, _n: s[-1][1]),
     "quantile_over_time": (1, _quantile),
@@ -324,7 +336,7 @@ class _Rows:
         elif fn == "min_over_time":
             vals = map(min, *cols)
         else:
-            vals = map(truediv, map(math.fsum, zip(*cols, strict=False)), repeat(len(cols)))
+            vals = map(truediv, map(_fsum, zip(*cols, strict=False)), repeat(len(cols)))
         return dict(zip(self.keys, vals, strict=False))
 
     def _per_member(self, func: Func, need: int, i0: int, arg: float, now: int
