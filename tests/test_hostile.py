@@ -774,3 +774,43 @@ def test_the_command_burning_a_core_in_the_kernel_is_named() -> None:
     assert isinstance(top, dict) and 0 < len(top) <= 3
     assert top[labels_of({"comm": "dd"})] >= 50, top
     assert max(top, key=lambda k: top[k]) == labels_of({"comm": "dd"})
+
+
+def test_slow_clients_never_keep_a_probe_from_healthz(tmp_path: Path) -> None:
+    """Before: eight connections sending one header byte every 2 s held every worker and
+    the queue: 16 of 16 health probes failed while the loop was healthy (in the DaemonSet
+    any pod reaches the node's address, and a failing liveness probe restarts guardian).
+    Now a request's head must arrive within 2 s and only whole requests reach a worker:
+    64 dripping clients (more than the pending slots), and every probe is answered."""
+    import socket
+    import urllib.request
+
+    port = _free_port()
+    with daemon(tmp_path, "--metrics-port", str(port)) as (proc, notify):
+        notify.wait_for("READY")
+        drips: list[socket.socket] = []
+        answered = failed = 0
+        t0 = time.monotonic()
+        try:
+            while time.monotonic() - t0 < 8:
+                while len(drips) < 64:  # reconnect as they are dropped
+                    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    s.sendall(b"GET /healthz HTTP/1.1\r\n")
+                    drips.append(s)
+                for s in list(drips):
+                    try:
+                        s.sendall(b"X")  # one byte at a time, never the blank line
+                    except OSError:
+                        drips.remove(s)
+                        s.close()
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
+                    answered += 1
+                except OSError:
+                    failed += 1
+                time.sleep(0.2)
+        finally:
+            for s in drips:
+                s.close()
+        assert failed == 0 and answered >= 10, (answered, failed)
+        assert proc.poll() is None
