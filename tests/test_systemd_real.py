@@ -115,3 +115,56 @@ def test_over_the_private_bus_units_are_kept_current_from_signals() -> None:
         finally:
             probe.kill()
             probe.wait(timeout=10)
+
+
+TIMED = r"""
+import json, sys, time
+from guardian.hostio.systemdbus import SystemdBus
+
+bus = SystemdBus(["*"], path=sys.argv[1], timeout=10.0)
+for line in sys.stdin:
+    t0 = time.monotonic()
+    try:
+        units = bus.poll()
+        print(json.dumps({"seconds": time.monotonic() - t0, "units": len(units),
+                          "new": len(bus.new), "ignored": sorted(bus.ignored)}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}",
+                          "seconds": time.monotonic() - t0}), flush=True)
+"""
+
+
+def test_a_status_of_a_unit_that_does_not_exist_does_not_stall_the_poll() -> None:
+    """Before: `systemctl status no-such.service`, which any user may run, stalled the
+    loop for about a minute (no watchdog ping for 71 s against WatchdogSec=30s, 200,000
+    D-Bus messages): each property read of the garbage-collected unit made systemd load
+    it again and announce it again. Now a unit first seen in a signal is asked about at
+    the next poll, and one that is not loaded is not asked about again."""
+    with booted() as c:
+        probe = c.python_in_pid_namespace(TIMED, c.private_socket)
+        assert probe.stdin is not None and probe.stdout is not None
+
+        def poll() -> dict[str, object]:
+            assert probe.stdin is not None and probe.stdout is not None
+            probe.stdin.write("\n")
+            probe.stdin.flush()
+            out: dict[str, object] = json.loads(probe.stdout.readline())
+            return out
+
+        try:
+            first = poll()
+            assert "units" in first, first
+            for _ in range(3):  # a typo, as any user may make it
+                c.run("systemctl", "status", "no-such.service", check=False)
+            polls = []
+            for _ in range(6):
+                polls.append(poll())
+                time.sleep(0.3)
+            assert all("error" not in p for p in polls), polls
+            assert max(float(p["seconds"]) for p in polls) < 2.0, polls  # type: ignore[arg-type]
+            c.run("systemd-run", "--unit=later", "/bin/sleep", "600")  # a real one still is
+            time.sleep(0.5)
+            assert int(poll()["units"]) > int(first["units"])  # type: ignore[call-overload]
+        finally:
+            probe.kill()
+            probe.wait(timeout=10)

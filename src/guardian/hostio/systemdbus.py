@@ -32,6 +32,7 @@ SYSTEMD = "org.freedesktop.systemd1"
 MANAGER = DBusAddress("/org/freedesktop/systemd1", SYSTEMD, f"{SYSTEMD}.Manager")
 PROPERTIES = "org.freedesktop.DBus.Properties"
 READS_PER_POLL = 128  # of up to 64 KiB: a bound on one tick's reading; the rest waits
+NEW_PER_POLL = 64  # units first seen in signals, asked about per poll; the rest wait
 NUDGE = 0.2  # s without an answer before systemd is pinged (see _wait)
 
 
@@ -60,6 +61,12 @@ class SystemdBus:
         self.paths: dict[str, str] = {}  # object path -> unit name
         self.pending: dict[int, tuple[str, str]] = {}  # serial -> (unit, property)
         self.synced_at = 0.0
+        # units announced by UnitNew, asked about at the next poll: asking about a unit
+        # systemd has no file for loads it again, which it announces again, so asking
+        # at once would loop (any user's `systemctl status no-such.service` did, for a
+        # minute, without a watchdog ping)
+        self.new: dict[str, str] = {}  # unit -> object path
+        self.ignored: dict[str, float] = {}  # unit not loaded -> until (monotonic)
 
     # -- the connection ------------------------------------------------------------------
     def close(self) -> None:
@@ -68,6 +75,7 @@ class SystemdBus:
         self.sock = None
         self.parser = Parser()
         self.pending.clear()
+        self.new.clear()
 
     def _send(self, msg: Message) -> int:
         assert self.sock is not None
@@ -115,20 +123,25 @@ class SystemdBus:
                                             ([], self.globs)))
         self.units, self.paths = {}, {}
         reply = self._await(serial)
-        for name, _, _, active, sub, _, path, *_ in reply.body[0]:
-            self._add(name, path, active, sub)
+        for name, _, load, active, sub, _, path, *_ in reply.body[0]:
+            if load == "loaded":
+                self._add(name, path, active, sub)
         self.synced_at = time.monotonic()
         self._await_pending()
 
+    def _wanted(self, name: str) -> bool:
+        return name.endswith(".service") and any(fnmatchcase(name, g) for g in self.globs)
+
     def _add(self, name: str, path: str, active: str = "", sub: str = "") -> None:
-        if not name.endswith(".service") or not any(fnmatchcase(name, g)
-                                                    for g in self.globs):
+        """Follow a unit: ask its restarts (and, for one only announced, whether it is
+        loaded at all, and its state)."""
+        if not self._wanted(name):
             return
         self.units[name] = UnitState(None, active, sub)
         self.paths[path] = name
+        unit_props = () if active else ("LoadState", "ActiveState", "SubState")
         for iface, prop in ((f"{SYSTEMD}.Service", "NRestarts"),
-                            *(((f"{SYSTEMD}.Unit", p) for p in ("ActiveState", "SubState"))
-                              if not active else ())):
+                            *((f"{SYSTEMD}.Unit", p) for p in unit_props)):
             serial = self._call(path, PROPERTIES, "Get", "ss", (iface, prop))
             self.pending[serial] = (name, prop)
 
@@ -167,6 +180,12 @@ class SystemdBus:
                 break
         for _ in self._messages():
             pass
+        now = time.monotonic()
+        self.ignored = {n: until for n, until in self.ignored.items() if until > now}
+        for name in list(self.new)[:NEW_PER_POLL]:
+            path = self.new.pop(name)
+            if name not in self.units and name not in self.ignored:
+                self._add(name, path)
         if self.pending:
             self._await_pending()
 
@@ -180,7 +199,13 @@ class SystemdBus:
             if kind in (MessageType.method_return, MessageType.error) \
                     and reply_to in self.pending:
                 name, prop = self.pending.pop(reply_to)
-                if kind == MessageType.method_return and name in self.units:
+                if name not in self.units:
+                    continue
+                if kind == MessageType.error or (prop == "LoadState"
+                                                 and msg.body[0][1] != "loaded"):
+                    self._forget(name)  # no such unit (a typo, a unit gone): not again
+                    self.ignored[name] = time.monotonic() + self.resync_every
+                else:
                     self._set(self.units[name], prop, msg.body[0][1])
                 continue
             if kind == MessageType.signal:
@@ -195,11 +220,15 @@ class SystemdBus:
             if name is not None and name in self.units:
                 for prop, (_, value) in body[1].items():
                     self._set(self.units[name], prop, value)
-        elif member == "UnitNew" and body[0] not in self.units:
-            self._add(body[0], body[1])
+        elif member == "UnitNew" and body[0] not in self.units and self._wanted(body[0]):
+            self.new[body[0]] = body[1]  # asked about at the next poll, not now
         elif member == "UnitRemoved":
-            self.units.pop(body[0], None)
-            self.paths.pop(body[1], None)
+            self._forget(body[0])
+            self.new.pop(body[0], None)
+
+    def _forget(self, name: str) -> None:
+        self.units.pop(name, None)
+        self.paths = {p: n for p, n in self.paths.items() if n != name}
 
     @staticmethod
     def _set(st: UnitState, prop: str, value: object) -> None:
