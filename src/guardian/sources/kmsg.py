@@ -105,10 +105,10 @@ class KmsgConfig(BaseModel):
                 # 3.10 only warns of a global flag past the start; 3.11 refuses it
                 warnings.simplefilter("error", DeprecationWarning)
                 _screens(_with_defaults(info.data.get("default_patterns", True), v))
-        except DeprecationWarning as exc:
-            raise ValueError(f"the patterns do not combine into one expression: global "
-                             f"flags not at the start ({exc}); use (?i:...) instead of "
-                             "(?i) and unique group names") from None
+        except DeprecationWarning:
+            raise ValueError("the patterns do not combine into one expression: global "
+                             "flags not at the start; use (?i:...) instead of (?i) and "
+                             "unique group names") from None
         except (re.error, RecursionError, OverflowError) as exc:
             # a re.error's position would be one in the combined expression: leave it out
             why = exc.msg if isinstance(exc, re.error) else str(exc)
