@@ -288,3 +288,40 @@ def test_staggered_fleet_never_disrupts_more_than_the_budget(tmp_path: Path) -> 
         assert not any(o["spec"].get("unschedulable") for o in store.objects["nodes"].values())
         assert not any(lease["spec"].get("holderIdentity")
                        for lease in store.objects["leases"].values())
+
+
+def test_a_skewed_wall_clock_neither_steals_nor_keeps_a_slot(tmp_path: Path) -> None:
+    """Before: expiry compared the holder's renewTime with the observer's wall clock. A node
+    20 minutes slow (TTL 15 min) had its slot taken while it renewed it: two nodes
+    disrupting under max_nodes = 1; a node a year fast that died kept its slot for the
+    year. Now, as client-go's leader election: how long this observer has seen the Lease
+    unchanged, on its own monotonic clock (here the simulated one both nodes share)."""
+    base = dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc)
+    mono = [0.0]
+    with serve() as (url, store):
+        for name in ("slow", "fast", "observer"):
+            store.add_node(name)
+        kc = str(kubeconfig(tmp_path, url))
+
+        def budget(node: str, skew: dt.timedelta) -> FleetBudget:
+            return FleetBudget(FleetParams(kubeconfig=kc, node=node, max_nodes=1, ttl=900),
+                               clock=lambda: base + dt.timedelta(seconds=mono[0]) + skew,
+                               monotonic=lambda: mono[0])
+
+        slow = budget("slow", -dt.timedelta(minutes=20))
+        observer = budget("observer", dt.timedelta(0))
+        assert slow.hold("r")[0] is not None
+        for _ in range(12):  # an hour: the slow node renews every ttl/3, as it does
+            mono[0] += 300
+            slow.renew()
+            slot, why = observer.acquire()
+            assert slot is None and "slow" in why, why
+        slow.done("r")
+
+        fast = budget("fast", dt.timedelta(days=365))
+        assert fast.hold("r")[0] is not None  # ... and then it dies, never renewing
+        slot, _ = observer.acquire()
+        assert slot is None
+        mono[0] += 901  # one TTL on the observer's own clock, not a year
+        slot, why = observer.acquire()
+        assert slot is not None, why

@@ -8,6 +8,11 @@ has resolved and its clean-up has run; only then is the slot given back. A node 
 cordoned or carries guardian's condition counts as disrupted whether or not it holds a
 Lease, and as not healthy for ``min_healthy`` (medik8s' minHealthy). A slot whose holder
 died expires after its TTL; a restarted guardian finds its own slot again.
+
+Expiry is judged as client-go's leader election judges it: by how long *this* observer
+has seen a Lease's record unchanged, on its own monotonic clock, never by comparing the
+holder's ``renewTime`` with the local wall clock (a holder whose clock is 20 minutes slow
+would lose a slot it still renews; one a year fast that died would keep it a year).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -55,24 +61,23 @@ class FleetParams(KubeParams):
         return v
 
 
-def _time(t: Any) -> dt.datetime | None:
-    if t is None:
-        return None
-    if isinstance(t, dt.datetime):
-        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
-    return dt.datetime.fromisoformat(str(t).replace("Z", "+00:00"))
-
-
 class FleetBudget:
     """This node's view of the fleet budget: hold a slot while disrupting, give it back
     after clean-up. ``clock`` gives the time written into Leases (tests simulate it)."""
 
     def __init__(self, params: FleetParams,
-                 clock: Callable[[], dt.datetime] | None = None) -> None:
+                 clock: Callable[[], dt.datetime] | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
         self.p = params
         self.me = node_name(params)
         self.client = make_client(params)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        # a simulated wall clock drives the observer's clock too, unless one is given
+        self.monotonic = monotonic or (time.monotonic if clock is None
+                                       else lambda: self.clock().timestamp())
+        # slot -> (its record as last seen: holder and renewTime, when this node saw it
+        # change, on its own monotonic clock)
+        self.observed: dict[str, tuple[tuple[str, str], float]] = {}
         self.slot: str | None = None
         self.holders: set[str] = set()  # rules that disrupt under the held slot
         self.renewed: dt.datetime | None = None
@@ -164,7 +169,6 @@ class FleetBudget:
     def _holders(self, count: int) -> dict[str, str]:
         """Slot name -> holder, for the first ``count`` slots, held and not expired."""
         out: dict[str, str] = {}
-        now = self.clock()
         for i in range(count):
             name = f"{self.p.name}-slot-{i}"
             try:
@@ -173,10 +177,25 @@ class FleetBudget:
                 if exc.status.code == 404:
                     continue
                 raise
-            if _live(lease, now, self.p.ttl):
+            if self._live(name, lease):
                 assert lease.spec is not None and lease.spec.holderIdentity
                 out[name] = lease.spec.holderIdentity
         return out
+
+    def _live(self, name: str, lease: Lease) -> bool:
+        """Whether the slot is held: its holder has changed its record within its TTL, as
+        this node has watched it (a record first seen now counts as just renewed)."""
+        held = lease.spec
+        if not held or not held.holderIdentity:
+            self.observed.pop(name, None)
+            return False
+        record = (held.holderIdentity, str(held.renewTime))
+        now = self.monotonic()
+        seen = self.observed.get(name)
+        if seen is None or seen[0] != record:
+            self.observed[name] = (record, now)
+            return True
+        return now - seen[1] < (held.leaseDurationSeconds or self.p.ttl)
 
     def _mine(self) -> str | None:
         try:
@@ -234,7 +253,7 @@ class FleetBudget:
                 if exc2.status.code == 409:
                     return False  # another node created it first
                 raise
-        if _live(lease, now, self.p.ttl) and lease.spec is not None \
+        if self._live(name, lease) and lease.spec is not None \
                 and lease.spec.holderIdentity != self.me:
             return False  # held, and not expired
         lease.spec = spec
@@ -264,15 +283,6 @@ class FleetBudget:
                 break
         log.warning("fleet budget: could not give slot %s back; it expires after %ds",
                     name, self.p.ttl)
-
-
-def _live(lease: Lease, now: dt.datetime, default_ttl: int) -> bool:
-    held = lease.spec
-    if not held or not held.holderIdentity:
-        return False
-    renewed = _time(held.renewTime)
-    ttl = held.leaseDurationSeconds or default_ttl
-    return renewed is not None and renewed + dt.timedelta(seconds=ttl) > now
 
 
 def _ready(n: Node) -> bool:
