@@ -22,7 +22,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 from lightkube import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
