@@ -175,3 +175,50 @@ def test_systemd_unit_plan_is_pure_on_a_recorded_snapshot() -> None:
     act = SystemdUnit(UnitParams(allow=["kubelet*"]))
     plan = act.plan(ActionContext("r", last, Host(), dry_run=True))
     assert plan.data["units"] == [] and plan.note == "no unit matches: nothing to do"
+
+
+def _recording(path: Path, *lines: str | bytes) -> Path:
+    head = read(HEALTHY).header
+    with gzip.open(path, "wb") as f:
+        f.write(json.dumps(head).encode() + b"\n")
+        for line in lines:
+            f.write(line if isinstance(line, bytes) else line.encode())
+    return path
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    ('{"t": 1, "v": [1, 2]}\n', "AttributeError"),  # values a list, not a table
+    ('{"t": 1, "v": {"memcg.dying": ' + "9" * 400 + "}}\n", "OverflowError"),
+    ("[" * 100_000 + "]" * 100_000 + "\n", "RecursionError"),
+])
+def test_a_malformed_recording_is_damaged_at_its_line_never_a_traceback(
+        tmp_path: Path, record: str, why: str) -> None:
+    """Before: tracebacks; now "damaged at line N", and what came before replays."""
+    path = _recording(tmp_path / "bad.rec", '{"t": 0, "v": {}}\n', record)
+    rec = read(path)
+    assert rec.damage.startswith("damaged at line 3 (after 1 snapshots)"), rec.damage
+    assert why in rec.damage or why == "RecursionError"  # json: "maximum recursion depth"
+    out = guardian("replay", str(path), "--rules", str(RULES))
+    assert "Traceback" not in out.stderr and "damaged at line 3" in out.stderr
+
+
+def test_a_header_whose_signals_are_not_specs_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "h.rec"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"format": "guardian-recording", "version": 1,
+                            "signals": ["memcg.dying"]}) + "\n")
+    out = guardian("replay", str(path), "--rules", str(RULES))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "damaged at line 1" in out.stderr
+
+
+def test_decompression_is_linear_in_the_data(tmp_path: Path) -> None:
+    """Before: a 398 KiB recording (one long line) took 25 s: each 4 KiB chunk re-split
+    everything after the last line end. Now 400 MiB of one line inflates and is refused
+    as damage in linear time, without holding it all."""
+    path = _recording(tmp_path / "long.rec", b"x" * (400 << 20))
+    assert path.stat().st_size < 1 << 20
+    t0 = time.monotonic()
+    rec = read(path)
+    assert time.monotonic() - t0 < 10
+    assert "a line longer than 64 MiB" in rec.damage and rec.snapshots == []

@@ -108,30 +108,38 @@ class Recording:
                 for n, s in self.header.get("signals", {}).items()}
 
 
+MAX_LINE = 64 << 20  # bytes of one decompressed line: a longer one is damage, not data
+_CHUNK = 1 << 16  # compressed bytes read, and decompressed bytes taken, at a time
+
+
 def _lines(path: Path) -> Iterator[tuple[int, bytes | Exception]]:
-    """Decompressed lines, then the error that stopped decompression, if any."""
+    """Decompressed lines, then the error that stopped decompression, if any. Linear in
+    the data whatever its shape: each piece is searched for line ends once, and no more
+    than ``_CHUNK`` bytes are inflated at a time (a small file may inflate to gigabytes)."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    buf = b""
+    line = bytearray()
     n = 0
     with open(path, "rb") as f:
-        while True:
-            chunk = f.read(4096)  # small: lines before a damaged block still come out
-            if not chunk:
-                break
-            try:
-                buf += d.decompress(chunk)
-            except zlib.error as exc:
-                parts = buf.split(b"\n")
-                for line in parts[:-1]:
+        while chunk := f.read(_CHUNK):
+            while chunk:
+                try:
+                    piece = d.decompress(chunk, _CHUNK)
+                except zlib.error as exc:
+                    yield n + 1, exc
+                    return
+                chunk = d.unconsumed_tail
+                start = 0
+                while (end := piece.find(b"\n", start)) >= 0:
+                    line += piece[start:end]
                     n += 1
-                    yield n, line
-                yield n + 1, exc
-                return
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                n += 1
-                yield n, line
-    if buf:
+                    yield n, bytes(line)
+                    line.clear()
+                    start = end + 1
+                line += piece[start:]
+                if len(line) > MAX_LINE:
+                    yield n + 1, ValueError(f"a line longer than {MAX_LINE >> 20} MiB")
+                    return
+    if line:
         yield n + 1, ValueError("the last line is incomplete (recording cut off)")
     elif not d.eof:
         yield n + 1, ValueError("the recording was cut off (no end of stream)")
@@ -152,7 +160,7 @@ def read(path: str | Path) -> Recording:
                 break
             try:
                 obj = json.loads(item)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 if rec is None:
                     raise RecordingError(f"{path}: not a guardian recording") from None
                 rec.damage = f"damaged at line {n} (after {len(rec.snapshots)} snapshots): " \
@@ -163,9 +171,10 @@ def read(path: str | Path) -> Recording:
                 continue
             try:
                 rec.snapshots.append(_snapshot(obj, rec.header))
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
+                    RecursionError) as exc:
                 rec.damage = f"damaged at line {n} (after {len(rec.snapshots)} snapshots): " \
-                             f"bad record: {exc!r}"
+                             f"bad record: {type(exc).__name__}: {exc}"
                 break
     except OSError as exc:
         raise RecordingError(f"{path}: cannot read: {exc}") from None
@@ -177,6 +186,13 @@ def read(path: str | Path) -> Recording:
 def _check_header(path: Path, obj: Any) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise RecordingError(f"{path}: not a guardian recording")
+    signals = obj.get("signals", {})
+    if not isinstance(signals, dict) or not all(
+            isinstance(s, dict) and isinstance(s.get("labels", []), list)
+            and all(isinstance(x, str) for x in s.get("labels", []))
+            for s in signals.values()):
+        raise RecordingError(f"{path}: damaged at line 1: the header's signals are not "
+                             "a table of signal specs")
     version = obj.get("version")
     if not isinstance(version, int) or version > VERSION:
         raise RecordingError(f"{path}: recording format version {version} is newer than "
