@@ -262,3 +262,23 @@ def test_one_bad_file_does_not_stop_the_others(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
     assert f"PASS {tmp_path / 'b.test.toml'}" in proc.stdout
     assert f"FAIL {tmp_path / 'a.test.toml'}" in proc.stdout
+
+
+def test_a_test_file_cannot_expand_without_bound(tmp_path: Path) -> None:
+    """Before: an 11 KB test file of series like `0x100000 0x100000 ...` expanded to
+    2.9 GB and ended in MemoryError; the expansion is bounded, a located error."""
+    tokens = " ".join(["0x99999"] * 60)  # 6 million samples in 541 bytes
+    t = write(tmp_path, "big.test.toml", f'''rule_files = ["{RULES / "zombies.toml"}"]
+interval = "30s"
+[[test]]
+name = "huge"
+[test.series]
+"processes.zombies" = "{tokens}"
+  [[test.expect]]
+  at = "1m"
+  firing = []
+''')
+    res = run_test_file(t)
+    assert not res.ok and res.errors
+    assert "big.test.toml:6:" in str(res.errors[0]) and "more than 2000000 samples" in \
+        str(res.errors[0])

@@ -50,10 +50,12 @@ from .loader import load_rules
 
 _TOKEN = re.compile(r"^(?:(_)|([+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
 MAX_STEPS = 1_000_000  # evaluations per test: a far `at` is an error, not a hang
+MAX_SAMPLES = 2_000_000  # samples all of one test's series expand to (16 MB of floats)
 
 
-def parse_series(text: str) -> list[float | None]:
-    """Expand the compact series notation. Raises ValueError."""
+def parse_series(text: str, limit: int = MAX_SAMPLES) -> list[float | None]:
+    """Expand the compact series notation, to at most ``limit`` samples. Raises
+    ValueError."""
     out: list[float | None] = []
     for tok in text.split():
         m = _TOKEN.match(tok)
@@ -64,6 +66,9 @@ def parse_series(text: str) -> list[float | None]:
         n = int(times) if times is not None else 0
         if n > 100_000:
             raise ValueError(f"series token {tok!r} repeats too often (at most 100000)")
+        if len(out) + n + 1 > limit:
+            raise ValueError(f"the series expand to more than {MAX_SAMPLES} samples in "
+                             f"this test (at {tok!r}); use fewer or shorter series")
         if missing:
             if step:
                 raise ValueError(f"a missing sample cannot have a step: {tok!r}")
@@ -194,6 +199,7 @@ class _TestInputError(ValueError):
 def _run_one(test: RuleTest, tname: str, interval: float, ruleset: Any,
              catalogue: Any, res: FileResult) -> None:
     series: dict[str, tuple[str, Any, list[float | None]]] = {}
+    left = MAX_SAMPLES
     for key, notation in test.series.items():
         try:  # the key names the signal ...
             name, labels = parse_series_key(key)
@@ -208,7 +214,8 @@ def _run_one(test: RuleTest, tname: str, interval: float, ruleset: Any,
         except ValueError as exc:
             raise _TestInputError(str(exc), "series", key, at_value=False) from None
         try:  # ... and the value its samples
-            series[key] = (name, labels, parse_series(str(notation)))
+            series[key] = (name, labels, parse_series(str(notation), left))
+            left -= len(series[key][2])
         except ValueError as exc:
             raise _TestInputError(str(exc), "series", key) from None
     times: list[tuple[int, Expectation]] = []
