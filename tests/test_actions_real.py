@@ -339,6 +339,28 @@ def test_irq_move_refuses_while_irqbalance_runs(tmp_path: Path) -> None:
         fake.wait()
 
 
+def test_a_user_process_named_irqbalance_does_not_stop_irq_move() -> None:
+    """Before: any user who named a process `irqbalance` made irq.move refuse. The
+    daemon is the one run by root."""
+    need_root()
+    import shutil
+    import tempfile
+    home = Path(tempfile.mkdtemp(prefix="guardian-irq-"))  # a path nobody can run from
+    home.chmod(0o755)
+    binary = home / "irqbalance"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", binary)
+    impostor = subprocess.Popen([str(binary), "30"], user=65534, group=65534)
+    try:
+        act = IrqMove(IrqParams(interface="eth0", from_cores=[0],
+                                state_file=str(tmp_path / "s.json")))
+        plan = act.plan(ctx())
+        assert not any("irqbalance" in r for r in plan.refused), plan.refused
+    finally:
+        impostor.kill()
+        impostor.wait()
+        shutil.rmtree(home)
+
+
 def test_irq_move_takes_hot_cores_from_the_snapshot() -> None:
     need_root()
     values = {"cpu.core.kernel_pct": family("cpu", {"0": 99.0, "1": 3.0}),

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomicfile import write_json
 from ..host import Host
-from ..hostio.procfs import all_stats
+from ..hostio.procfs import all_stats, real_uid
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 
 DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
@@ -85,8 +85,10 @@ def interface_irqs(host: Host, iface: str) -> list[int]:
 
 
 def irqbalance_running(host: Host) -> int | None:
+    """The irqbalance daemon's PID: a process of that name run by root (any user may
+    name a process irqbalance; only root runs one as root)."""
     for st in all_stats(host.proc, strict=False):
-        if st.comm == "irqbalance":
+        if st.comm == "irqbalance" and real_uid(host.proc, st.pid) == 0:
             return st.pid
     return None
 

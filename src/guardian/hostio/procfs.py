@@ -158,19 +158,27 @@ def uptime(proc: Path) -> float:
 _SYSTEM_UNIT = re.compile(r"^/system\.slice/([A-Za-z0-9:_.@\\-]+\.service)(?:/|$)")
 
 
+def real_uid(proc: Path, pid: int) -> int | None:
+    """A process's real UID, from its status (``/proc/<pid>`` itself of a non-dumpable
+    process is root's whoever runs it); None when it is gone."""
+    try:
+        for line in (proc / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
 def system_unit_of(proc: Path, pid: int) -> str | None:
     """The system service a root-owned process runs in (``containerd.service``), from
     its cgroup: what only root can choose, unlike its name. None for a process of another
     user, one outside ``system.slice``, or one that is gone."""
-    base = proc / str(pid)
-    try:
-        # the real UID from status: /proc/<pid> of a non-dumpable process is root's
-        uid = next(line.split()[1] for line in (base / "status").read_text().splitlines()
-                   if line.startswith("Uid:"))
-        lines = (base / "cgroup").read_text().splitlines()
-    except (OSError, StopIteration, IndexError):
+    if real_uid(proc, pid) != 0:
         return None
-    if uid != "0":
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
         return None
     for line in lines:  # "hierarchy-ID:controllers:path", v1 and v2 alike
         found = _SYSTEM_UNIT.match(line.split(":", 2)[-1])
