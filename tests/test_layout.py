@@ -137,3 +137,30 @@ def test_the_readme_dry_run_works_in_a_fresh_copy(tmp_path: Path) -> None:
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: some rule holds here
     assert "Traceback" not in proc.stderr
     assert (tree / ".venv" / "bin" / "guardian").exists()
+
+
+def test_init_never_writes_through_what_another_user_planted(tmp_path: Path) -> None:
+    """Before: `guardian init --root DIR` followed directory symlinks another user planted
+    under DIR: root created files where that user chose, and overwrote an existing
+    guardian.toml there. Now a symlink, or a directory another user owns or may write to,
+    is refused, named, and nothing is written through it."""
+    from .kernel import need_root
+    need_root()
+    root, victim = tmp_path / "image", tmp_path / "victim"
+    (root / "etc").mkdir(parents=True)
+    victim.mkdir()
+    (victim / "guardian.toml").write_text("# the victim's own\n")
+    os.chown(root / "etc", 65534, 65534)  # a directory that user owns ...
+    os.symlink(victim, root / "etc" / "guardian")  # ... and the link that user planted
+    proc = subprocess.run([sys.executable, "-m", "guardian", "init", "--root", str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    assert f"{root / 'etc'}: a directory owned by another user" in proc.stdout
+    assert (victim / "guardian.toml").read_text() == "# the victim's own\n"
+    assert sorted(p.name for p in victim.iterdir()) == ["guardian.toml"]
+    os.chown(root / "etc", 0, 0)  # the directory is root's, the link is still there
+    proc = subprocess.run([sys.executable, "-m", "guardian", "init", "--root", str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "a symbolic link where a directory was expected" \
+        in proc.stdout
+    assert sorted(p.name for p in victim.iterdir()) == ["guardian.toml"]

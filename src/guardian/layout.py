@@ -10,8 +10,11 @@ is created. The unit's ``ExecStart`` names the guardian that runs ``init``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -81,22 +84,55 @@ def default_exec() -> str:
     return which("guardian") or f"{sys.executable} -m guardian"
 
 
+def _trusted(path: Path, what: str) -> os.stat_result | None:
+    """``path``'s own status if it may be written through: not a symlink, owned by root
+    or by us, not writable by group or others (else another user could swap it
+    underneath); None if it does not exist. Raises PermissionError naming it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        why = f"a symbolic link where a {what} was expected; not followed"
+    elif st.st_uid not in (0, os.geteuid()):
+        why = f"a {what} owned by another user (uid {st.st_uid}); refusing to write there"
+    elif st.st_mode & 0o022 and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+                                      and st.st_uid == 0):
+        why = f"a {what} others may write to; refusing to write there"
+    else:
+        return st
+    raise PermissionError(errno.EPERM, why, str(path))
+
+
+def _directory(root: Path, rel: Path) -> Path:
+    """``root / rel``, made (0755) component by component, each one trusted."""
+    at = root
+    for part in rel.parts:
+        at = at / part
+        if _trusted(at, "directory") is None:
+            at.mkdir(mode=0o755)
+        elif not at.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(at))
+    return at
+
+
 def init(root: Path, exec_path: str | None = None) -> list[Change]:
     """Lay out the defaults under ``root`` (``/`` on a host, a directory for an image);
     what was done to each file."""
     record_path = root / SHIPPED_RECORD
     try:
+        if os.path.islink(record_path):
+            raise PermissionError(errno.EPERM, "a symbolic link; not followed",
+                                  str(record_path))
         record: dict[str, str] = json.loads(record_path.read_text())
-    except (OSError, ValueError):
+    except (FileNotFoundError, ValueError):
         record = {}
     changes = []
     for rel, text in shipped_files(exec_path or default_exec()).items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        try:
+        target = _directory(root, Path(rel).parent) / Path(rel).name
+        current = None
+        if _trusted(target, "file") is not None:
             current = target.read_text()
-        except FileNotFoundError:
-            current = None
         if current is None:
             write_text(target, text, mode=0o644)
             what = "created"
@@ -111,6 +147,7 @@ def init(root: Path, exec_path: str | None = None) -> list[Change]:
         if what != "kept":
             record[rel] = _digest(text)
         changes.append(Change(target, what))
-    record_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    _directory(root, Path(SHIPPED_RECORD).parent)
+    _trusted(record_path, "file")
     write_text(record_path, json.dumps(record, indent=2, sort_keys=True) + "\n", mode=0o644)
     return changes
