@@ -352,7 +352,7 @@ def test_a_user_process_named_irqbalance_does_not_stop_irq_move() -> None:
     impostor = subprocess.Popen([str(binary), "30"], user=65534, group=65534)
     try:
         act = IrqMove(IrqParams(interface="eth0", from_cores=[0],
-                                state_file=str(tmp_path / "s.json")))
+                                state_file=str(home / "s.json")))
         plan = act.plan(ctx())
         assert not any("irqbalance" in r for r in plan.refused), plan.refused
     finally:
