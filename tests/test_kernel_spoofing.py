@@ -260,3 +260,12 @@ def test_a_hung_runtime_is_known_by_its_service_not_its_name() -> None:
     assert isinstance(m, dict)
     assert m[labels_of({"pattern": "hung_task"})] == 3
     assert m[labels_of({"pattern": "hung_task_runtime"})] == 1
+
+
+def test_every_shipped_pattern_and_template_is_cheap_on_crafted_lines() -> None:
+    """What runs on every line (shipped patterns, the masking templates) passes the cost
+    check configured patterns must pass."""
+    from guardian.regexsafety import cost_risk
+    costly = {n: why for n, p in SHIPPED.items() if (why := cost_risk(p.regex))}
+    costly |= {t.name: why for t in TEMPLATES if (why := cost_risk(t.regex))}
+    assert costly == {}

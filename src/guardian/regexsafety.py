@@ -13,7 +13,10 @@ guardian.sources.kernel_usertext; :func:`example_match` gives it the text to try
 from __future__ import annotations
 
 import importlib
+import json
 import re
+import subprocess
+import sys
 from typing import Any
 
 # The standard library's own regex parser (re._parser since 3.11, sre_parse before).
@@ -151,3 +154,49 @@ def _in_example(av: Any) -> str:
         if op == sre_constants.CATEGORY:
             return _CATEGORY_CHAR.get(str(v), "x")
     raise _NoExample("class")
+
+
+# -- the cost of an accepted pattern ----------------------------------------------------
+
+LINE_MAX = 65536  # the longest line the kmsg reader matches (fragments joined)
+COST_BUDGET = 0.25  # seconds one pattern may take on its worst crafted line
+_PROBE = r"""
+import json, re, sys, time
+rx = re.compile(sys.argv[1])
+worst = 0.0
+for line in json.load(sys.stdin):
+    t0 = time.perf_counter()
+    rx.search(line)
+    worst = max(worst, time.perf_counter() - t0)
+print(worst)
+"""
+
+
+def _crafted_lines(pattern: str) -> list[str]:
+    """Lines of :data:`LINE_MAX` characters that make a polynomial pattern slow: its own
+    shortest match repeated (every start position looks promising), and that match's
+    text without its end, and plain runs."""
+    example = example_match(pattern) or "x"
+    near = example[:-1] or "x"
+    return [example * (LINE_MAX // len(example)), near * (LINE_MAX // len(near)),
+            example + "x" * (LINE_MAX - len(example)), " " * LINE_MAX, "a" * LINE_MAX]
+
+
+def cost_risk(pattern: str) -> str | None:
+    """Why ``pattern`` costs too much on a crafted line (it backtracks polynomially:
+    ``^.*.*.*: x`` took 10 s a line), or None. Measured in a child process, so a pattern
+    that would take minutes costs the caller ``COST_BUDGET`` x 8 at most."""
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", _PROBE, pattern],
+                              input=json.dumps(_crafted_lines(pattern)), capture_output=True,
+                              text=True, timeout=COST_BUDGET * 8)
+        worst = float(proc.stdout.strip() or "inf")
+    except subprocess.TimeoutExpired:
+        worst = float("inf")
+    except (OSError, ValueError):
+        return None  # no child to measure in: the static checks stand alone
+    if worst <= COST_BUDGET:
+        return None
+    took = "more than 2s" if worst == float("inf") else f"{worst:.2f}s"
+    return (f"costs {took} on one crafted {LINE_MAX}-character line (its repeats "
+            f"backtrack polynomially); bound them, e.g. .{{0,200}} instead of .*")

@@ -205,7 +205,8 @@ TEMPLATES: tuple[UserTextTemplate, ...] = (
         reports=True),
     UserTextTemplate(
         "null_argv",
-        r"^process '(?P<path>[\s\S]*)' launched '(?P<file>[\s\S]*)' with NULL argv",
+        # both paths as one field: linear to match, and masking " launched " is harmless
+        r"^process '(?P<path>[\s\S]*)' with NULL argv",
         "process '/tmp/{file}' launched '/tmp/{file}' with NULL argv: empty string added",
         "fs/exec.c do_execveat_common (5.18+): \"process '%s' launched '%s' with NULL argv: "
         "empty string added\""),

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from ..host import Host
 from ..hostio.procfs import system_unit_of
 from ..plugins import SampleError, Source
-from ..regexsafety import backtracking_risk
+from ..regexsafety import backtracking_risk, cost_risk
 from ..snapshot import Family, SignalSpec, labels_of
 from .kernel_patterns import DEFAULT_PATTERNS, TASK_UNITS, XID_ACTION_NAMES, xid_of
 from .kernel_usertext import mask, named_task, spoofable
@@ -95,6 +95,8 @@ class KmsgConfig(BaseModel):
             if (why := backtracking_risk(rx)) is not None:
                 raise ValueError(f"pattern {name!r}: {why}; rewrite it without (e.g. "
                                  "`a+` for `(a+)+`)")
+            if (why := cost_risk(rx)) is not None:
+                raise ValueError(f"pattern {name!r}: {why}")
             if _NUMBERED_GROUP_REF.search(rx):
                 raise ValueError(f"pattern {name!r}: numbered group references change "
                                  "meaning when the patterns are combined; name the group: "
