@@ -162,10 +162,10 @@ class SyntheticNode:
             "nic.stat": nic, "nic.gauge": levels, **per_core, **counters,
             "memcg.dying": float(50 + tick % 20), "memcg.live": 400.0,
             "kmsg.matches": {labels_of({"pattern": p}): 0.0 for p in patterns},
-            "processes.top_system_cpu_pct": {labels_of({"comm": c}): float(tick % 7 + n)
-                                             for n, c in enumerate(("kubelet",
-                                                                    "containerd",
-                                                                    "python3"))},
+            "processes.top_system_cpu_pct": {
+                labels_of({"comm": c, "uid": "0", "cgroup": f"/system.slice/{c}.service"}):
+                float(tick % 7 + n) for n, c in enumerate(("kubelet", "containerd",
+                                                           "python3"))},
             "systemd.unit_restarts_recent": {labels_of({"unit": u}): 0.0
                                              for u in self.units},
             "processes.zombies_by_parent": {}, "processes.zombies": 0.0,

@@ -170,6 +170,19 @@ def real_uid(proc: Path, pid: int) -> int | None:
     return None
 
 
+def cgroup_of(proc: Path, pid: int) -> str:
+    """The cgroup a process runs in ("/system.slice/kubelet.service", a pod's scope): the
+    unified hierarchy's, else systemd's named one, else the first; "?" when unreadable.
+    Only root (or a delegating service) places a process, so it is not the process's to
+    choose, unlike its name."""
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return "?"
+    paths = {f[1]: f[2] for f in (line.split(":", 2) for line in lines) if len(f) == 3}
+    return paths.get("") or paths.get("name=systemd") or next(iter(paths.values()), "?")
+
+
 def system_unit_of(proc: Path, pid: int) -> str | None:
     """The system service a root-owned process runs in (``containerd.service``), from
     its cgroup: what only root can choose, unlike its name. None for a process of another

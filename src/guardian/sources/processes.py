@@ -10,7 +10,14 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..host import Host
-from ..hostio.procfs import CLK_TCK, ProcessTable, ProcStat, zombies_by_parent
+from ..hostio.procfs import (
+    CLK_TCK,
+    ProcessTable,
+    ProcStat,
+    cgroup_of,
+    real_uid,
+    zombies_by_parent,
+)
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
 
@@ -34,10 +41,12 @@ class ProcessesSource(Source[ProcessesConfig]):
         SignalSpec("processes.zombie_max_age_seconds",
                    "how long guardian has seen the longest-standing zombie", "seconds"),
         SignalSpec("processes.top_system_cpu_pct", "system (kernel) CPU of the commands "
-                   "that used the most since the last collection, in percent of one core "
-                   "(processes of one command added up; the top `top`, 5 unless configured; "
-                   "kernel threads are not read each tick: see cpu.ksoftirqd_pct)",
-                   "percent", labels=("comm",)),
+                   "that used the most since the last collection, in percent of one core, "
+                   "by command, real UID and cgroup (a process names itself, so the UID "
+                   "and the cgroup, the systemd unit or pod, say whose it is; processes "
+                   "alike added up; the top `top`, 5 unless configured; kernel threads "
+                   "are not read each tick: see cpu.ksoftirqd_pct)",
+                   "percent", labels=("comm", "uid", "cgroup")),
     )
 
     def __init__(self, host: Host, config: ProcessesConfig | None = None) -> None:
@@ -84,12 +93,21 @@ class ProcessesSource(Source[ProcessesConfig]):
         if prev is None or now <= prev[0]:
             return None
         before = prev[1]
-        per_comm: dict[str, float] = {}
+        used: dict[int, int] = {}
         for pid, st in stats.items():
             old = before.get(pid)  # a process new since then has no delta yet
             if old is not None and st.stime > old.stime and st.starttime == old.starttime:
-                per_comm[st.comm] = per_comm.get(st.comm, 0.0) + st.stime - old.stime
-        top = sorted(per_comm.items(), key=lambda kv: (-kv[1], kv[0]))[:self.config.top]
+                used[pid] = st.stime - old.stime
+        # who they are is read for the biggest users only: two small files a process
+        burners = sorted(used, key=lambda pid: -used[pid])[:8 * self.config.top]
+        per_owner: dict[tuple[str, str, str], float] = {}
+        for pid in burners:
+            uid = real_uid(self.host.proc, pid)
+            key = (stats[pid].comm, "?" if uid is None else str(uid),
+                   cgroup_of(self.host.proc, pid))
+            per_owner[key] = per_owner.get(key, 0.0) + used[pid]
+        top = sorted(per_owner.items(), key=lambda kv: (-kv[1], kv[0]))[:self.config.top]
         seconds = now - prev[0]
-        return {labels_of({"comm": comm}): round(100.0 * ticks / CLK_TCK / seconds, 3)
-                for comm, ticks in top}
+        return {labels_of({"comm": comm, "uid": uid, "cgroup": cgroup}):
+                round(100.0 * ticks / CLK_TCK / seconds, 3)
+                for (comm, uid, cgroup), ticks in top}
