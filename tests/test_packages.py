@@ -72,6 +72,31 @@ def test_the_rpm_lists_the_same_files_and_passes_rpmlint(dist: Path) -> None:
         assert " 0 errors" in lint.stdout, lint.stdout[-3000:]
 
 
+def test_removal_restores_irqs_and_only_a_purge_deletes_data(dist: Path) -> None:
+    """Before: a plain `dnf remove` of the .rpm ran the purge step (the audit log and the
+    saved IRQ originals deleted, so `guardian irq restore` could not undo guardian's
+    moves), and the .deb's purge dropped the originals without restoring them. Now both
+    restore the affinities before the program goes, and only Debian's purge deletes."""
+    ctrl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(_deb(dist))],
+                          capture_output=True, check=True).stdout
+    prerm, postrm = (subprocess.run(["tar", "-xO", f"./{name}"], input=ctrl,
+                                    capture_output=True, check=True).stdout.decode()
+                     for name in ("prerm", "postrm"))
+    assert "guardian irq restore" in prerm
+    assert prerm.index("systemctl stop") < prerm.index("guardian irq restore")
+    assert postrm.index('[ "$1" = purge ] || exit 0') < postrm.index("rm -rf /var/lib/guardian")
+    if shutil.which("rpm") is None:
+        pytest.skip("rpm is not installed (apt-get install rpm)")
+    [rpm] = dist.glob("*.rpm")
+    scripts = subprocess.run(["rpm", "-qp", "--scripts", str(rpm)], capture_output=True,
+                             text=True, check=True).stdout
+    preun = scripts[scripts.index("preuninstall scriptlet"):
+                    scripts.index("postuninstall scriptlet")]
+    postun = scripts[scripts.index("postuninstall scriptlet"):]
+    assert "guardian irq restore" in preun
+    assert "rm -rf" not in postun and "/var/lib/guardian" not in postun
+
+
 def _files(c: Container) -> list[str]:
     """Every path the package could touch (dpkg's own database and the journal aside)."""
     return sorted(c.run("find", "/etc", "/opt", "/usr", "/lib/systemd", "/var/lib",
