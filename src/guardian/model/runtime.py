@@ -112,22 +112,14 @@ def vabs(v: Operand) -> Operand:
     return abs(v)
 
 
-def vclamp_min(v: Operand, lo: float | None) -> Operand:
-    """Prometheus' clamp_min: each value at least ``lo``."""
-    if v is None or lo is None:
+def vclamp(v: Operand, bound: float | None, upper: bool) -> Operand:
+    """Prometheus' clamp_min (each value at least ``bound``) or, ``upper``, clamp_max."""
+    if v is None or bound is None:
         return None
+    pick = min if upper else max
     if isinstance(v, dict):
-        return {k: max(x, lo) for k, x in v.items()}
-    return max(v, lo)
-
-
-def vclamp_max(v: Operand, hi: float | None) -> Operand:
-    """Prometheus' clamp_max: each value at most ``hi``."""
-    if v is None or hi is None:
-        return None
-    if isinstance(v, dict):
-        return {k: min(x, hi) for k, x in v.items()}
-    return min(v, hi)
+        return {k: pick(x, bound) for k, x in v.items()}
+    return pick(v, bound)
 
 
 def absent(v: Operand) -> bool:

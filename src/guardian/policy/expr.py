@@ -319,7 +319,8 @@ class _Compiler:
             if args[1].kind is not Kind.NUM:
                 raise _err(node.args[1], f"{fname}() clamps to a number, got a "
                                          f"{args[1].kind.value}")
-            return _Node(f"v{fname}({args[0].code}, {args[1].code})", args[0].kind)
+            return _Node(f"vclamp({args[0].code}, {args[1].code}, {fname == 'clamp_max'})",
+                         args[0].kind)
         _arity(node, fname, 1, 99 if fname in ("max", "min") else 1)
         if len(args) == 1 and args[0].kind is Kind.VEC:
             return _Node(f"agg_{fname}({args[0].code})", Kind.NUM)
@@ -455,7 +456,7 @@ _GLOBALS: dict[str, object] = {
     "fmod": math.fmod,  # PromQL's % is Go's math.Mod: the sign of the dividend
     **{n: getattr(runtime, n) for n in (
         "sel", "vop", "vcmp", "truth", "agg_max", "agg_min", "agg_avg", "agg_sum",
-        "agg_count", "smax", "smin", "vabs", "absent", "vclamp_min", "vclamp_max")},
+        "agg_count", "smax", "smin", "vabs", "absent", "vclamp")},
 }
 
 
