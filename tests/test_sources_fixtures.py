@@ -97,8 +97,17 @@ def test_pressure_on_a_recorded_tree(procfs_fixtures: Path) -> None:
     assert out["pressure.cpu.some_total"] == 15.0
 
 
-def test_cgroup_v2_dying_count_from_cgroup_stat() -> None:
-    src = CgroupsSource(Host(FIX / "cgroup2"))
+def test_cgroup_v2_dying_count_from_cgroup_stat(tmp_path: Path) -> None:
+    # the recording keeps only the root's files; its 239 descendants, all with the memory
+    # controller as on the incident's nodes, are laid out here (memory.current marks a
+    # memcg before 6.11, whose cgroup.stat has no per-controller counts)
+    shutil.copytree(FIX / "cgroup2", tmp_path, dirs_exist_ok=True)
+    for i in range(239):
+        pod = tmp_path / f"sys/fs/cgroup/kubepods.slice/pod{i}" if i else \
+            tmp_path / "sys/fs/cgroup/kubepods.slice"
+        pod.mkdir(parents=True, exist_ok=True)
+        (pod / "memory.current").write_text("0\n")
+    src = CgroupsSource(Host(tmp_path))
     assert src.unavailable() is None
     assert src.layout() is not None and src.layout().kind == "v2"  # type: ignore[union-attr]
     out = src.collect(0.0)

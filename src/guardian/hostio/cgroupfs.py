@@ -4,13 +4,21 @@ per-memcg stat file (walking those is the kernel cost that starved softirqs in t
 incident).
 
 cgroup v1: ``/proc/cgroups`` counts live + dying memcgs; live ones are the directories of
-the memory hierarchy. cgroup v2: the root's ``cgroup.stat`` has ``nr_descendants`` and
-``nr_dying_descendants``.
+the memory hierarchy. cgroup v2: the root's ``cgroup.stat`` has exact per-controller counts
+on 6.11+ (``nr_subsys_memory``, ``nr_dying_subsys_memory``); before, ``nr_dying_descendants``
+counts the dying cgroups and the live memcgs are the directories with ``memory.current``.
+
+Only a mount of the whole hierarchy is the host's: a mount whose root (mountinfo's 4th
+field) is not ``/`` is a bind mount of a sub-cgroup, and one whose top is not the
+hierarchy's root cgroup is a cgroup namespace's view (a container's). Either would count
+one cgroup's subtree as the host's, so neither is used; the host's hierarchy is then looked
+for in PID 1's mount namespace (host PID), else the counts are refused.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,21 +34,60 @@ class Layout:
     kind: str  # "v1", "v2" or "hybrid"
 
 
-def detect_layout(root: Path, proc: Path) -> Layout | None:
-    """Read mountinfo and decide where memory cgroups are counted."""
-    v1_memory: Path | None = None
-    v2: Path | None = None
-    with open(proc / "self" / "mountinfo", encoding="utf-8") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if len(fields) < 5 or len(rfields) < 3:
-                continue
-            mount = root / fields[4].lstrip("/").replace("\\040", " ")
-            if rfields[0] == "cgroup2":
-                v2 = mount
-            elif rfields[0] == "cgroup" and "memory" in rfields[2].split(","):
-                v1_memory = mount
+@dataclass(frozen=True)
+class CgroupMount:
+    """One cgroup or cgroup2 line of mountinfo."""
+
+    fstype: str  # "cgroup" (v1) or "cgroup2"
+    root: str  # the cgroup the mount shows, within the hierarchy (the 4th field)
+    path: Path  # where it is mounted, under the host root
+    options: frozenset[str]  # super options: a v1 hierarchy's controllers
+
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal (\040 ...)
+    return _ESCAPE.sub(lambda m: chr(int(m[1], 8)), field)
+
+
+def cgroup_mounts(text: str, under: Path) -> list[CgroupMount]:
+    """The cgroup mounts in a mountinfo text, their mount points placed under ``under``."""
+    out: list[CgroupMount] = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
+            continue
+        out.append(CgroupMount(rfields[0], _unescape(fields[3]),
+                               under / _unescape(fields[4]).lstrip("/"),
+                               frozenset(rfields[2].split(","))))
+    return out
+
+
+def is_hierarchy_root(mount: CgroupMount) -> bool:
+    """Whether the mount shows its whole hierarchy. mountinfo's root is relative to the
+    reader's cgroup namespace, so a container's own mount says "/" too; the files only a
+    root cgroup lacks or has tell them apart: ``cgroup.events`` exists on non-root cgroups
+    only (Documentation/admin-guide/cgroup-v2.rst), v1's ``release_agent`` on the root
+    only (CFTYPE_ONLY_ON_ROOT, kernel/cgroup/cgroup-v1.c)."""
+    if mount.root != "/":
+        return False
+    if mount.fstype == "cgroup2":
+        return not (mount.path / "cgroup.events").exists()
+    return (mount.path / "release_agent").exists()
+
+
+def _pick(mounts: list[CgroupMount]) -> Layout | None:
+    v1_memory = v2 = None
+    for m in mounts:
+        if not is_hierarchy_root(m):
+            continue
+        if m.fstype == "cgroup2" and v2 is None:
+            v2 = m.path
+        elif m.fstype == "cgroup" and "memory" in m.options and v1_memory is None:
+            v1_memory = m.path
     if v1_memory is not None:
         return Layout(1, v1_memory, "hybrid" if v2 is not None else "v1")
     if v2 is not None:
@@ -48,18 +95,54 @@ def detect_layout(root: Path, proc: Path) -> Layout | None:
     return None
 
 
-def count_dirs(top: Path) -> int:
-    """Directories under ``top``, itself included (each is a live cgroup)."""
+def locate(root: Path, proc: Path) -> Layout | str:
+    """The host's memory cgroup hierarchy, or why it cannot be found."""
+    mounts = cgroup_mounts(read_kernel_file(proc / "self" / "mountinfo"), root)
+    found = _pick(mounts)
+    if found is not None:
+        return found
+    if not mounts:
+        return "no cgroup v1 memory hierarchy and no cgroup2 mount"
+    # Only part of a hierarchy is mounted here. With the host's PID namespace, PID 1's
+    # mount namespace has the whole one (readable through /proc/1/root when privileged).
+    try:
+        host_mounts = cgroup_mounts(read_kernel_file(proc / "1" / "mountinfo"),
+                                    proc / "1" / "root")
+        found = _pick(host_mounts)
+    except OSError:
+        found = None
+    if found is not None:
+        return found
+    parts = ", ".join(f"{m.path} (shows {m.root})" if m.root != "/" else
+                      f"{m.path} (a cgroup namespace's root)" for m in mounts)
+    return (f"only part of the cgroup hierarchy is mounted here: {parts}; its counts would "
+            "be one subtree's, not the host's (mount the host's cgroup filesystem, or run "
+            "in the host's cgroup namespace)")
+
+
+def detect_layout(root: Path, proc: Path) -> Layout | None:
+    """Where memory cgroups are counted, or None when the host's hierarchy is not here."""
+    found = locate(root, proc)
+    return found if isinstance(found, Layout) else None
+
+
+def count_dirs(top: Path, marker: str | None = None) -> int:
+    """Directories under ``top``, itself included (each is a live cgroup); with
+    ``marker``, only those holding that file (below ``top``: ``top`` always counts)."""
     n = 0
     stack = [str(top)]
+    first = True
     while stack:
         d = stack.pop()
-        n += 1
         try:
             with os.scandir(d) as it:
-                stack.extend(e.path for e in it if e.is_dir(follow_symlinks=False))
+                subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
-            n -= 1  # removed while we walked
+            continue  # removed while we walked
+        if first or marker is None or os.path.exists(os.path.join(d, marker)):
+            n += 1
+        first = False
+        stack.extend(subdirs)
     return n
 
 
@@ -73,9 +156,9 @@ def proc_cgroups_count(proc: Path, controller: str = "memory") -> int:
 
 def cgroup_stat(path: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    with open(path / "cgroup.stat", encoding="utf-8") as f:
-        for line in f:
-            k, _, v = line.partition(" ")
+    for line in read_kernel_file(path / "cgroup.stat").splitlines():
+        k, _, v = line.partition(" ")
+        if k:
             out[k] = int(v)
     return out
 
@@ -83,7 +166,7 @@ def cgroup_stat(path: Path) -> dict[str, int]:
 def layout_problem(host: Host, layout: Layout | None) -> str | None:
     """Why memcgs cannot be counted with ``layout`` on ``host``, or None."""
     if layout is None:
-        return "no cgroup v1 memory hierarchy and no cgroup2 mount"
+        return "no cgroup v1 memory hierarchy and no cgroup2 mount of the whole hierarchy"
     if layout.version == 2 and "memory" not in (
             layout.memory_root / "cgroup.controllers").read_text().split():
         return f"memory controller not enabled in {layout.memory_root}"
@@ -97,7 +180,11 @@ def memcg_counts(host: Host, layout: Layout) -> tuple[int, int]:
         live = count_dirs(layout.memory_root)
         return live, max(total - live, 0)
     stat = cgroup_stat(layout.memory_root)
-    return stat["nr_descendants"] + 1, stat["nr_dying_descendants"]
+    if "nr_subsys_memory" in stat:  # 6.11+: per controller, the root itself included
+        return stat["nr_subsys_memory"], stat.get("nr_dying_subsys_memory", 0)
+    # Before 6.11: a dying cgroup whose memcg lives on stays dying, so the dying cgroups
+    # are the dying memcgs' upper bound; live memcgs are the cgroups with memory.current.
+    return count_dirs(layout.memory_root, "memory.current"), stat["nr_dying_descendants"]
 
 
 def dying_memcgs(host: Host) -> int | None:

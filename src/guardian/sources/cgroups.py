@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..host import Host
-from ..hostio.cgroupfs import Layout, detect_layout, layout_problem, memcg_counts
+from ..hostio.cgroupfs import Layout, layout_problem, locate, memcg_counts
 from ..plugins import NoParams, Source
 from ..snapshot import SignalSpec
 
@@ -24,22 +24,28 @@ class CgroupsSource(Source[NoParams]):
     def __init__(self, host: Host, config: NoParams | None = None) -> None:
         super().__init__(host, config)
         self._layout: Layout | None = None
+        self._why_not: str | None = None
 
     def layout(self) -> Layout | None:
         if self._layout is None:
-            self._layout = detect_layout(self.host.root, self.host.proc)
+            found = locate(self.host.root, self.host.proc)
+            if isinstance(found, Layout):
+                self._layout = found
+            else:
+                self._why_not = found
         return self._layout
 
     def unavailable(self) -> str | None:
         try:
-            return layout_problem(self.host, self.layout())
+            layout = self.layout()
+            return self._why_not if layout is None else layout_problem(self.host, layout)
         except OSError as exc:
             return f"cannot read mountinfo: {exc}"
 
     def collect(self, now: float) -> dict[str, object]:
         layout = self.layout()
         if layout is None:
-            raise RuntimeError("no memory cgroup hierarchy")
+            raise RuntimeError(self._why_not or "no memory cgroup hierarchy")
         live, dying = memcg_counts(self.host, layout)
         return {
             "memcg.live": live,
