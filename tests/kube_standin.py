@@ -222,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
         objs = st.objects.setdefault(resource, {})
         kind = {"nodes": "Node", "pods": "Pod", "leases": "Lease", "events": "Event",
                 "poddisruptionbudgets": "PodDisruptionBudget", "daemonsets": "DaemonSet",
-                "namespaces": "Namespace"}.get(resource)
+                "namespaces": "Namespace", "configmaps": "ConfigMap"}.get(resource)
         if kind is None:
             return 404, status(404, "NotFound", f"the server could not find the requested "
                                                 f"resource ({resource})")

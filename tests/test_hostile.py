@@ -732,6 +732,7 @@ def test_an_api_that_drips_never_stalls_ready_the_watchdog_or_sigterm(tmp_path: 
 name = "k"
 summary = "s"
 when = "processes.total > 0"
+fleet = false
   [[rule.action]]
   use = "kube.cordon"
   kubeconfig = "{kc}"

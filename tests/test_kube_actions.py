@@ -170,6 +170,7 @@ def test_the_token_never_reaches_the_audit_log(tmp_path: Path) -> None:
 name = "r"
 summary = "s"
 when = "memcg.dying > 10"
+fleet = false
   [[rule.action]]
   use = "kube.cordon"
   kubeconfig = "{kc}"
@@ -234,6 +235,7 @@ name = "k"
 summary = "s"
 when = "processes.total > 0"
 cooldown = "1h"
+fleet = false
   [[rule.action]]
   use = "kube.cordon"
   kubeconfig = "{kc}"

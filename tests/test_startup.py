@@ -40,7 +40,8 @@ def test_check_imports_neither_the_service_nor_kubernetes() -> None:
 def test_a_rule_that_uses_a_kubernetes_action_imports_it(tmp_path: Path) -> None:
     rules = tmp_path / "k.toml"
     rules.write_text('version = 1\n[[rule]]\nname = "r"\nsummary = "s"\n'
-                     'when = "memcg.dying > 1"\n  [[rule.action]]\n  use = "kube.cordon"\n')
+                     'when = "memcg.dying > 1"\nfleet = false\n  [[rule.action]]\n'
+                     '  use = "kube.cordon"\n')
     rc, modules = _modules("check", str(rules))
     assert rc == 0 and "guardian.kube.actions" in modules
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from .diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
 from .durations import Duration, PositiveDuration
+from .model.window import Window
 from .plugins import Registry
 
 
@@ -36,6 +37,20 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     interval: PositiveDuration = Field(15.0, description="time between ticks")
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    window: Window | None = Field(None, description="the maintenance window of every rule "
+                                  "that sets none: outside it, disruptive actions wait")
+
+
+class HoldsConfig(BaseModel):
+    """Where holds (pauses, silences) come from besides `guardian pause`."""
+
+    model_config = ConfigDict(extra="forbid")
+    dropin: str = Field("/etc/guardian/holds.d", description="*.toml files of [[hold]] "
+                        "tables that configuration management drops here")
+    file: str = Field("", description="`guardian pause`'s holds (default: holds.json "
+                      "beside the state file)")
+    kube: BaseModel | None = Field(None, description="fleet-wide holds: a ConfigMap and "
+                                   "this node's annotation (guardian.kube.holds)")
 
 
 class MetricsConfig(BaseModel):
@@ -67,6 +82,7 @@ class Config(BaseModel):
     disabled_sources: list[str] = Field(default_factory=list)
     sources: dict[str, BaseModel] = Field(default_factory=dict)
     fleet: BaseModel | None = None  # guardian.kube.fleet.FleetParams, when [fleet] is set
+    holds: HoldsConfig = Field(default_factory=HoldsConfig)
     path: str = ""
 
 
@@ -78,9 +94,10 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     text, data = read_toml(path, "config")
     diags: list[Diagnostic] = []
     report = Reporter(str(path), text, diags)
+    keys = ["engine", "service", "sources", "fleet", "holds"]
     for key in data:
-        if key not in ("engine", "service", "sources", "fleet"):
-            report((key,), unknown_key(key, ["engine", "service", "sources", "fleet"]))
+        if key not in keys:
+            report((key,), unknown_key(key, keys))
     fleet: BaseModel | None = None
     if "fleet" in data:
         try:
@@ -93,6 +110,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
                 fleet = FleetParams.model_validate(data["fleet"])
             except ValidationError as exc:
                 report.validation(exc, ("fleet",), FleetParams)
+    holds = _holds_config(data.get("holds", {}), report)
     engine = EngineConfig()
     try:
         engine = EngineConfig.model_validate(data.get("engine", {}))
@@ -127,4 +145,26 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if diags:
         raise RuleError(diags)
     return Config(engine=engine, service=service, disabled_sources=disabled,
-                  sources=validated, fleet=fleet, path=str(path))
+                  sources=validated, fleet=fleet, holds=holds, path=str(path))
+
+
+def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
+    table = dict(raw) if isinstance(raw, dict) else raw
+    kube_raw = table.pop("kube", None) if isinstance(table, dict) else None
+    out = HoldsConfig()
+    try:
+        out = HoldsConfig.model_validate(table)
+    except ValidationError as exc:
+        report.validation(exc, ("holds",), HoldsConfig)
+    if kube_raw is not None:
+        try:
+            from .kube.holds import KubeHoldsParams
+        except ImportError:
+            report(("holds", "kube"), "[holds.kube] needs the Kubernetes extra: pip install "
+                                      "'node-guardian[k8s]'")
+            return out
+        try:
+            out.kube = KubeHoldsParams.model_validate(kube_raw)
+        except ValidationError as exc:
+            report.validation(exc, ("holds", "kube"), KubeHoldsParams)
+    return out

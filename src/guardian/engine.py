@@ -5,6 +5,11 @@ and returns :class:`Decision` records; the same series of snapshots always yield
 decisions. Per rule the state machine is Prometheus' (inactive -> pending -> firing ->
 resolved, with ``for`` and ``keep_firing_for``); on top of it sit Monit-style action
 bounds: a cooldown between runs, a per-rule limit ("N runs within M"), and a global budget.
+
+What the operators say enters as data, set before a call: :attr:`Engine.holds` (pauses
+and silences, each with its expiry) and :attr:`Engine.wall` (the Unix time they and the
+maintenance windows are judged at; the snapshot's time when not given), and
+:attr:`Engine.window` (the config's default maintenance window).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from typing import Any
 
 from .durations import format_duration
 from .history import History
+from .model.holds import Hold
 from .model.ruleset import BoundAction, CompiledRule, Ruleset
+from .model.window import Window
 from .snapshot import Family, Snapshot, Value, check_values, format_key
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -41,8 +48,12 @@ class Decision:
 
     ``kind`` is one of: ``pending``, ``firing``, ``retry`` (actions again while firing,
     after the cooldown), ``suppressed`` (wanted to act but a limit said no), ``held`` (its
-    disruptive actions wait while a rule that causes it is pending or firing; the reason
-    names it), ``resolved``, ``inactive`` (pending ended without firing).
+    actions wait: while a rule that causes it is pending or firing, while a hold pauses
+    it, or outside its maintenance window; the reason says which, and ``would`` lists the
+    held actions, planned and audited but not applied), ``escalated`` (its actions ran
+    their limit and it still fires: the rule's ``escalate`` actions, once; it needs a
+    human), ``resolved``, ``inactive`` (pending ended without firing). ``mode`` is
+    ``observe`` for a shadow rule: its actions are planned and audited, never applied.
     """
 
     time: float
@@ -54,6 +65,8 @@ class Decision:
     actions: list[BoundAction] = field(default_factory=list)
     reason: str = ""
     fleet: bool = False  # the rule's disruptive actions need a slot of the fleet budget
+    mode: str = "act"  # "observe": shadow mode, planned and audited, never applied
+    would: list[BoundAction] = field(default_factory=list)  # held: planned, not applied
     _mark: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -78,6 +91,9 @@ class Decision:
             "severity": self.severity, "summary": self.summary, "values": self.values,
             "actions": [{"use": a.use, **a.public_params} for a in self.actions],
             "reason": self.reason,
+            **({"mode": self.mode} if self.mode != "act" else {}),
+            **({"held_actions": [{"use": a.use, **a.public_params} for a in self.would]}
+               if self.would else {}),
         }
 
 
@@ -95,6 +111,8 @@ class RuleState:
     held: bool = False  # disruptive actions are owed: they were held while a cause was active
     unknown: bool = False  # condition had no value at the last tick
     changed: bool = False  # reloaded with another condition or timing; not yet evaluated
+    escalated: bool = False  # ran its limit without resolving: needs a human
+    paused: str = ""  # the hold that pauses it now, described ("" when none)
 
 
 class Engine:
@@ -107,6 +125,10 @@ class Engine:
         self.ruleset = Ruleset()
         self.history = History({})
         self.ending: list[tuple[CompiledRule, str]] = []  # firing rules a reload took away
+        self.holds: list[Hold] = []  # pauses and silences, set by the caller
+        self.wall: float | None = None  # Unix time for holds and windows (None: snapshot's)
+        self.window: Window | None = None  # the config's default maintenance window
+        self._now_wall = 0.0
         self.replace_rules(ruleset)
 
     # -- rules -------------------------------------------------------------------------
@@ -132,6 +154,8 @@ class Engine:
             if st is not None and prev is not None:
                 if not rule.spec.enabled:
                     st = RuleState(last_run=st.last_run, runs=st.runs)
+                elif prev.spec.mode != rule.spec.mode:
+                    st.held = False  # nothing observed is owed to a rule now acting
                 else:
                     st.changed = (prev.spec.when, prev.spec.for_,
                                   prev.spec.keep_firing_for) != (
@@ -156,6 +180,7 @@ class Engine:
         if not snapshot.checked:
             self._check(snapshot)
         now = snapshot.time
+        self._now_wall = self.wall if self.wall is not None else now
         values = snapshot.values
         self.history.record(now, values)
         hist = self.history
@@ -165,6 +190,8 @@ class Engine:
             out.append(self._decision(gone, "resolved", now, values, None, cleanup, why))
         self.ending = []
         for rule, st, fn in self.active:
+            pause = self.pause(rule)
+            st.paused = pause.describe() if pause else ""
             try:
                 result = fn(values, hist)
             except Exception:  # a compiled condition should not raise; if it does: unknown
@@ -216,6 +243,9 @@ class Engine:
                     st.said_suppressed = st.held = False
                     # clean-up actions (on = "resolve"/"both") are not held to the limits
                     cleanup = [a for a in rule.actions if a.spec.on != "fire"]
+                    if st.escalated:  # a page that fired resolves too
+                        cleanup += [a for a in rule.escalate if a.spec.on != "fire"]
+                        st.escalated = False
                     out.append(self._decision(rule, "resolved", now, values, result,
                                               actions=cleanup))
         return out
@@ -243,8 +273,8 @@ class Engine:
         if not acting:
             return False
         spec = rule.spec
-        holders = self.holders(rule)
-        owed = st.held and not holders  # the cause resolved: what was held runs now
+        held, why_held, planned = self._held(rule, acting)
+        owed = st.held and not held  # what was held runs now
         if not owed and st.last_run is not None and now - st.last_run < spec.cooldown:
             return False
         horizon = now - spec.limit.within
@@ -255,7 +285,8 @@ class Engine:
         if len(st.runs) >= spec.limit.runs:
             reason = (f"rule limit reached: {len(st.runs)} action runs within "
                       f"{format_duration(spec.limit.within)}; not acting until one ages out")
-        elif len(self.global_runs) >= self.budget.runs:
+            self._escalate(rule, st, now, values, result, out)
+        elif not rule.observe and len(self.global_runs) >= self.budget.runs:
             reason = (f"global action budget reached: {len(self.global_runs)} runs within "
                       f"{format_duration(self.budget.within)}")
         if reason:
@@ -268,26 +299,75 @@ class Engine:
                 out.append(self._decision(rule, "suppressed", now, values, result,
                                           reason=reason))
             return False
-        held = [a for a in acting if a.held_by_causes] if holders else []
         if held:
-            acting = [a for a in acting if not a.held_by_causes]
+            acting = [a for a in acting if a not in held]
         st.last_run = now  # held or not: the next look is after the cooldown
         st.said_suppressed = False
         if acting:
             st.runs.append(now)
-            self.global_runs.append(now)
+            if not rule.observe:  # a shadow rule's runs are its own, not the node's
+                self.global_runs.append(now)
             out.append(self._decision(rule, kind, now, values, result, actions=acting,
-                                      reason="its cause resolved" if owed else ""))
+                                      reason="what was held runs now" if owed else ""))
         elif kind == "firing":
             out.append(self._decision(rule, kind, now, values, result))
         st.held = bool(held)
         if held:
-            causes = ", ".join(f"{name} is {phase}" for name, phase in holders)
-            out.append(self._decision(
-                rule, "held", now, values, result,
-                reason=f"{', '.join(a.use for a in held)} held while its cause {causes}: "
-                       f"the cause is fixed first"))
+            d = self._decision(rule, "held", now, values, result, reason=why_held)
+            d.would = planned
+            out.append(d)
         return True
+
+    def _held(self, rule: CompiledRule, acting: list[BoundAction]
+              ) -> tuple[list[BoundAction], str, list[BoundAction]]:
+        """The actions of ``acting`` that wait now, why, and those of them to plan (a
+        pause holds every action; outside its maintenance window a disruptive action
+        waits; while a cause is active, its disruptive actions wait)."""
+        pause = self.pause(rule)
+        if pause is not None:
+            return list(acting), pause.describe(), list(acting)
+        held: list[BoundAction] = []
+        why: list[str] = []
+        holders = self.holders(rule)
+        if holders:
+            held = [a for a in acting if a.held_by_causes]
+            if held:
+                causes = ", ".join(f"{name} is {phase}" for name, phase in holders)
+                why.append(f"{', '.join(a.use for a in held)} held while its cause "
+                           f"{causes}: the cause is fixed first")
+        window = rule.spec.window or self.window
+        planned: list[BoundAction] = []
+        if window is not None and not window.is_open(self._now_wall):
+            planned = [a for a in acting if a.disruptive and a not in held]
+            if planned:
+                held += planned
+                why.append(f"{', '.join(a.use for a in planned)} held outside the "
+                           f"maintenance window ({window.describe()}): runs when it opens")
+        return held, "; ".join(why), planned
+
+    def pause(self, rule: CompiledRule) -> Hold | None:
+        """The hold in force that pauses ``rule`` now (the one that ends last), if any."""
+        found = [h for h in self.holds
+                 if h.until > self._now_wall and h.matches(rule.name, rule.spec.labels)]
+        return max(found, key=lambda h: h.until) if found else None
+
+    def _escalate(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
+                  result: object, out: list[Decision]) -> None:
+        """The remedy ran its limit and the rule still fires: it needs a human, and its
+        ``escalate`` actions run once (not while a hold pauses it; a disruptive one waits
+        for the maintenance window)."""
+        if st.escalated:
+            return
+        steps = [a for a in rule.escalate if a.spec.on != "resolve"]
+        _, _, waiting = self._held(rule, steps) if steps else ([], "", [])
+        if self.pause(rule) is not None or waiting:
+            return
+        st.escalated = True
+        if steps:
+            out.append(self._decision(
+                rule, "escalated", now, values, result, actions=steps,
+                reason=f"needs a human: {len(st.runs)} action runs within "
+                       f"{format_duration(rule.spec.limit.within)} did not resolve it"))
 
     def holders(self, rule: CompiledRule) -> list[tuple[str, str]]:
         """The causes of ``rule`` (``caused_by``) that are pending or firing, with their
@@ -304,7 +384,7 @@ class Engine:
                   reason: str = "") -> Decision:
         return Decision(now, rule.name, kind, rule.spec.severity, rule.spec.summary,
                         self.decision_values(rule, values, result), actions or [], reason,
-                        fleet=rule.spec.fleet, _mark=_ENGINE_MARK)
+                        fleet=bool(rule.spec.fleet), mode=rule.spec.mode, _mark=_ENGINE_MARK)
 
     @staticmethod
     def decision_values(rule: CompiledRule, values: Any, result: object
@@ -336,7 +416,8 @@ class Engine:
                              "keep_firing_since": t(st.keep_firing_since),
                              "last_run": t(st.last_run),
                              "runs": [x + offset for x in st.runs],
-                             "said_suppressed": st.said_suppressed, "held": st.held}
+                             "said_suppressed": st.said_suppressed, "held": st.held,
+                             "escalated": st.escalated}
                       for name, st in self.states.items()},
             "global_runs": [x + offset for x in self.global_runs],
         }
@@ -365,6 +446,7 @@ class Engine:
             st.runs = [v for x in saved.get("runs", []) if (v := t(x)) is not None]
             st.said_suppressed = bool(saved.get("said_suppressed"))
             st.held = bool(saved.get("held"))
+            st.escalated = bool(saved.get("escalated"))
             restored.append(name)
         self.global_runs = deque(sorted(v for x in data.get("global_runs", [])
                                         if (v := t(x)) is not None))

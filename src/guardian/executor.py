@@ -40,15 +40,19 @@ class Executed:
     outcome: Outcome | None
     error: str = ""
     refused: bool = False  # not carried out: the plan, the fleet budget or a rail said no
+    only_planned: str = ""  # "would_act" (a shadow rule) or "held" (a hold, a window)
 
     @property
     def result(self) -> str:
-        """One word: ``refused``, ``error`` (plan failed), ``planned`` (dry run), ``failed``,
+        """One word: ``refused``, ``error`` (plan failed), ``planned`` (dry run),
+        ``would_act`` (a shadow rule's plan), ``held`` (planned while held), ``failed``,
         ``unverified`` (applied, but reading the effect back disagreed) or ``ok``."""
         if self.refused:
             return "refused"
         if self.error:
             return "error"
+        if self.only_planned:
+            return self.only_planned
         if self.outcome is None:
             return "planned"
         if not self.outcome.ok:
@@ -70,8 +74,10 @@ class Executor:
 
     Only decisions an :class:`~guardian.engine.Engine` emitted are applied (a dry run may
     plan any); a plan that refuses is never applied; a ``fleet = true`` rule's disruptive
-    actions run only while this node holds a slot of the fleet budget. The operator's
-    ``guardian act`` enters through :meth:`act`, with the same checks, audited as manual."""
+    actions run only while this node holds a slot of the fleet budget. A shadow rule's
+    actions (``mode = "observe"``) and the actions a hold or a closed maintenance window
+    keeps waiting are planned and audited, never applied. The operator's ``guardian act``
+    enters through :meth:`act`, with the same checks, audited as manual."""
 
     host: Host
     dry_run: bool = True
@@ -107,13 +113,20 @@ class Executor:
         for d in decisions:
             self.audit_entry({"type": "decision", **d.to_dict()})
             results.extend(self._carry_out(d, snapshot))
-            if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet:
+            if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet \
+                    and d.mode != "observe":
                 self.fleet.done(d.rule)  # clean-up has run: the node gives its slot back
         if self.fleet is not None and not self.dry_run:
             self.fleet.renew()
         return results
 
     def _carry_out(self, d: Decision, snapshot: Snapshot) -> list[Executed]:
+        if d.would or (d.mode == "observe" and d.actions):
+            ctx = ActionContext(d.rule, snapshot, self.host, True, values=d.values,
+                                kind=d.kind, evidence=d.evidence)
+            how = "would_act" if d.mode == "observe" else "held"
+            return [self._plan_only(d, b.use, b.action, ctx, how)
+                    for b in (d.would or d.actions)]
         if not d.actions:
             return []
         if not d.from_engine and not self.dry_run:
@@ -145,6 +158,20 @@ class Executor:
         self.audit_entry({"type": "decision", "manual": True, **d.to_dict()})
         ctx = ActionContext("manual", snapshot, self.host, self.dry_run, kind="manual")
         return self._execute(d, use, action, ctx)
+
+    def _plan_only(self, d: Decision, use: str, action: Any, ctx: ActionContext,
+                   how: str) -> Executed:
+        """Plan and audit an action that is not to be applied (``how`` says why)."""
+        try:
+            plan = action.plan(ctx)
+        except Exception as exc:
+            ex = Executed(d, use, None, None, error=f"plan failed: {exc!r}")
+            self.audit_entry({"type": "error", "dry_run": self.dry_run, how: True,
+                              **ex.to_dict()})
+            return self._done(ex)
+        self.audit_entry({"type": "plan", "dry_run": self.dry_run, how: True, "rule": d.rule,
+                          "use": use, "plan": plan.to_dict()})
+        return self._done(Executed(d, use, plan, None, only_planned=how))
 
     def _execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
         """Plan one action, audit the plan, apply it unless dry-run, audit the outcome."""

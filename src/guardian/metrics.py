@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from . import httpserve
+from .model.holds import Hold
 from .model.ruleset import Ruleset
 from .model.runtime import Matcher, matches
 from .snapshot import SignalSpec, Snapshot
@@ -33,8 +34,9 @@ from .version import __version__
 
 log = logging.getLogger("guardian.metrics")
 STATES = ("inactive", "pending", "firing", "unknown")
-KINDS = ("pending", "firing", "retry", "resolved", "inactive", "suppressed", "held")
-OUTCOMES = ("ok", "unverified", "failed", "error", "refused", "planned")
+KINDS = ("pending", "firing", "retry", "resolved", "inactive", "suppressed", "held",
+         "escalated")
+OUTCOMES = ("ok", "unverified", "failed", "error", "refused", "planned", "would_act", "held")
 RELOADS = ("ok", "failed")
 PID_LABELS = frozenset({"pid", "ppid"})  # unbounded: summed away, never exported
 
@@ -119,6 +121,36 @@ class ErrorCounts(PromCollector):
         yield fam
 
 
+class Operations(PromCollector):
+    """What operators set and what needs them: every hold in force (its expiry as the
+    value), the rules a hold pauses now, the rules in shadow mode and those that ran their
+    limit without resolving (they need a human)."""
+
+    def __init__(self) -> None:
+        self.holds: list[Hold] = []
+        self.paused: dict[str, bool] = {}
+        self.observe: dict[str, bool] = {}
+        self.needs_human: dict[str, bool] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        fam = GaugeMetricFamily("guardian_hold_expiry_timestamp_seconds", "holds in force "
+                                "(pauses, silences): when each ends (Unix time)",
+                                labels=["source", "rules", "author", "reason"])
+        for h in sorted(self.holds, key=lambda h: (h.source, h.matcher, h.until)):
+            fam.add_metric([h.source, h.matcher, h.author, h.reason[:200]], h.until)
+        yield fam
+        for name, doc, values in (
+                ("guardian_rule_paused", "1 while a hold pauses the rule", self.paused),
+                ("guardian_rule_observe", "1 for a rule in shadow mode (mode = \"observe\"): "
+                 "its actions count as would_act", self.observe),
+                ("guardian_rule_needs_human", "1 while the rule still fires after its actions "
+                 "ran their limit (it escalated)", self.needs_human)):
+            g = GaugeMetricFamily(name, doc, labels=["rule"])
+            for rule, on in sorted(values.items()):
+                g.add_metric([rule], 1.0 if on else 0.0)
+            yield g
+
+
 class Metrics:
     """guardian's metrics in a registry of their own, named and typed by Prometheus'
     conventions (``promtool check metrics`` is clean): counters end in ``_total``, times
@@ -136,7 +168,8 @@ class Metrics:
         self.decisions = Counter("guardian_decisions", "decisions by rule and kind",
                                  ["rule", "kind"], registry=r)
         self.actions = Counter("guardian_actions", "action runs by rule, action, outcome "
-                               "(ok, unverified, failed, error, refused, planned)",
+                               "(ok, unverified, failed, error, refused, planned; would_act: "
+                               "a shadow rule would have acted; held: planned while held)",
                                ["rule", "action", "outcome"],
                                registry=r)
         self.source_errors = ErrorCounts()
@@ -161,6 +194,8 @@ class Metrics:
                                     "otherwise)", registry=r)
         self.signals = SignalCollector()
         r.register(self.signals)
+        self.operations = Operations()
+        r.register(self.operations)
         self.server: Any = None
 
     def use_rules(self, ruleset: Ruleset, catalogue: Mapping[str, SignalSpec]) -> None:

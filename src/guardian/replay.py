@@ -44,8 +44,9 @@ def timeline(r: Replay) -> list[str]:
     for d in r.decisions:
         values = json.dumps(d.values, sort_keys=True, separators=(", ", ": "))
         reason = f"  ({d.reason})" if d.reason else ""
+        mode = "  [observe: shadow mode, never applied]" if d.mode == "observe" else ""
         lines.append(f"+{format_duration(d.time):>9}  {d.rule:<28} {d.kind:<10} "
-                     f"{values}{reason}")
+                     f"{values}{reason}{mode}")
         for a in d.actions:
             params = json.dumps(a.public_params, sort_keys=True) if a.params else ""
             lines.append(f"{'':>12}would run: {a.use} {params}".rstrip())

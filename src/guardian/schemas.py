@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config import EngineConfig, ServiceConfig
+from .config import EngineConfig, HoldsConfig, ServiceConfig
 from .model.schema import ActionSpec, RuleFile
 from .model.testfile import test_file_schema
 from .plugins import Registry, default_registry
@@ -82,13 +82,16 @@ def config_schema(registry: Registry | None = None) -> dict[str, Any]:
         "engine": _inline(EngineConfig, defs),
         "service": _inline(ServiceConfig, defs),
         "sources": {"type": "object", "properties": sources, "additionalProperties": False},
+        "holds": _inline(HoldsConfig, defs),
     }
     try:
         from .kube.fleet import FleetParams
+        from .kube.holds import KubeHoldsParams
     except ImportError:  # without the Kubernetes extra there is no [fleet]
-        pass
+        props["holds"]["properties"].pop("kube", None)
     else:
         props["fleet"] = _inline(FleetParams, defs)
+        props["holds"]["properties"]["kube"] = _inline(KubeHoldsParams, defs)
     return {"$schema": DRAFT, "title": "guardian configuration (guardian.toml)",
             "type": "object", "properties": props, "additionalProperties": False,
             "$defs": defs}

@@ -29,6 +29,7 @@ from .host import Host
 from .metrics import STATES, Metrics
 from .model.ruleset import Ruleset
 from .notify import Notifier
+from .operate import Operations
 from .plugins import Registry, default_registry
 from .policy.loader import load_rules, rule_files
 from .snapshot import Snapshot
@@ -121,6 +122,7 @@ class Daemon:
         self.state_fault = ""  # why the state cannot be saved now
         self.acting: threading.Thread | None = None  # the worker carrying out decisions
         self.act_fault = ""  # why no worker could be started to act
+        self.operations = Operations(config, opts.state_path)  # holds, windows (issue 31)
 
     # -- control from signal handlers and watchers --------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -284,6 +286,7 @@ class Daemon:
         snap = self.collector.collect(started)
         self._source_health(snap.errors)
         before = self.engine.export_state(), list(self.engine.ending)
+        self.operations.before(self.engine)
         decisions = self.engine.evaluate(snap)
         if decisions and self.acting is not None and self.acting.is_alive():
             # the previous tick's actions are still waiting on the outside world: none
@@ -311,6 +314,7 @@ class Daemon:
             self._undo(before)  # not in the audit log, so not decided: again later
             self._persist()
         self._update_metrics(snap)
+        self.operations.after(self.engine, self.metrics)
         self.metrics.tick.observe(time.monotonic() - started)
         self.metrics.last_tick.set(time.time())
         self.last_tick_done = time.monotonic()

@@ -44,6 +44,7 @@ class SavedRule(BaseModel):
     runs: list[Time] = Field(default_factory=list)
     said_suppressed: bool = False
     held: bool = False
+    escalated: bool = False
 
     @model_validator(mode="after")
     def _started(self) -> SavedRule:

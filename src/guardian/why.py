@@ -34,12 +34,16 @@ class Link:
     did: list[str] = field(default_factory=list)  # actions run (or planned)
     held: list[str] = field(default_factory=list)  # what it holds back, and why
     held_at: list[float] = field(default_factory=list)  # when it held them
+    mode: str = "act"  # "observe": shadow mode, it never applies
+    needs_human: bool = False  # its actions ran their limit and it still fires
+    paused: str = ""  # the hold that pauses it now
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "summary": self.summary, "phase": self.phase,
                 "severity": self.severity, "since": self.since, "evidence": self.evidence,
                 "causes": self.causes, "effects": self.effects, "did": self.did,
-                "held": self.held}
+                "held": self.held, "mode": self.mode, "needs_human": self.needs_human,
+                "paused": self.paused}
 
 
 def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list[Link]:
@@ -53,7 +57,8 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list
         out[name] = Link(name, rule.spec.summary, st.phase, rule.spec.severity,
                          st.active_at if st.active_at is not None else st.since,
                          _evidence(engine, rule, snapshot),
-                         [c for c in rule.spec.caused_by if c in active])
+                         [c for c in rule.spec.caused_by if c in active],
+                         mode=rule.spec.mode, needs_human=st.escalated, paused=st.paused)
     for link in out.values():
         for cause in link.causes:
             out[cause].effects.append(link.rule)
@@ -65,6 +70,10 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list
             found.held.append(f"+{format_duration(round(d.time))}: {d.reason}")
             found.held_at.append(d.time)
         elif d.actions:
+            if d.mode == "observe":
+                found.did.append(f"+{format_duration(round(d.time))}: {d.kind}: would run "
+                                 "(shadow mode): " + ", ".join(a.use for a in d.actions))
+                continue
             found.did.append(f"+{format_duration(round(d.time))}: {d.kind}: "
                              + ", ".join(a.use for a in d.actions))
     return _root_first(out)
@@ -123,9 +132,15 @@ def text(chain: list[Link], now: float, acted: str = "acted") -> list[str]:
         began = "" if link.since is None else \
             f", began {format_duration(round(max(now - link.since, 0.0)))} ago"
         arrow = "" if not link.causes else f" ← caused by {', '.join(link.causes)}"
+        shadow = ", observe only" if link.mode == "observe" else ""
         lines.append(f"{pad}{'└─ ' if link.causes else ''}{link.rule} "
-                     f"[{link.phase.upper()}, {link.severity}{began}]{arrow}")
+                     f"[{link.phase.upper()}, {link.severity}{shadow}{began}]{arrow}")
         lines.append(f"{pad}   {link.summary}")
+        if link.needs_human:
+            lines.append(f"{pad}   NEEDS A HUMAN: its actions ran their limit and it still "
+                         f"fires (escalated)")
+        if link.paused:
+            lines.append(f"{pad}   held: {link.paused}")
         for key, value in link.evidence.items():
             lines.append(f"{pad}   evidence: {key} = {short(value)}")
         for did in link.did[-3:]:

@@ -289,6 +289,39 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("shell", choices=["bash", "zsh", "tcsh"])
     comp.set_defaults(func=_command("docs", "cmd_completion"))
 
+    def holds_options(h: argparse.ArgumentParser, rule: bool = True) -> None:
+        if rule:
+            h.add_argument("rule", nargs="?", default="*",
+                           help="a rule name (default: every rule)")
+            h.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                           help="only rules carrying this label; repeat for more")
+        h.add_argument("--holds-file", metavar="FILE", help="guardian pause's holds "
+                       "(default: holds.json in the state directory)")
+        h.add_argument("--json", action="store_true", help="machine-readable output")
+        config_option(h)
+
+    pa = sub.add_parser("pause", help="hold rules on this node until a time: they still "
+                        "evaluate, plan and audit, and act when the hold ends")
+    holds_options(pa)
+    until = pa.add_mutually_exclusive_group(required=True)
+    until.add_argument("--for", dest="for_", type=duration(positive=True),
+                       help="how long, e.g. 2h")
+    until.add_argument("--until", metavar="TIME", help="until when (RFC 3339)")
+    pa.add_argument("--reason", required=True, help="why (shown in the audit log, why, "
+                    "metrics)")
+    pa.add_argument("--author", help="who (default: $SUDO_USER, else the user)")
+    pa.set_defaults(func=_command("holds", "cmd_pause"))
+
+    re_ = sub.add_parser("resume", help="end guardian pause's holds on RULE (or --all)")
+    holds_options(re_)
+    re_.add_argument("--all", action="store_true", help="every guardian pause hold")
+    re_.set_defaults(func=_command("holds", "cmd_resume"))
+
+    ho = sub.add_parser("holds", help="the holds in force on this node, from every source "
+                        "(guardian pause, drop-in files, Kubernetes)")
+    holds_options(ho, rule=False)
+    ho.set_defaults(func=_command("holds", "cmd_holds"))
+
     man = sub.add_parser("man", help="print the manual page (roff: guardian man | man -l -)")
     man.set_defaults(func=_command("docs", "cmd_man"))
 

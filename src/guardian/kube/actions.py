@@ -26,6 +26,12 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _rfc3339(t: dt.datetime | str) -> str:
+    if isinstance(t, str):
+        return t
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _unschedulable(node: Node) -> bool:
     return bool(node.spec and node.spec.unschedulable)
 
@@ -216,8 +222,11 @@ class KubeCondition(KubeAction[ConditionParams]):
         p = self.params
         node = node_name(p)
         resolved = ctx.kind == "resolved"
+        reason = f"{p.reason}Resolved" if resolved else p.reason
+        if ctx.kind == "escalated":  # the remedy ran its limit: a person must look
+            reason = f"{p.reason}NeedsHuman"
         cond = {"type": p.type, "status": "False" if resolved else "True",
-                "reason": f"{p.reason}Resolved" if resolved else p.reason,
+                "reason": reason,
                 "message": ctx.message(p.message)[:1000]}
         return Plan(self.name, ctx.rule,
                     [Step(f"node {node}", f"condition {p.type}={cond['status']} "
@@ -226,8 +235,16 @@ class KubeCondition(KubeAction[ConditionParams]):
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         node, cond = plan.data["node"], dict(plan.data["condition"])
-        cond["lastHeartbeatTime"] = cond["lastTransitionTime"] = _now()
+        now = _now()
+        cond["lastHeartbeatTime"] = cond["lastTransitionTime"] = now
         try:
+            # lastTransitionTime changes only with the status: Node Health Check and EKS
+            # node repair time their delays from it (k8s.io/api core/v1 NodeCondition)
+            before = self.client().get(Node, name=node)
+            for c in (before.status and before.status.conditions) or []:
+                if c.type == cond["type"] and c.status == cond["status"] \
+                        and c.lastTransitionTime is not None:
+                    cond["lastTransitionTime"] = _rfc3339(c.lastTransitionTime)
             self.client().patch(Node.Status, node, {"status": {"conditions": [cond]}})
             got = self.client().get(Node, name=node)
         except API_ERRORS as exc:

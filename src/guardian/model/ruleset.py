@@ -52,6 +52,7 @@ class CompiledRule:
     condition: Condition
     actions: list[BoundAction]
     caused_by_at: tuple[int, int] = (0, 0)  # line, column of `caused_by` in the file
+    escalate: list[BoundAction] = field(default_factory=list)  # after the limit, once
     # the rule's timing in whole milliseconds, as the engine compares it (exactly)
     for_ms: int = field(init=False)
     keep_firing_ms: int = field(init=False)
@@ -63,6 +64,11 @@ class CompiledRule:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def observe(self) -> bool:
+        """Shadow mode: plans and audits what it would do, never applies."""
+        return self.spec.mode == "observe"
 
 
 @dataclass

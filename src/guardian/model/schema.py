@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from ..durations import Duration, PositiveDuration
+from .window import Window
 
 SCHEMA_VERSION = 1
 
@@ -69,13 +70,24 @@ class Rule(BaseModel):
     severity: Severity = "warning"
     labels: dict[str, str] = Field(default_factory=dict)
     enabled: bool = True
-    fleet: bool = Field(False, description="take a slot of the fleet-wide disruption budget "
-                        "(Kubernetes Leases, [fleet] in guardian.toml) before acting")
+    fleet: bool | None = Field(None, description="take a slot of the fleet-wide disruption "
+                               "budget (Kubernetes Leases, [fleet] in guardian.toml) before "
+                               "acting; a rule with a disruptive kube.* action must say "
+                               "(false: on purpose without it)")
+    mode: Literal["act", "observe"] = Field(
+        "act", description="observe: shadow mode, the rule evaluates, plans and audits what "
+        "it would do and never applies it")
+    window: Window | None = Field(None, description="when its disruptive actions may run "
+                                  "(default: [engine.window] of guardian.toml, else always)")
     caused_by: list[str] = Field(
         default_factory=list, description="rules that cause this one: while any of them is "
         "pending or firing, this rule's disruptive actions are held (its log, condition and "
         "event actions still run), so the cause is fixed first")
     action: list[ActionSpec] = Field(default_factory=list)
+    escalate: list[ActionSpec] = Field(
+        default_factory=list, description="when the actions ran their `limit` and the rule "
+        "still fires: these run once (cordon, condition, notify, a heavier remedy) and the "
+        "rule needs a human; those with on = \"resolve\"/\"both\" run when it resolves")
 
 
 class RuleFile(BaseModel):

@@ -174,17 +174,36 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
             condition = _compile_when(when, cat, report.at((*loc, "when")), text, path, diags)
         actions = _bind_actions(spec.action if spec else _action_specs(raw_dict), loc, reg,
                                 report)
-        if spec is not None and condition is not None and actions is not None:
+        escalate = _bind_actions(spec.escalate if spec else _action_specs(raw_dict,
+                                                                          "escalate"),
+                                 loc, reg, report, "escalate")
+        if spec is not None and actions is not None and escalate is not None:
+            _check_fleet(spec, [*actions, *escalate], loc, report)
+        if spec is not None and condition is not None and actions is not None \
+                and escalate is not None:
             cause_at = report.at((*loc, "caused_by"))
             out.append(CompiledRule(spec, path, report.at(loc).line, condition, actions,
-                                   (cause_at.value_line, cause_at.value_col)))
+                                   (cause_at.value_line, cause_at.value_col), escalate))
     return out
 
 
-def _action_specs(raw: dict[str, Any]) -> list[ActionSpec | None]:
+def _check_fleet(spec: Rule, actions: list[BoundAction], loc: tuple[str | int, ...],
+                 report: Reporter) -> None:
+    """A disruptive Kubernetes action without a `fleet` setting could disrupt every node
+    of the fleet at once: the rule must say which it means."""
+    if spec.fleet is not None:
+        return
+    kube = sorted({a.use for a in actions if a.disruptive and a.use.startswith("kube.")})
+    if kube:
+        report(loc, f"rule {spec.name!r}: {', '.join(kube)} can disrupt every node at once: "
+                    f"say `fleet = true` to take a slot of the fleet budget ([fleet] in "
+                    f"guardian.toml), or `fleet = false` to mean it")
+
+
+def _action_specs(raw: dict[str, Any], key: str = "action") -> list[ActionSpec | None]:
     """Best-effort action specs of a rule that failed validation (None where broken;
     the schema error for those is already reported)."""
-    items = raw.get("action")
+    items = raw.get(key)
     if not isinstance(items, list):
         return []
     out: list[ActionSpec | None] = []
@@ -222,11 +241,12 @@ def _expr_position(pos: Pos, text: str, exc: ExprError) -> tuple[int, int]:
 
 
 def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...],
-                  reg: Registry, report: Reporter) -> list[BoundAction] | None:
+                  reg: Registry, report: Reporter, key: str = "action"
+                  ) -> list[BoundAction] | None:
     bound: list[BoundAction] = []
     ok = True
     for j, aspec in enumerate(specs):
-        aloc = (*loc, "action", j)
+        aloc = (*loc, key, j)
         if aspec is None:
             ok = False
             continue

@@ -1,0 +1,122 @@
+"""`guardian pause`, `guardian resume` and `guardian holds`: holds on this node, kept in
+the state directory (the service reads them at every tick, and they survive restarts)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..diagnostics import RuleError
+from ..durations import parse_duration
+from ..holds import HoldFile
+from ..model.holds import Hold, in_force
+from ..operate import holds_path, readers
+from .common import cli_config, json_out, print_errors
+from .host import _service_paths
+
+
+def _file(args: argparse.Namespace) -> HoldFile | int:
+    if args.holds_file:
+        return HoldFile(Path(args.holds_file))
+    try:
+        config = cli_config(args)
+    except RuleError as exc:
+        return print_errors(exc, args)
+    path = holds_path(config, Path(_service_paths(config)[0]))
+    assert path is not None
+    return HoldFile(path)
+
+
+def _labels(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise SystemExit(f"guardian pause: --label {item!r}: expected KEY=VALUE")
+        out[k] = v
+    return tuple(sorted(out.items()))
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Add a hold: the matching rules evaluate and plan, and act again when it ends."""
+    f = _file(args)
+    if isinstance(f, int):
+        return f
+    now = time.time()
+    if args.until:
+        try:
+            when = dt.datetime.fromisoformat(args.until.replace("Z", "+00:00"))
+        except ValueError:
+            print(f"guardian pause: --until {args.until!r}: expected RFC 3339, e.g. "
+                  f"2026-12-05T06:00:00Z", file=sys.stderr)
+            return 2
+        if when.tzinfo is None:
+            print("guardian pause: --until needs a time zone (Z or +01:00)", file=sys.stderr)
+            return 2
+        until = when.timestamp()
+    else:
+        until = now + parse_duration(args.for_)
+    if until <= now:
+        print("guardian pause: the hold would have ended already", file=sys.stderr)
+        return 2
+    author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
+    hold = Hold(until, args.reason, author, args.rule, _labels(args.label), "cli")
+    holds = [h for h in in_force(f.read(), now)
+             if (h.rule, h.labels) != (hold.rule, hold.labels)]  # a new pause replaces
+    f.write([*holds, hold])
+    if args.json:
+        json_out("pause", hold.to_dict())
+    else:
+        print(f"rules {hold.matcher}: {hold.describe()} (kept in {f.path})")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Remove `guardian pause` holds: those on RULE (and --label), or --all."""
+    f = _file(args)
+    if isinstance(f, int):
+        return f
+    current = in_force(f.read(), time.time())
+    if args.all:
+        gone, kept = current, []
+    else:
+        want = (args.rule or "*", _labels(args.label))
+        gone = [h for h in current if (h.rule, h.labels) == want]
+        kept = [h for h in current if (h.rule, h.labels) != want]
+    f.write(kept)
+    if args.json:
+        json_out("resume", [h.to_dict() for h in gone], ok=bool(gone))
+    elif not gone:
+        print("guardian resume: no such hold (guardian holds lists them); holds from a "
+              "drop-in file or Kubernetes end where they were set", file=sys.stderr)
+    for h in gone if not args.json else []:
+        print(f"resumed rules {h.matcher} (was {h.describe()})")
+    return 0 if gone else 1
+
+
+def cmd_holds(args: argparse.Namespace) -> int:
+    """The holds in force on this node, from every source the config names."""
+    try:
+        config = cli_config(args)
+    except RuleError as exc:
+        return print_errors(exc, args)
+    state = Path(_service_paths(config)[0])
+    holds: list[Hold] = []
+    for src in readers(config, state):
+        holds.extend(src.read())
+    if args.holds_file:
+        holds = [h for h in holds if h.source != "cli"] + HoldFile(Path(args.holds_file)).read()
+    holds = sorted(in_force(holds, time.time()), key=lambda h: h.until)
+    if args.json:
+        json_out("holds", [h.to_dict() for h in holds])
+        return 0
+    if not holds:
+        print("No holds: every rule acts.")
+    for h in holds:
+        print(f"{h.matcher:<24} {h.describe()}  [{h.source}]")
+    return 0

@@ -1,0 +1,86 @@
+"""Where holds come from on a node: `guardian pause` (a JSON file in the state
+directory, so a pause survives restarts), a drop-in directory of ``[[hold]]`` TOML files
+for configuration management, and, in a DaemonSet, the Kubernetes API
+(:mod:`guardian.kube.holds`). Each is read at every tick; the engine gets them as data."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+from .atomicfile import write_json
+from .model.holds import Hold, parse_holds
+
+log = logging.getLogger("guardian.holds")
+
+
+class HoldReader(Protocol):
+    def read(self) -> list[Hold]: ...
+
+
+class HoldFile:
+    """`guardian pause`'s holds: a JSON list of holds, written atomically."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> list[Hold]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.error("holds: cannot read %s: %s", self.path, exc)
+            return []
+        holds, problems = parse_holds(text or "[]", str(self.path), "json")
+        for p in problems:
+            log.error("holds: %s", p)
+        return [Hold(h.until, h.reason, h.author, h.rule, h.labels, "cli") for h in holds]
+
+    def write(self, holds: list[Hold]) -> None:
+        """Replace the file's holds. Raises OSError."""
+        data: list[dict[str, Any]] = []
+        for h in holds:
+            d = h.to_dict()
+            del d["source"]
+            data.append(d)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(self.path, data)
+
+
+class DropIn:
+    """``*.toml`` files of ``[[hold]]`` tables in a directory (configuration management
+    drops them; a missing directory has none)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.said: set[str] = set()
+
+    def read(self) -> list[Hold]:
+        try:
+            files = sorted(self.directory.glob("*.toml"))
+        except OSError:
+            return []
+        out: list[Hold] = []
+        for f in files:
+            try:
+                text = f.read_text()
+            except OSError as exc:
+                self._say(f"cannot read {f}: {exc}")
+                continue
+            holds, problems = parse_holds(text, f"file {f}", "toml")
+            for p in problems:
+                self._say(p)
+            out.extend(holds)
+        return out
+
+    def _say(self, problem: str) -> None:
+        if problem not in self.said:
+            self.said.add(problem)
+            log.error("holds: %s", problem)
+
+
+def holds_json(holds: list[Hold]) -> str:
+    return json.dumps([h.to_dict() for h in holds], indent=2)

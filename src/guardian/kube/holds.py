@@ -1,0 +1,91 @@
+"""Fleet-wide holds for the DaemonSet: ``[[hold]]`` tables in a ConfigMap key (every
+node), and a node annotation holding JSON (this node), read at every tick.
+
+```
+kubectl -n kube-system create configmap guardian-holds --from-file=holds.toml
+kubectl annotate node n1 guardian.io/hold='{"until": "2026-12-05T06:00:00Z",
+  "reason": "kernel rollout", "author": "alice"}'
+```
+When the API cannot be read, the holds last read stay in force (until they expire): a
+pause must not lift because the API server is busy.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lightkube import ApiError
+from lightkube.resources.core_v1 import ConfigMap, Node
+from pydantic import Field
+
+from ..model.holds import Hold, parse_holds
+from .actions import API_ERRORS, _why
+from .client import KubeParams, make_client, node_name
+
+log = logging.getLogger("guardian.holds")
+
+
+class KubeHoldsParams(KubeParams):
+    timeout: float = Field(3.0, gt=0, le=30, description="seconds per API request (read "
+                           "on the loop, at every tick)")
+    namespace: str = "kube-system"
+    configmap: str = Field("guardian-holds", description="a ConfigMap of holds for every "
+                           "node (\"\" for none)")
+    key: str = Field("holds.toml", description="its key: [[hold]] tables")
+    annotation: str = Field("guardian.io/hold", description="a node annotation: one hold "
+                            "(JSON) or a list of them, for this node only (\"\" for none)")
+
+
+class KubeHolds:
+    """Reads the ConfigMap and this node's annotation; :meth:`read` at every tick."""
+
+    def __init__(self, params: KubeHoldsParams) -> None:
+        self.p = params
+        self.me = node_name(params)
+        self.client = make_client(params)
+        self.last: dict[str, list[Hold]] = {"configmap": [], "annotation": []}
+        self.said: set[str] = set()  # problems already logged
+
+    def read(self) -> list[Hold]:
+        """The holds the API holds now (the last good ones where it cannot be read)."""
+        p = self.p
+        if p.configmap:
+            where = f"configmap {p.namespace}/{p.configmap}"
+            try:
+                cm = self.client.get(ConfigMap, name=p.configmap, namespace=p.namespace)
+                text = (cm.data or {}).get(p.key, "")
+                self.last["configmap"] = self._parse(text, f"{where}:{p.key}", "toml",
+                                                     self.last["configmap"])
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    self.last["configmap"] = []
+                else:
+                    self._say(f"{where}: {_why(exc)}; keeping the holds last read")
+            except API_ERRORS as exc:
+                self._say(f"{where}: {_why(exc)}; keeping the holds last read")
+        if p.annotation:
+            try:
+                node = self.client.get(Node, name=self.me)
+                text = ((node.metadata and node.metadata.annotations) or {}).get(
+                    p.annotation, "")
+                self.last["annotation"] = self._parse(
+                    text, f"node {self.me} annotation {p.annotation}", "json",
+                    self.last["annotation"])
+            except API_ERRORS as exc:
+                self._say(f"node {self.me}: {_why(exc)}; keeping the holds last read")
+        return [*self.last["configmap"], *self.last["annotation"]]
+
+    def _parse(self, text: str, source: str, fmt: str, last: list[Hold]) -> list[Hold]:
+        """The holds in ``text``; ``last`` when none of it could be read (a typo must
+        not lift a pause)."""
+        if not text.strip():
+            return []
+        holds, problems = parse_holds(text, source, fmt)
+        for problem in problems:
+            self._say(problem)
+        return last if problems and not holds else holds
+
+    def _say(self, problem: str) -> None:
+        if problem not in self.said:
+            self.said.add(problem)
+            log.error("holds: %s", problem)

@@ -1,0 +1,104 @@
+"""Holds: one mechanism for pausing remediation and silencing rules (medik8s'
+``pauseRequests``, Alertmanager's silences). A hold matches all rules, one rule by name,
+or the rules carrying some labels; it always expires, and says why and who. A held rule
+still evaluates, plans and audits; its actions wait, and run when the hold ends if the
+rule still fires. Holds are data: the engine receives them (see :mod:`guardian.holds`
+for where they come from) and judges expiry against the wall time it is given."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from ..tomlread import TOMLDecodeError, loads
+
+
+class HoldSpec(BaseModel):
+    """A hold as written: in ``[[hold]]`` tables (files, a ConfigMap) or JSON (a node
+    annotation, the state directory)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str = Field("*", min_length=1, description="a rule name, or \"*\" for all rules")
+    labels: dict[str, str] = Field(default_factory=dict,
+                                   description="only rules carrying all these labels")
+    until: AwareDatetime = Field(description="when the hold ends (RFC 3339, with a zone): "
+                                 "every hold expires")
+    reason: str = Field(min_length=1)
+    author: str = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One hold in force until ``until`` (Unix time), from ``source``."""
+
+    until: float
+    reason: str
+    author: str
+    rule: str = "*"
+    labels: tuple[tuple[str, str], ...] = ()
+    source: str = "cli"
+
+    @classmethod
+    def from_spec(cls, spec: HoldSpec, source: str) -> Hold:
+        return cls(spec.until.timestamp(), spec.reason, spec.author, spec.rule,
+                   tuple(sorted(spec.labels.items())), source)
+
+    def matches(self, rule: str, labels: Mapping[str, str]) -> bool:
+        if self.rule not in ("*", rule):
+            return False
+        return all(labels.get(k) == v for k, v in self.labels)
+
+    @property
+    def matcher(self) -> str:
+        """The matcher as text: ``*``, ``name``, ``*{team="net"}``."""
+        sel = ",".join(f'{k}="{v}"' for k, v in self.labels)
+        return self.rule + (f"{{{sel}}}" if sel else "")
+
+    @property
+    def until_text(self) -> str:
+        return dt.datetime.fromtimestamp(self.until, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+
+    def describe(self) -> str:
+        """``paused by alice until 2026-12-04T10:00:00Z: kernel rollout``."""
+        return f"paused by {self.author} until {self.until_text}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "labels": dict(self.labels), "until": self.until_text,
+                "reason": self.reason, "author": self.author, "source": self.source}
+
+
+def in_force(holds: list[Hold], wall: float) -> list[Hold]:
+    """The holds that have not expired at Unix time ``wall``."""
+    return [h for h in holds if h.until > wall]
+
+
+def parse_holds(text: str, source: str, fmt: str = "toml") -> tuple[list[Hold], list[str]]:
+    """Holds from ``[[hold]]`` tables (``fmt="toml"``) or JSON (one object, a list, or
+    ``{"hold": [...]}``); with the problems of the entries left out."""
+    try:
+        data: Any = loads(text) if fmt == "toml" else json.loads(text)
+    except (TOMLDecodeError, ValueError) as exc:
+        return [], [f"{source}: not {fmt.upper()}: {exc}"]
+    if isinstance(data, dict) and "hold" in data:
+        data = data["hold"]
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        return [], [f"{source}: expected [[hold]] tables"]
+    out: list[Hold] = []
+    problems: list[str] = []
+    for i, raw in enumerate(data):
+        try:
+            out.append(Hold.from_spec(HoldSpec.model_validate(raw), source))
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'hold'}: {e['msg']}"
+                            for e in exc.errors())
+            problems.append(f"{source}: hold {i + 1}: {why}")
+    return out, problems

@@ -1,0 +1,76 @@
+"""The service's per-tick link to what operators set: the holds in force from every
+source and the default maintenance window go into the engine (as data, with the wall
+time they are judged at), and the metrics show the holds, the paused and shadow rules,
+and the rules that need a human."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from .config import Config
+from .engine import Engine
+from .holds import DropIn, HoldFile, HoldReader
+from .metrics import Metrics
+from .model.holds import Hold, in_force
+
+log = logging.getLogger("guardian.holds")
+
+
+def holds_path(config: Config, state_path: Path | None) -> Path | None:
+    """`guardian pause`'s file: the config's, else holds.json beside the state file."""
+    if config.holds.file:
+        return Path(config.holds.file)
+    return state_path.parent / "holds.json" if state_path is not None else None
+
+
+def readers(config: Config, state_path: Path | None) -> list[HoldReader]:
+    """Every source of holds the config names."""
+    out: list[HoldReader] = []
+    path = holds_path(config, state_path)
+    if path is not None:
+        out.append(HoldFile(path))
+    if config.holds.dropin:
+        out.append(DropIn(Path(config.holds.dropin)))
+    if config.holds.kube is not None:
+        from .kube.holds import KubeHolds, KubeHoldsParams
+        assert isinstance(config.holds.kube, KubeHoldsParams)
+        out.append(KubeHolds(config.holds.kube))
+    return out
+
+
+class Operations:
+    """Call :meth:`before` ahead of each evaluation and :meth:`after` once it is done."""
+
+    def __init__(self, config: Config, state_path: Path | None,
+                 sources: list[HoldReader] | None = None) -> None:
+        self.window = config.engine.window
+        self.sources = readers(config, state_path) if sources is None else sources
+        self.seen: set[Hold] = set()
+
+    def holds(self, wall: float) -> list[Hold]:
+        out: list[Hold] = []
+        for src in self.sources:
+            try:
+                out.extend(src.read())
+            except Exception as exc:  # a source's bug must not stop the loop
+                log.error("holds: %s failed: %r", type(src).__name__, exc)
+        return in_force(out, wall)
+
+    def before(self, engine: Engine, wall: float | None = None) -> None:
+        wall = time.time() if wall is None else wall
+        held = self.holds(wall)
+        for h in sorted(set(held) - self.seen, key=lambda h: h.until):
+            log.warning("hold from %s on rules %s: %s", h.source, h.matcher, h.describe())
+        for h in sorted(self.seen - set(held), key=lambda h: h.until):
+            log.info("hold from %s on rules %s ended", h.source, h.matcher)
+        self.seen = set(held)
+        engine.holds, engine.wall, engine.window = held, wall, self.window
+
+    def after(self, engine: Engine, metrics: Metrics) -> None:
+        ops = metrics.operations
+        ops.holds = list(engine.holds)
+        ops.paused = {n: bool(st.paused) for n, st in engine.states.items()}
+        ops.needs_human = {n: st.escalated for n, st in engine.states.items()}
+        ops.observe = {r.name: r.observe for r in engine.ruleset.rules}

@@ -1,0 +1,313 @@
+"""Operating guardian on a fleet (issue 31): holds (pause and silence), maintenance
+windows, shadow mode, escalation, the `fleet` check, and the CLI and file sources of
+holds. The Kubernetes sources and the fleet-wide pause are in test_kube_fleet.py, the
+notification actions in test_notify_actions.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from guardian import Engine, Executor, Host, Snapshot, load_text
+from guardian.audit import AuditLog
+from guardian.cli import main
+from guardian.config import Config
+from guardian.diagnostics import RuleError
+from guardian.holds import DropIn, HoldFile
+from guardian.metrics import Metrics
+from guardian.model.holds import Hold, parse_holds
+from guardian.model.window import Window
+from guardian.operate import Operations
+from guardian.plugins import (
+    Action,
+    ActionContext,
+    NoParams,
+    Outcome,
+    Plan,
+    Registry,
+    default_registry,
+)
+from guardian.why import links, text
+
+T0 = dt.datetime(2026, 12, 7, 0, 0, tzinfo=dt.timezone.utc).timestamp()  # a Monday
+
+
+class Applied:
+    calls: ClassVar[list[str]] = []
+
+
+class Remedy(Action[NoParams]):
+    """A disruptive test action that records every apply()."""
+
+    name: ClassVar[str] = "test.remedy"
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        return Plan(self.name, ctx.rule)
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        Applied.calls.append(f"{ctx.rule}:{ctx.kind}")
+        return Outcome(ok=True)
+
+
+class Note(Remedy):
+    name: ClassVar[str] = "test.note"
+    disruptive: ClassVar[bool] = False
+
+
+def registry() -> Registry:
+    reg = default_registry().copy()
+    reg.add_action(Remedy)
+    reg.add_action(Note)
+    return reg
+
+
+RULE = '''version = 1
+[[rule]]
+name = "leak"
+summary = "s"
+when = "memcg.dying > 10"
+cooldown = "1m"
+labels = {{ team = "mem" }}
+{extra}
+  [[rule.action]]
+  use = "test.note"
+  [[rule.action]]
+  use = "test.remedy"
+'''
+
+
+def rules(extra: str = "") -> Engine:
+    return Engine(load_text(RULE.format(extra=extra), registry=registry()))
+
+
+def tick(engine: Engine, ex: Executor, t: float, v: float = 50.0) -> list[str]:
+    """One evaluation at wall time T0 + t; the kinds of the decisions and what ran."""
+    Applied.calls.clear()
+    engine.wall = T0 + t
+    snap = Snapshot(t, {"memcg.dying": v})
+    decisions = engine.evaluate(snap)
+    ex.run(decisions, snap)
+    return [d.kind for d in decisions] + list(Applied.calls)
+
+
+def test_a_paused_rule_evaluates_plans_and_audits_and_acts_when_the_hold_ends(
+        tmp_path: Path) -> None:
+    engine = rules()
+    audit = tmp_path / "audit.jsonl"
+    ex = Executor(Host(), dry_run=False, audit=AuditLog(audit))
+    engine.holds = [Hold(T0 + 600, "kernel rollout", "alice")]
+    assert tick(engine, ex, 0) == ["firing", "held"]  # nothing applied
+    held = [json.loads(line) for line in audit.read_text().splitlines()]
+    [decision] = [e for e in held if e["type"] == "decision" and e["kind"] == "held"]
+    assert decision["reason"] == "paused by alice until 2026-12-07T00:10:00Z: kernel rollout"
+    assert [a["use"] for a in decision["held_actions"]] == ["test.note", "test.remedy"]
+    assert {e["use"] for e in held if e["type"] == "plan" and e.get("held")} == \
+        {"test.note", "test.remedy"}  # planned and audited, not applied
+    assert engine.states["leak"].paused.startswith("paused by alice")
+    assert tick(engine, ex, 300) == ["held"]  # after the cooldown: still held
+    # the hold ends while the rule still fires: what was held runs at once
+    assert tick(engine, ex, 601) == ["retry", "leak:retry", "leak:retry"]
+    assert engine.states["leak"].paused == ""
+
+
+def test_holds_match_all_rules_a_name_or_labels_and_always_expire() -> None:
+    h = Hold(T0, "r", "a", rule="*", labels=(("team", "mem"),))
+    assert h.matches("leak", {"team": "mem"}) and not h.matches("leak", {"team": "net"})
+    assert Hold(T0, "r", "a", rule="leak").matches("leak", {})
+    assert not Hold(T0, "r", "a", rule="other").matches("leak", {})
+    holds, problems = parse_holds('[[hold]]\nrule = "leak"\nreason = "r"\nauthor = "a"\n',
+                                  "f")
+    assert holds == [] and "until: Field required" in problems[0]
+    holds, problems = parse_holds('[[hold]]\nuntil = 2026-12-07T01:00:00Z\nreason = "r"\n'
+                                  'author = "a"\nlabels = { team = "net" }\n', "f")
+    assert not problems and holds[0].until == T0 + 3600 and holds[0].matcher == \
+        '*{team="net"}'
+    engine = rules()
+    ex = Executor(Host(), dry_run=False)
+    engine.holds = [Hold(T0 + 60, "r", "a", labels=(("team", "net"),))]
+    assert "leak:firing" in tick(engine, ex, 0)  # another team's hold
+    engine = rules()
+    engine.holds = [Hold(T0 - 1, "r", "a")]  # expired
+    assert "leak:firing" in tick(engine, ex, 0)
+
+
+# kured's window semantics (cmd/kured/main.go: --reboot-days, --start-time, --end-time,
+# --time-zone): days and a daily span in a time zone
+def test_window_opening_while_a_rule_fires_runs_the_held_disruptive_action() -> None:
+    window = 'window = { days = ["mon"], start = "02:00", end = "04:00", ' \
+             'time_zone = "Europe/Berlin" }'
+    engine = rules(window)
+    ex = Executor(Host(), dry_run=False)
+    # Monday 00:00 UTC is 01:00 in Berlin: closed; the log-like action runs, not the remedy
+    kinds = tick(engine, ex, 0)
+    assert kinds == ["firing", "held", "leak:firing"], kinds
+    assert tick(engine, ex, 30) == []  # within the cooldown: nothing new
+    assert tick(engine, ex, 1800) == ["retry", "held", "leak:retry"]  # held, not dropped
+    # 01:00 UTC is 02:00 in Berlin: the window opens, and the held remedy runs
+    assert tick(engine, ex, 3600) == ["retry", "leak:retry", "leak:retry"]
+    w = Window(days=["fri"], start="22:00", end="02:00", time_zone="UTC")
+    fri_23 = dt.datetime(2026, 12, 11, 23, 0, tzinfo=dt.timezone.utc).timestamp()
+    assert w.is_open(fri_23) and w.is_open(fri_23 + 7200) and not w.is_open(fri_23 + 10800)
+    assert "Europe/Berlin" in Window(time_zone="Europe/Berlin").describe()
+    with pytest.raises(ValueError, match="unknown time zone"):
+        Window(time_zone="Mars/Olympus")
+
+
+def test_config_window_applies_to_rules_without_their_own() -> None:
+    engine = rules()
+    engine.window = Window(days=["sat"])  # T0 is a Monday
+    ex = Executor(Host(), dry_run=False)
+    engine.wall = T0
+    snap = Snapshot(0, {"memcg.dying": 50.0})
+    held = [d for d in engine.evaluate(snap) if d.kind == "held"]
+    assert "held outside the maintenance window (sat 00:00-24:00 UTC)" in held[0].reason
+    assert [a.use for a in held[0].would] == ["test.remedy"]
+    assert ex is not None
+
+
+class Exploding(Action[NoParams]):
+    name: ClassVar[str] = "test.explode"
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        return Plan(self.name, ctx.rule)
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        raise AssertionError("a shadow rule reached apply()")
+
+
+def test_a_shadow_rule_never_reaches_apply(tmp_path: Path) -> None:
+    reg = registry()
+    reg.add_action(Exploding)
+    ruleset = load_text('''version = 1
+[[rule]]
+name = "new"
+summary = "s"
+when = "memcg.dying > 10"
+cooldown = "1m"
+limit = { runs = 10, within = "1h" }
+mode = "observe"
+  [[rule.action]]
+  use = "test.explode"
+  on = "both"
+''', registry=reg)
+    engine = Engine(ruleset)
+    audit = tmp_path / "audit.jsonl"
+    ex = Executor(Host(), dry_run=False, audit=AuditLog(audit))
+    metrics = Metrics()
+    ex.on_result.append(lambda e: metrics.actions.labels(e.decision.rule, e.use,
+                                                         e.result).inc())
+    results = []
+    for t, v in ((0, 50), (60, 50), (120, 50), (180, 0)):
+        snap = Snapshot(float(t), {"memcg.dying": float(v)})
+        results += ex.run(engine.evaluate(snap), snap)
+    assert [r.result for r in results] == ["would_act"] * 4  # fire, 2 retries, resolve
+    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert not [e for e in entries if e["type"] == "outcome"]
+    assert all(e.get("mode") == "observe" for e in entries if e["type"] == "decision")
+    assert sum(1 for e in entries if e["type"] == "plan" and e.get("would_act")) == 4
+    assert metrics.registry.get_sample_value(
+        "guardian_actions_total", {"rule": "new", "action": "test.explode",
+                                   "outcome": "would_act"}) == 4.0
+    snap = Snapshot(240.0, {"memcg.dying": 50.0})
+    chain = links(engine, snap, engine.evaluate(snap))
+    assert chain[0].mode == "observe" and "observe only" in text(chain, 240.0)[1]
+    assert "would run (shadow mode)" in chain[0].did[0]
+
+
+def test_escalation_after_the_limit_and_needs_a_human(tmp_path: Path) -> None:
+    engine = Engine(load_text('''version = 1
+[[rule]]
+name = "leak"
+summary = "s"
+when = "memcg.dying > 10"
+cooldown = "1m"
+limit = { runs = 2, within = "1h" }
+  [[rule.action]]
+  use = "test.remedy"
+  [[rule.escalate]]
+  use = "test.note"
+  on = "both"
+''', registry=registry()))
+    ex = Executor(Host(), dry_run=False)
+    assert tick(engine, ex, 0) == ["firing", "leak:firing"]
+    assert tick(engine, ex, 60) == ["retry", "leak:retry"]
+    kinds = tick(engine, ex, 120)  # the limit: the remedy did not work
+    assert kinds == ["escalated", "suppressed", "leak:escalated"], kinds
+    assert engine.states["leak"].escalated
+    assert tick(engine, ex, 180) == []  # once
+    snap = Snapshot(200.0, {"memcg.dying": 50.0})
+    chain = links(engine, snap, [])
+    assert chain[0].needs_human and any("NEEDS A HUMAN" in line
+                                        for line in text(chain, 200.0))
+    saved = engine.export_state()
+    again = Engine(engine.ruleset)
+    again.import_state(saved)
+    assert again.states["leak"].escalated  # survives a restart
+    metrics = Metrics()
+    Operations(Config(), None, sources=[]).after(engine, metrics)
+    assert metrics.registry.get_sample_value("guardian_rule_needs_human",
+                                             {"rule": "leak"}) == 1.0
+    # resolved: the escalation's clean-up runs (the page resolves), and it is cleared
+    assert tick(engine, ex, 240, v=0) == ["resolved", "leak:resolved"]
+    assert not engine.states["leak"].escalated
+
+
+def test_unbounded_disruption_is_a_check_error() -> None:
+    text_ = '''version = 1
+[[rule]]
+name = "r"
+summary = "s"
+when = "memcg.dying > 1"
+{fleet}
+  [[rule.escalate]]
+  use = "kube.cordon"
+'''
+    with pytest.raises(RuleError) as exc:
+        load_text(text_.format(fleet=""))
+    assert "kube.cordon can disrupt every node at once: say `fleet = true`" in str(exc.value)
+    assert load_text(text_.format(fleet="fleet = false")).rules[0].spec.fleet is False
+    load_text(text_.format(fleet="").replace("kube.cordon", "kube.condition"))  # harmless
+
+
+def test_pause_resume_holds_cli_and_the_files_the_service_reads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "state" / "holds.json"
+    assert main(["pause", "leak", "--for", "2h", "--reason", "rollout", "--author", "bob",
+                 "--holds-file", str(f)]) == 0
+    assert main(["pause", "--label", "team=net", "--for", "1h", "--reason", "maint",
+                 "--holds-file", str(f)]) == 0
+    [leak, net] = HoldFile(f).read()
+    assert (leak.rule, leak.author, leak.reason) == ("leak", "bob", "rollout")
+    assert net.labels == (("team", "net"),)
+    capsys.readouterr()
+    assert main(["holds", "--json", "--holds-file", str(f)]) == 0
+    listed = json.loads(capsys.readouterr().out)["data"]
+    assert {h["rule"] for h in listed} >= {"leak", "*"}
+    # the service's per-tick link hands them to the engine; they survive a restart
+    dropin = tmp_path / "holds.d"
+    dropin.mkdir()
+    (dropin / "cm.toml").write_text('[[hold]]\nrule = "other"\nuntil = 2099-01-01T00:00:00Z\n'
+                                    'reason = "puppet"\nauthor = "cm"\n')
+    engine = rules()
+    ops = Operations(Config(), None, sources=[HoldFile(f), DropIn(dropin)])
+    ops.before(engine)
+    assert {h.source for h in engine.holds} == {"cli", f"file {dropin / 'cm.toml'}"}
+    assert engine.wall is not None
+    snap = Snapshot(0.0, {"memcg.dying": 50.0})
+    assert [d.kind for d in engine.evaluate(snap)] == ["firing", "held"]
+    metrics = Metrics()
+    ops.after(engine, metrics)
+    assert metrics.registry.get_sample_value("guardian_rule_paused", {"rule": "leak"}) == 1
+    assert metrics.registry.get_sample_value(
+        "guardian_hold_expiry_timestamp_seconds",
+        {"source": "cli", "rules": "leak", "author": "bob", "reason": "rollout"}) == \
+        pytest.approx(leak.until)
+    assert main(["resume", "leak", "--holds-file", str(f)]) == 0
+    assert [h.rule for h in HoldFile(f).read()] == ["*"]
+    assert main(["resume", "--all", "--holds-file", str(f)]) == 0
+    assert HoldFile(f).read() == []
+    assert main(["resume", "--all", "--holds-file", str(f)]) == 1  # nothing to resume
