@@ -389,6 +389,7 @@ WantedBy=multi-user.target
 """
 
 
+@pytest.mark.os_integration  # boots a container: the default interpreter only
 def test_crash_looping_unit_is_stopped_and_masked_under_real_systemd() -> None:
     with booted() as c:
         c.write("/usr/lib/systemd/system/crashy.service", CRASHY)
