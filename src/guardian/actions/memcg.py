@@ -1,11 +1,24 @@
 """The ``memcg.release`` action: release dying memory cgroups.
 
-``drop_caches`` writes 1 to /proc/sys/vm/drop_caches: the kernel frees clean page cache,
-which is what keeps most dying memcgs alive (dirty pages are not dropped, so memcgs whose
-pages are not yet written back survive it; ``sync_first`` writes them back first, at an
-I/O cost). On cgroup v2, ``reclaim`` writes an amount to ``memory.reclaim`` of one cgroup
-(kernel 5.19+), which reclaims from that subtree only. The dying count is measured before
-and after, and reported.
+``drop_caches`` writes to /proc/sys/vm/drop_caches: 1 frees clean page cache, which is
+what keeps most dying memcgs alive (dirty pages are not dropped, so memcgs whose pages are
+not yet written back survive it; ``sync_first`` writes them back first, at an I/O cost).
+On cgroup v2 it writes 3 by default, dentries and inodes too: with cgroup writeback an
+inode keeps the writeback structure of the memcg that last dirtied it, and that pins the
+memcg after its pages are clean and dropped. The kernel moves such inodes to the parent
+only when a memcg goes offline while the structure is clean (cleanup_offline_cgwbs,
+mm/backing-dev.c): a memcg that died dirty waits for the next removal, which never comes
+once its crash-looping source is stopped. Evicting the inode frees it at once.
+
+On cgroup v2, ``reclaim`` writes an amount to ``memory.reclaim`` of one cgroup (kernel
+5.19+), which reclaims from that subtree only, slab included: by default the deepest cgroup
+that holds all the dying memcgs (found through ``cgroup.stat``), never the root (the whole
+machine) unless asked for with ``cgroup = "/"``. The amount is capped at the cgroup's
+``memory.current``: asked for more than it can reclaim, the kernel retries up to 16
+passes, then answers EAGAIN, which Documentation/admin-guide/cgroup-v2.rst defines as
+"less bytes are reclaimed than the specified amount", not a failure.
+
+The dying count is measured before and after, and reported.
 """
 
 from __future__ import annotations
@@ -14,15 +27,25 @@ import errno
 import os
 import re
 import time
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..durations import Duration
-from ..hostio.cgroupfs import detect_layout, dying_memcgs, layout_problem
+from ..hostio.cgroupfs import Layout, dying_memcgs, layout_problem, leaking_cgroup, locate
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size_bytes(text: str) -> int:
+    """Bytes of a size such as ``512M`` (the suffixes memory.reclaim accepts)."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise ValueError(f"bad size {text!r}")
+    return int(m[1]) * _UNITS[m[2]]
 
 
 class MemcgParams(BaseModel):
@@ -31,9 +54,14 @@ class MemcgParams(BaseModel):
     method: Literal["drop_caches", "reclaim"] = "drop_caches"
     sync_first: bool = Field(False, description="sync before drop_caches (frees dirty pages "
                              "too, at an I/O cost)")
+    inodes: bool | None = Field(None, description="drop_caches: also drop unused dentries "
+                                "and inodes (writes 3, not 1); default: on cgroup v2 only, "
+                                "where a clean inode pins the memcg that last dirtied it")
     cgroup: str = Field("", description="reclaim: cgroup path under the cgroup2 mount, "
-                        "e.g. system.slice")
-    amount: str = Field("1G", description="reclaim: bytes to reclaim, e.g. 512M, 1G")
+                        "e.g. system.slice; default: the deepest cgroup holding all the "
+                        "dying memcgs; \"/\": the root (the whole machine)")
+    amount: str = Field("1G", description="reclaim: bytes to reclaim, e.g. 512M, 1G (at "
+                        "most the cgroup's memory.current)")
     settle: Duration = Field(1.0, ge=0, le=60, description="wait before counting again")
 
     @field_validator("amount")
@@ -49,7 +77,17 @@ class MemcgParams(BaseModel):
     def _relative(cls, v: str) -> str:
         if ".." in v.split("/"):
             raise ValueError("cgroup must be a path under the cgroup2 mount, without '..'")
-        return v.strip("/")
+        return "/" if v and not v.strip("/") else v.strip("/")
+
+
+def _layout(ctx: ActionContext) -> tuple[Layout | None, str | None]:
+    try:
+        found = locate(ctx.host.root, ctx.host.proc)
+        if isinstance(found, str):
+            return None, found
+        return found, layout_problem(ctx.host, found)
+    except OSError as exc:
+        return None, f"cannot read mountinfo: {exc}"
 
 
 class MemcgRelease(Action[MemcgParams]):
@@ -62,32 +100,67 @@ class MemcgRelease(Action[MemcgParams]):
         p = self.params
         dying = dying_memcgs(ctx.host)
         plan = Plan(self.name, ctx.rule, data={"dying_before": dying})
+        layout, why = _layout(ctx)
         if p.method == "drop_caches":
             target = ctx.host.proc / "sys" / "vm" / "drop_caches"
+            inodes = p.inodes if p.inodes is not None else (
+                layout is not None and layout.version == 2)
             if p.sync_first:
                 plan.steps.append(Step("all filesystems", "sync (write back dirty pages)"))
-            plan.steps.append(Step(str(target), "write 1: free clean page cache"))
+            plan.steps.append(Step(str(target), "write 3: free clean page cache, unused "
+                                   "dentries and inodes" if inodes else
+                                   "write 1: free clean page cache"))
+            plan.data["value"] = "3" if inodes else "1"
         else:
-            try:
-                layout = detect_layout(ctx.host.root, ctx.host.proc)
-                why = layout_problem(ctx.host, layout)
-            except OSError as exc:
-                layout, why = None, f"cannot read mountinfo: {exc}"
             if why or layout is None or layout.version != 2:
                 have = why or ("no memory hierarchy" if layout is None
                                else f"cgroup v{layout.version}")
                 plan.refused.append(f"reclaim needs the memory controller on cgroup v2; "
                                     f"this host: {have}")
                 return plan
-            target = layout.memory_root / p.cgroup / "memory.reclaim"
+            cgroup = self._cgroup(layout, plan)
+            if cgroup is None:
+                return plan
+            target = cgroup / "memory.reclaim"
             if not target.exists():
                 plan.refused.append(f"{target} does not exist (kernel before 5.19, or no "
                                     "such cgroup)")
                 return plan
-            plan.steps.append(Step(str(target), f"write {p.amount}"))
+            amount = self._amount(cgroup)
+            plan.steps.append(Step(str(target), f"write {amount}"))
+            plan.data["value"] = amount
         plan.data["path"] = str(target)
         plan.note = f"dying memcgs now: {dying if dying is not None else 'unknown'}"
         return plan
+
+    def _cgroup(self, layout: Layout, plan: Plan) -> Path | None:
+        """The cgroup to reclaim from, or None (refused, with the reason in ``plan``)."""
+        p = self.params
+        if p.cgroup == "/":
+            return layout.memory_root
+        if p.cgroup:
+            return layout.memory_root / p.cgroup
+        try:
+            found = leaking_cgroup(layout.memory_root)
+        except (OSError, ValueError, KeyError) as exc:
+            plan.refused.append(f"cannot find the cgroup holding the dying memcgs: {exc}")
+            return None
+        if found == layout.memory_root:
+            plan.refused.append(
+                "the dying memcgs are not under one cgroup below the root (directly under "
+                "it, or across its children): reclaiming from the root would reclaim from "
+                "the whole machine; set `cgroup` (\"/\" for the root)")
+            return None
+        plan.data["cgroup"] = "/" + str(found.relative_to(layout.memory_root))
+        return found
+
+    def _amount(self, cgroup: Path) -> str:
+        try:
+            current = int((cgroup / "memory.current").read_text())
+        except (OSError, ValueError):
+            return self.params.amount  # the root has no memory.current
+        return self.params.amount if size_bytes(self.params.amount) <= current \
+            else str(max(current, 4096))
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
@@ -96,7 +169,7 @@ class MemcgRelease(Action[MemcgParams]):
         before = plan.data["dying_before"]
         if p.method == "drop_caches" and p.sync_first:
             os.sync()
-        text = "1" if p.method == "drop_caches" else p.amount
+        text = plan.data.get("value", "1" if p.method == "drop_caches" else p.amount)
         partial = False
         try:
             fd = os.open(plan.data["path"], os.O_WRONLY)
@@ -107,10 +180,12 @@ class MemcgRelease(Action[MemcgParams]):
         except OSError as exc:
             if exc.errno != errno.EAGAIN or p.method != "reclaim":
                 return Outcome(ok=False, error=f"write {plan.data['path']}: {exc.strerror}")
-            partial = True  # memory.reclaim could not reclaim the whole amount
+            partial = True  # memory.reclaim reclaimed less than the amount (cgroup-v2.rst)
         time.sleep(p.settle)
         after = dying_memcgs(ctx.host)
         data = {"dying_before": before, "dying_after": after, "partial": partial}
+        if "cgroup" in plan.data:
+            data["cgroup"] = plan.data["cgroup"]
         if before is None or after is None:
             return Outcome(ok=True, verified=None, data=data,
                            detail="written; dying memcgs could not be counted")

@@ -196,3 +196,31 @@ def dying_memcgs(host: Host) -> int | None:
         return memcg_counts(host, layout)[1]
     except (OSError, ValueError, KeyError, LookupError):
         return None
+
+
+def leaking_cgroup(top: Path) -> Path:
+    """The deepest cgroup under ``top`` (a cgroup2 mount) that holds all of its dying
+    descendants: where ``memory.reclaim`` reaches them without reclaiming from the rest of
+    the machine. ``top`` itself when they are split across its children, or some are its
+    own children (a dying cgroup has no directory left to descend into)."""
+    here = top
+    while True:
+        dying = cgroup_stat(here).get("nr_dying_descendants", 0)
+        if dying == 0:
+            return here
+        holder = None
+        with os.scandir(here) as it:
+            for e in it:
+                if not e.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    below = cgroup_stat(Path(e.path)).get("nr_dying_descendants", 0)
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                if below == dying:
+                    holder = Path(e.path)
+                if below:
+                    break  # at most one child can hold any of them all
+        if holder is None:
+            return here
+        here = holder
