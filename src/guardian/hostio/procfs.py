@@ -120,16 +120,25 @@ def _stats(base: str, names: Iterable[str], strict: bool,
                 raise
 
 
+# Kernel threads whose system time is the reclaim cost itself (page reclaim, compaction):
+# kernel-time-hog names them. On 6.1+ the cost of many dying memcgs is in reclaim, which
+# visits every memcg; kswapd spends it. One of each per NUMA node: cheap to read each tick.
+RECLAIM_THREADS = ("kswapd", "kcompactd")
+
+
 class ProcessTable:
     """Scans /proc/<pid>/stat for the processes, reading a kernel thread only when it is
     first seen: a kernel thread stays one while it lives, so afterwards only its PID's
     presence is checked. Every ``recheck`` scans all are read again, which also catches
-    a kernel thread's PID reused by a process (that takes a PID-space wrap meanwhile)."""
+    a kernel thread's PID reused by a process (that takes a PID-space wrap meanwhile).
+    Reclaim's kernel threads (:data:`RECLAIM_THREADS`) are read every scan and kept in
+    ``reclaim_threads``: their system time is wanted."""
 
     def __init__(self, proc: Path, recheck: int = 60) -> None:
         self.proc = proc
         self.recheck = recheck
         self.kernel_threads: set[str] = set()
+        self.reclaim_threads: list[ProcStat] = []
         self.scans = 0
 
     def scan(self) -> tuple[list[ProcStat], int]:
@@ -142,12 +151,16 @@ class ProcessTable:
         if known:
             known.intersection_update(names)  # forget those that exited
         out: list[ProcStat] = []
+        reclaim: list[ProcStat] = []
         for st in _stats(f"{self.proc}/", names, True, known):
-            if st.flags & PF_KTHREAD:
-                known.add(str(st.pid))
-            else:
+            if not st.flags & PF_KTHREAD:
                 out.append(st)
-        return out, len(known)
+            elif st.comm.startswith(RECLAIM_THREADS):
+                reclaim.append(st)  # not remembered: read again next scan
+            else:
+                known.add(str(st.pid))
+        self.reclaim_threads = reclaim
+        return out, len(known) + len(reclaim)
 
 
 def uptime(proc: Path) -> float:

@@ -44,8 +44,9 @@ class ProcessesSource(Source[ProcessesConfig]):
                    "that used the most since the last collection, in percent of one core, "
                    "by command, real UID and cgroup (a process names itself, so the UID "
                    "and the cgroup, the systemd unit or pod, say whose it is; processes "
-                   "alike added up; the top `top`, 5 unless configured; kernel threads "
-                   "are not read each tick: see cpu.ksoftirqd_pct)",
+                   "alike added up; the top `top`, 5 unless configured; of the kernel "
+                   "threads, reclaim's: kswapd and kcompactd, whose time is page reclaim "
+                   "and compaction; ksoftirqd: see cpu.ksoftirqd_pct)",
                    "percent", labels=("comm", "uid", "cgroup")),
     )
 
@@ -78,7 +79,8 @@ class ProcessesSource(Source[ProcessesConfig]):
             float(len(zs)) for ppid, zs in by_parent.items()
         }
         return {
-            "processes.top_system_cpu_pct": self._top_system(now, stats),
+            "processes.top_system_cpu_pct": self._top_system(
+                now, stats | {st.pid: st for st in self.table.reclaim_threads}),
             "processes.total": len(stats) + kernel_threads,
             "processes.kernel_threads": kernel_threads,
             "processes.zombies": len(seen),
