@@ -135,6 +135,9 @@ class Store:
 class _Handler(BaseHTTPRequestHandler):
     store: Store
     protocol_version = "HTTP/1.1"
+    # headers and body go out as two writes: without TCP_NODELAY, Nagle holds the body
+    # until the client's delayed ACK (~40 ms a request on Linux)
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: object) -> None:
         pass

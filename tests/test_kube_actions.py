@@ -258,3 +258,69 @@ fleet = false
         refused = next(a for a in audit if a["type"] == "refused")
         assert "API 503" in refused["reason"] and not any(a["type"] == "outcome" for a in audit)
         assert not store.objects["nodes"][("", "node-a")]["spec"].get("unschedulable")
+
+
+def test_condition_transition_time_changes_only_with_the_status(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: every retry rewrote lastTransitionTime, so Node Health Check's and EKS node
+    repair's delays (timed from it) never ran out. NodeCondition's contract (k8s.io/api
+    core/v1 types.go): lastTransitionTime is the last time the condition went from one
+    status to another; lastHeartbeatTime is the last time it was probed."""
+    from guardian.kube import actions as kube_actions
+    from guardian.kube.actions import ConditionParams, KubeCondition
+
+    times = iter(["2026-12-04T01:00:00Z", "2026-12-04T01:05:00Z", "2026-12-04T01:10:00Z",
+                  "2026-12-04T01:15:00Z"])
+    monkeypatch.setattr(kube_actions, "_now", lambda: next(times))
+    with serve() as (url, store):
+        cluster(store)
+        act = KubeCondition(ConditionParams(kubeconfig=str(kubeconfig(tmp_path, url)),
+                                            node="node-a", type="DyingMemcgs"))
+
+        def run(kind: str) -> dict[str, str]:
+            assert act.apply(act.plan(ctx(kind)), ctx(kind)).ok
+            conds = store.objects["nodes"][("", "node-a")]["status"]["conditions"]
+            return next(c for c in conds if c["type"] == "DyingMemcgs")
+
+        first = run("firing")
+        assert first["lastTransitionTime"] == "2026-12-04T01:00:00Z"
+        retry = run("retry")
+        assert (retry["lastTransitionTime"], retry["lastHeartbeatTime"]) == \
+            ("2026-12-04T01:00:00Z", "2026-12-04T01:05:00Z")
+        escalated = run("escalated")  # still True: the reason says a human is needed
+        assert escalated["reason"] == "GuardianRuleFiringNeedsHuman"
+        assert escalated["lastTransitionTime"] == "2026-12-04T01:00:00Z"
+        resolved = run("resolved")
+        assert (resolved["status"], resolved["lastTransitionTime"]) == \
+            ("False", "2026-12-04T01:15:00Z")
+
+
+def test_holds_from_the_configmap_and_this_nodes_annotation(tmp_path: Path) -> None:
+    from guardian.kube.holds import KubeHolds, KubeHoldsParams
+
+    with serve() as (url, store):
+        cluster(store)
+        store.add_node("node-b")
+        kc = str(kubeconfig(tmp_path, url))
+        a = KubeHolds(KubeHoldsParams(kubeconfig=kc, node="node-a"))
+        b = KubeHolds(KubeHoldsParams(kubeconfig=kc, node="node-b"))
+        assert a.read() == []  # no ConfigMap, no annotation: no holds
+        node = store.objects["nodes"][("", "node-a")]
+        node["metadata"]["annotations"] = {"guardian.io/hold": json.dumps(
+            {"rule": "nic-stall", "until": "2026-12-05T06:00:00Z", "reason": "NIC swap",
+             "author": "dc-ops"})}
+        store.put("configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "guardian-holds", "namespace": "kube-system"},
+            "data": {"holds.toml": '[[hold]]\nlabels = { team = "net" }\n'
+                                   'until = 2026-12-05T06:00:00Z\nreason = "r"\n'
+                                   'author = "sre"\n'}})
+        [fleet_wide, mine] = a.read()
+        assert fleet_wide.source == "configmap kube-system/guardian-holds:holds.toml"
+        assert (mine.rule, mine.author) == ("nic-stall", "dc-ops")
+        assert [h.author for h in b.read()] == ["sre"]  # the annotation is node-a's only
+        store.fail_next = [503, 503]  # the API fails: the holds last read stay in force
+        assert [h.author for h in a.read()] == ["sre", "dc-ops"]
+        cm = store.objects["configmaps"][("kube-system", "guardian-holds")]
+        cm["data"]["holds.toml"] = "[[hold]\nbroken"  # a typo must not lift the pause
+        assert [h.author for h in a.read()] == ["sre", "dc-ops"]

@@ -325,3 +325,80 @@ def test_a_skewed_wall_clock_neither_steals_nor_keeps_a_slot(tmp_path: Path) -> 
         mono[0] += 901  # one TTL on the observer's own clock, not a year
         slot, why = observer.acquire()
         assert slot is not None, why
+
+
+def test_a_fleet_wide_pause_is_seen_by_every_engine_within_one_tick(tmp_path: Path) -> None:
+    """Issue 31: the staggered fleet, with a hold written into the guardian-holds ConfigMap
+    (as `kubectl apply` would) while nodes are being remediated. At its first tick after
+    the ConfigMap changes, every engine has the hold (read through its own client): no
+    node is cordoned while it lasts, the firing rules say `held: paused by …`, the
+    cordoned ones still uncordon when they recover (clean-up is not held), and when the
+    hold expires the nodes that still need it are remediated."""
+    from guardian.kube.holds import KubeHolds, KubeHoldsParams
+
+    rng = random.Random(31)
+    n_nodes, max_nodes, ttl, tick = 12, 2, 600, 20
+    base = dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc)
+    now = [0.0]
+    pause_at, pause_for = 1200.0, 1800.0
+
+    def clock() -> dt.datetime:
+        return base + dt.timedelta(seconds=now[0])
+
+    with serve() as (url, store):
+        names = [f"node-{i:02d}" for i in range(n_nodes)]
+        for name in names:
+            store.add_node(name)
+        kc = str(kubeconfig(tmp_path, url))
+        detect = {n: rng.uniform(0, 1800) for n in names}
+        clears_after = {n: rng.uniform(120, 600) for n in names}
+        cordoned_at: dict[str, float] = {}
+        resolved: set[str] = set()
+        engines = {}
+        for n in names:
+            fleet = FleetBudget(FleetParams(kubeconfig=kc, node=n, max_nodes=max_nodes,
+                                            ttl=ttl), clock=clock)
+            holds = KubeHolds(KubeHoldsParams(kubeconfig=kc, node=n, annotation=""))
+            engines[n] = (Engine(load_text(STAGGERED.format(kc=kc, node=n))),
+                          Executor(Host(), dry_run=False, fleet=fleet), holds)
+        until = (base + dt.timedelta(seconds=pause_at + pause_for)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        saw_pause: dict[str, float] = {}
+        held_reasons: set[str] = set()
+        cordoned_during_pause: list[str] = []
+        while now[0] < 4 * 3600 and len(resolved) < n_nodes:
+            if now[0] == pause_at:
+                store.put("configmaps", {
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "guardian-holds", "namespace": "kube-system"},
+                    "data": {"holds.toml": f'[[hold]]\nuntil = {until}\nreason = "kernel '
+                                           f'rollout"\nauthor = "sre"\n'}})
+            for n in names:
+                engine, ex, holds = engines[n]
+                engine.holds, engine.wall = holds.read(), clock().timestamp()
+                if engine.holds and n not in saw_pause:
+                    saw_pause[n] = now[0]
+                ill = detect[n] <= now[0] and (
+                    n not in cordoned_at or now[0] < cordoned_at[n] + clears_after[n])
+                snap = Snapshot(now[0], {"memcg.dying": 50.0 if ill else 0.0})
+                decisions = engine.evaluate(snap)
+                held_reasons |= {d.reason for d in decisions if d.kind == "held"}
+                for done in ex.run(decisions, snap):
+                    if done.use == "kube.uncordon" and done.outcome and done.outcome.ok:
+                        resolved.add(n)
+                    if done.use == "kube.cordon" and done.outcome and \
+                            pause_at <= now[0] < pause_at + pause_for:
+                        cordoned_during_pause.append(n)
+                cordoned = {k[1] for k, o in store.objects["nodes"].items()
+                            if o["spec"].get("unschedulable")}
+                if n in cordoned:
+                    cordoned_at.setdefault(n, now[0])
+                assert len(cordoned | _live_holders(store, clock(), ttl)) <= max_nodes
+            now[0] += tick
+        assert saw_pause == dict.fromkeys(names, pause_at)  # every engine, the same tick
+        assert not cordoned_during_pause
+        assert held_reasons == {f"paused by sre until {until}: kernel rollout"}
+        assert any(pause_at <= t < pause_at + pause_for for t in cordoned_at.values()) is \
+            False
+        assert any(t >= pause_at + pause_for for t in cordoned_at.values())  # acts after
+        assert resolved == set(names), sorted(set(names) - resolved)
