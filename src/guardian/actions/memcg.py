@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..durations import Duration
 from ..hostio.cgroupfs import Layout, dying_memcgs, layout_problem, leaking_cgroup, locate
+from ..hostio.sandbox import cgroupfs_read_only
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
@@ -78,6 +79,25 @@ class MemcgParams(BaseModel):
         if ".." in v.split("/"):
             raise ValueError("cgroup must be a path under the cgroup2 mount, without '..'")
         return "/" if v and not v.strip("/") else v.strip("/")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def sandbox_problem(params: MemcgParams, unit: list[str]) -> str | None:
+    """Why the systemd unit (its texts, see :func:`guardian.hostio.sandbox.unit_texts`) keeps
+    these parameters from working, or None. drop_caches writes /proc/sys/vm/drop_caches,
+    which the shipped unit leaves writable; reclaim writes under /sys/fs/cgroup."""
+    if params.method == "reclaim" and cgroupfs_read_only(unit):
+        return ('method = "reclaim" writes memory.reclaim under /sys/fs/cgroup, which the '
+                "systemd unit makes read-only (ProtectControlGroups=yes): it fails when run "
+                "by the unit; add a drop-in with ProtectControlGroups=no, or use "
+                'method = "drop_caches"')
+    return None
 
 
 def _layout(ctx: ActionContext) -> tuple[Layout | None, str | None]:
@@ -125,6 +145,12 @@ class MemcgRelease(Action[MemcgParams]):
             if not target.exists():
                 plan.refused.append(f"{target} does not exist (kernel before 5.19, or no "
                                     "such cgroup)")
+                return plan
+            if _read_only(cgroup):
+                plan.refused.append(
+                    f"{target} is on a read-only file system: the systemd unit's "
+                    "ProtectControlGroups=yes (add a drop-in with ProtectControlGroups=no) "
+                    "or a container's read-only /sys/fs/cgroup")
                 return plan
             amount = self._amount(cgroup)
             plan.steps.append(Step(str(target), f"write {amount}"))

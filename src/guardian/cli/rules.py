@@ -10,6 +10,7 @@ from pathlib import Path
 from ..config import Config, load_config
 from ..defaults import DEFAULT_CONFIG
 from ..diagnostics import RuleError
+from ..model.ruleset import Ruleset
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, load_rules
 from ..policy.ruletest import run_test_file
@@ -55,6 +56,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{len(errors)} error(s)", file=sys.stderr)
         return 1
     assert rs is not None
+    warnings += sandbox_warnings(rs)
     if args.config:
         rs.files.insert(0, args.config)
     if args.json:
@@ -106,3 +108,20 @@ def cmd_schema(args: argparse.Namespace) -> int:
     from ..schemas import schema_for
     print(json.dumps(schema_for(args.kind), indent=2))
     return 0
+
+
+def sandbox_warnings(rs: Ruleset) -> list[str]:
+    """Actions that the systemd unit's sandbox would make fail when the unit runs them:
+    a dry run, outside the unit, cannot show it."""
+    from ..actions.memcg import MemcgRelease, sandbox_problem
+    from ..hostio.sandbox import unit_texts
+    unit = unit_texts()
+    out = []
+    for rule in rs.rules:
+        for bound in [*rule.actions, *rule.escalate]:
+            if isinstance(bound.action, MemcgRelease):
+                why = sandbox_problem(bound.action.params, unit)
+                if why:
+                    out.append(f"{rule.path}:{rule.line}: rule {rule.spec.name!r}: "
+                               f"memcg.release: {why}")
+    return out
