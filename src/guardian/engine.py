@@ -66,6 +66,7 @@ class Decision:
     reason: str = ""
     fleet: bool = False  # the rule's disruptive actions need a slot of the fleet budget
     mode: str = "act"  # "observe": shadow mode, planned and audited, never applied
+    labels: dict[str, str] = field(default_factory=dict)  # the rule's labels
     would: list[BoundAction] = field(default_factory=list)  # held: planned, not applied
     _mark: object = field(default=None, repr=False, compare=False)
 
@@ -384,7 +385,8 @@ class Engine:
                   reason: str = "") -> Decision:
         return Decision(now, rule.name, kind, rule.spec.severity, rule.spec.summary,
                         self.decision_values(rule, values, result), actions or [], reason,
-                        fleet=bool(rule.spec.fleet), mode=rule.spec.mode, _mark=_ENGINE_MARK)
+                        fleet=bool(rule.spec.fleet), mode=rule.spec.mode,
+                        labels=rule.spec.labels, _mark=_ENGINE_MARK)
 
     @staticmethod
     def decision_values(rule: CompiledRule, values: Any, result: object

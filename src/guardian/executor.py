@@ -122,8 +122,7 @@ class Executor:
 
     def _carry_out(self, d: Decision, snapshot: Snapshot) -> list[Executed]:
         if d.would or (d.mode == "observe" and d.actions):
-            ctx = ActionContext(d.rule, snapshot, self.host, True, values=d.values,
-                                kind=d.kind, evidence=d.evidence)
+            ctx = self._context(d, snapshot, True)
             how = "would_act" if d.mode == "observe" else "held"
             return [self._plan_only(d, b.use, b.action, ctx, how)
                     for b in (d.would or d.actions)]
@@ -133,8 +132,7 @@ class Executor:
             why = "not a decision of the engine: only engine decisions are applied"
             return [self._refuse(d, "(decision)", None, why)]
         results: list[Executed] = []
-        ctx = ActionContext(d.rule, snapshot, self.host, self.dry_run, values=d.values,
-                            kind=d.kind, evidence=d.evidence)
+        ctx = self._context(d, snapshot, self.dry_run)
         may_disrupt = True
         if d.fleet and not self.dry_run and d.kind != "resolved" and \
                 any(a.disruptive for a in d.actions):
@@ -150,6 +148,11 @@ class Executor:
             if may_disrupt or not bound.disruptive:
                 results.append(self._execute(d, bound.use, bound.action, ctx))
         return results
+
+    def _context(self, d: Decision, snapshot: Snapshot, dry_run: bool) -> ActionContext:
+        return ActionContext(d.rule, snapshot, self.host, dry_run, values=d.values,
+                             kind=d.kind, evidence=d.evidence, summary=d.summary,
+                             severity=d.severity, labels=dict(d.labels), reason=d.reason)
 
     def act(self, use: str, action: Any, snapshot: Snapshot) -> Executed:
         """The operator's manual action (``guardian act``): the same plan, refusal and

@@ -147,6 +147,11 @@ class ActionContext:
     kind: str = "firing"  # the decision's kind: firing, retry, resolved, manual
     own_pid: int = field(default_factory=os.getpid)
     evidence: dict[str, Any] = field(default_factory=dict)  # typed: floats and families
+    # the rule as notifications describe it (an alert's labels and annotations)
+    summary: str = ""
+    severity: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    reason: str = ""  # the decision's reason ("needs a human: …" for an escalation)
 
     @property
     def matched(self) -> Family | None:

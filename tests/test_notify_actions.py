@@ -1,0 +1,170 @@
+"""notify.webhook and notify.alertmanager against a local HTTP receiver: the payloads,
+bounded retries, secrets kept out of plans, decisions and the audit log, and the
+Alertmanager payload held to Alertmanager's own API schema."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from guardian import Engine, Executor, Host, Snapshot, load_text
+from guardian.actions.webhook import Webhook, WebhookParams
+from guardian.audit import AuditLog
+from guardian.plugins import ActionContext
+
+# Alertmanager's v2 API, POST /api/v2/alerts takes `postableAlerts`: transcribed from
+# prometheus/alertmanager api/v2/openapi.yaml (commit 07d03b6c2c7e747335198f07d382060721dd2831,
+# definitions postableAlerts, postableAlert, alert, labelSet; Swagger 2.0, whose
+# definitions are JSON Schema draft 4).
+ALERTMANAGER_DEFINITIONS: dict[str, Any] = {
+    "postableAlerts": {"type": "array", "items": {"$ref": "#/definitions/postableAlert"}},
+    "postableAlert": {"allOf": [
+        {"type": "object", "properties": {
+            "startsAt": {"type": "string", "format": "date-time"},
+            "endsAt": {"type": "string", "format": "date-time"},
+            "annotations": {"$ref": "#/definitions/labelSet"}}},
+        {"$ref": "#/definitions/alert"}]},
+    "alert": {"type": "object", "properties": {
+        "labels": {"$ref": "#/definitions/labelSet"},
+        "generatorURL": {"type": "string", "format": "uri"}},
+        "required": ["labels"]},
+    "labelSet": {"type": "object", "additionalProperties": {"type": "string"}},
+}
+POSTABLE_ALERTS = {"$ref": "#/definitions/postableAlerts",
+                   "definitions": ALERTMANAGER_DEFINITIONS}
+# and what Alertmanager's handler checks beyond it (types/alert.go Validate, model
+# LabelName.IsValid): label names [a-zA-Z_][a-zA-Z0-9_]*, at least one label
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        self.answers: list[int] = []  # status codes to answer with, then 200
+
+
+@contextlib.contextmanager
+def receiver() -> Iterator[tuple[str, Receiver]]:
+    got = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            got.requests.append((self.path, dict(self.headers), json.loads(body)))
+            code = got.answers.pop(0) if got.answers else 200
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", got
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+RULES = '''version = 1
+[[rule]]
+name = "nic-stall"
+summary = "A NIC queue stalls"
+when = "memcg.dying > 10"
+severity = "critical"
+labels = {{ team = "net", "app.kubernetes.io/part-of" = "guardian" }}
+  [[rule.action]]
+  use = "notify.alertmanager"
+  on = "both"
+  url = "{url}"
+  headers = {{ Authorization = "Bearer s3cret-token" }}
+  generator_url = "https://grafana.example/d/guardian"
+  [[rule.action]]
+  use = "notify.webhook"
+  url = "{url}/hooks/T000/B000/XXXXsecretXXXX"
+  body = '{{"text": "guardian: $rule is $kind on $node: $summary", "values": $values_json}}'
+'''
+
+
+def test_alertmanager_and_webhook_payloads_at_a_receiver(tmp_path: Path) -> None:
+    with receiver() as (url, got):
+        engine = Engine(load_text(RULES.format(url=url)))
+        audit = tmp_path / "audit.jsonl"
+        ex = Executor(Host(), dry_run=False, audit=AuditLog(audit))
+        for t, v in ((0.0, 50.0), (400.0, 1.0)):
+            snap = Snapshot(t, {"memcg.dying": v})
+            results = ex.run(engine.evaluate(snap), snap)
+            assert all(r.result == "ok" for r in results), [r.error for r in results]
+        [(fire_path, fire_headers, fired), (hook_path, _, hook),
+         (resolve_path, _, resolved)] = got.requests
+    assert fire_path == resolve_path == "/api/v2/alerts"
+    assert fire_headers["Authorization"] == "Bearer s3cret-token"
+    validator = jsonschema.Draft4Validator(POSTABLE_ALERTS,
+                                           format_checker=jsonschema.FormatChecker())
+    for payload in (fired, resolved):
+        validator.validate(payload)
+        [alert] = payload
+        assert alert["labels"]["alertname"] == "nic-stall"
+        assert alert["labels"]["severity"] == "critical"
+        assert alert["labels"]["team"] == "net"
+        assert alert["labels"]["app_kubernetes_io_part_of"] == "guardian"
+        assert all(k[0].isalpha() or k[0] == "_" for k in alert["labels"])
+        assert alert["annotations"]["summary"] == "A NIC queue stalls"
+    ends = dt.datetime.fromisoformat(fired[0]["endsAt"].replace("Z", "+00:00"))
+    starts = dt.datetime.fromisoformat(fired[0]["startsAt"].replace("Z", "+00:00"))
+    assert ends - starts == dt.timedelta(hours=1)  # firing: resolves itself if we stop
+    ended = dt.datetime.fromisoformat(resolved[0]["endsAt"].replace("Z", "+00:00"))
+    assert abs(ended.timestamp() - time.time()) < 60 and "startsAt" not in resolved[0]
+    assert resolved[0]["labels"] == fired[0]["labels"]  # the same alert, resolved
+    assert hook_path == "/hooks/T000/B000/XXXXsecretXXXX"
+    assert hook["text"].startswith("guardian: nic-stall is firing on ")
+    assert hook["values"] == {"memcg.dying": 50}
+    # the secrets (the webhook URL's token, the bearer token) are nowhere in the audit log
+    text = audit.read_text()
+    assert "s3cret" not in text and "XXXXsecretXXXX" not in text
+    assert "<redacted>" in text
+
+
+def test_webhook_retries_within_its_budget_and_never_on_a_client_error() -> None:
+    ctx = ActionContext("r", Snapshot(0.0, {}), Host(), dry_run=False, kind="firing",
+                        summary="s", severity="warning")
+    with receiver() as (url, got):
+        hook = Webhook(WebhookParams.model_validate(
+            {"url": url, "attempts": 3, "backoff": 0.05}))
+        got.answers = [503, 429]
+        out = hook.apply(hook.plan(ctx), ctx)
+        assert out.ok and out.data["attempts"] == 3 and len(got.requests) == 3
+        assert got.requests[0][2]["rule"] == "r"  # the default body: every field
+        got.requests.clear()
+        got.answers = [500] * 5
+        t0 = time.monotonic()
+        out = hook.apply(hook.plan(ctx), ctx)
+        assert not out.ok and "HTTP 500 after 3 attempt(s)" in out.error
+        assert time.monotonic() - t0 < 1.0
+        got.requests.clear()
+        got.answers = [400]
+        out = hook.apply(hook.plan(ctx), ctx)
+        assert not out.ok and len(got.requests) == 1  # a wrong request is not retried
+        got.requests.clear()
+        got.answers = [503] * 5
+        slow = Webhook(WebhookParams.model_validate(
+            {"url": url, "attempts": 10, "backoff": 0.2, "budget": 0.5}))
+        t0 = time.monotonic()
+        out = slow.apply(slow.plan(ctx), ctx)
+        assert not out.ok and time.monotonic() - t0 < 0.9 and len(got.requests) <= 3
+    down = Webhook(WebhookParams.model_validate({"url": url, "attempts": 2, "backoff": 0}))
+    out = down.apply(down.plan(ctx), ctx)
+    assert not out.ok and "unreachable" in out.error and "127.0.0.1" in out.error
+    bad = Webhook(WebhookParams.model_validate({"url": url, "body": '{"text": $rule}'}))
+    assert bad.plan(ctx).refused  # "r" unquoted is not JSON: refused, never sent
