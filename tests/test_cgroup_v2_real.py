@@ -170,9 +170,11 @@ def test_reclaim_is_scoped_to_the_leaking_cgroup(reclaimed: dict[str, dict[str, 
     assert got["steps"][0].startswith("/sys/fs/cgroup/work.slice/leaky.service/"
                                       "memory.reclaim: write ")
     assert got["cache_after"] >= 0.9 * got["cache_before"] >= 0.9 * (64 << 20), got
-    # memory.reclaim leaves more than drop_caches (a quarter to 45% in runs here): it
-    # reclaims the pages, and only some of the inodes behind them
-    assert out["verified"] and got["kernel_after"] <= 0.6 * got["kernel_before"], got
+    # memory.reclaim frees fewer than drop_caches (45 to 75% of them in runs here, against
+    # 93%). The rest stay pinned by their inodes; our reading (not verified further): the
+    # evicted pages' workingset shadow entries keep an inode off the inode LRU
+    # (mapping_shrinkable, include/linux/pagemap.h), and drop_caches=1 clears them
+    assert out["verified"] and got["kernel_after"] <= 0.75 * got["kernel_before"], got
 
 
 def test_reclaim_eagain_is_a_short_reclaim_not_a_failure(
