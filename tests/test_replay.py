@@ -156,9 +156,14 @@ def test_record_writes_a_readable_recording_and_survives_a_kill(tmp_path: Path) 
     proc = subprocess.Popen([sys.executable, "-m", "guardian", "record", "-o", str(out),
                              "--interval", "0.2s", "--duration", "1h"],
                             stderr=subprocess.PIPE, text=True)
+    def snapshots_so_far() -> int:
+        try:
+            return len(read(out).snapshots)
+        except (FileNotFoundError, RecordingError):  # not even the header flushed yet
+            return 0
+
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (not out.exists() or len(
-            read(out).snapshots) < 5):
+    while time.monotonic() < deadline and snapshots_so_far() < 5:
         time.sleep(0.2)
     proc.kill()  # no chance to close the gzip stream
     proc.wait(timeout=10)
