@@ -311,3 +311,28 @@ def test_pause_resume_holds_cli_and_the_files_the_service_reads(
     assert main(["resume", "--all", "--holds-file", str(f)]) == 0
     assert HoldFile(f).read() == []
     assert main(["resume", "--all", "--holds-file", str(f)]) == 1  # nothing to resume
+
+
+def test_the_service_holds_a_paused_rule_and_acts_once_resumed(tmp_path: Path) -> None:
+    """End to end: `guardian pause` writes holds.json beside the service's state file; the
+    service (a real process) evaluates, audits `held: paused by …` and applies nothing;
+    after `guardian resume` and a restart, the owed action runs at once (despite the
+    rule's 1h cooldown)."""
+    import time
+
+    from .test_service import daemon
+
+    holds = tmp_path / "holds.json"
+    assert main(["pause", "always", "--for", "1h", "--reason", "rollout", "--author", "ops",
+                 "--holds-file", str(holds)]) == 0
+    with daemon(tmp_path) as (_, notify):
+        notify.wait_for("READY")
+        time.sleep(1.5)
+    entries = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text()
+               .splitlines()]
+    held = [e for e in entries if e["type"] == "decision" and e["kind"] == "held"]
+    assert held and held[0]["reason"].startswith("paused by ops until ")
+    assert not [e for e in entries if e["type"] == "outcome"]
+    assert main(["resume", "always", "--holds-file", str(holds)]) == 0
+    with daemon(tmp_path) as (_, notify):
+        notify.wait_for("STATUS", contains="last action: log for always: ok")

@@ -245,6 +245,10 @@ def cmd_why(args: argparse.Namespace) -> int:
         engine = Engine(rules)
         if args.state and Path(args.state).exists():
             state_file.load(engine, Path(args.state))
+        from ..operate import Operations
+        from .host import _service_paths
+        # the holds the service sees now (guardian pause's beside the state file)
+        Operations(config, Path(args.state or _service_paths(config)[0])).before(engine)
         snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
         decisions = engine.evaluate(snap)
     chain = why.links(engine, snap, decisions)
