@@ -212,6 +212,13 @@ mode = "observe"
     assert metrics.registry.get_sample_value(
         "guardian_actions_total", {"rule": "new", "action": "test.explode",
                                    "outcome": "would_act"}) == 4.0
+    from guardian.replay import Replay, decisions_json, timeline
+    r = Replay(Engine(ruleset))
+    for t in (0.0, 60.0):
+        r.decisions += r.engine.evaluate(Snapshot(t, {"memcg.dying": 50.0}))
+    assert all("[observe: shadow mode, never applied]" in line
+               for line in timeline(r) if "new " in line)
+    assert {d["mode"] for d in decisions_json(r)} == {"observe"}
     snap = Snapshot(240.0, {"memcg.dying": 50.0})
     chain = links(engine, snap, engine.evaluate(snap))
     assert chain[0].mode == "observe" and "observe only" in text(chain, 240.0)[1]
