@@ -214,8 +214,8 @@ mode = "observe"
                                    "outcome": "would_act"}) == 4.0
     from guardian.replay import Replay, decisions_json, timeline
     r = Replay(Engine(ruleset))
-    for t in (0.0, 60.0):
-        r.decisions += r.engine.evaluate(Snapshot(t, {"memcg.dying": 50.0}))
+    for at in (0.0, 60.0):
+        r.decisions += r.engine.evaluate(Snapshot(at, {"memcg.dying": 50.0}))
     assert all("[observe: shadow mode, never applied]" in line
                for line in timeline(r) if "new " in line)
     assert {d["mode"] for d in decisions_json(r)} == {"observe"}
@@ -343,3 +343,32 @@ def test_the_service_holds_a_paused_rule_and_acts_once_resumed(tmp_path: Path) -
     assert main(["resume", "always", "--holds-file", str(holds)]) == 0
     with daemon(tmp_path) as (_, notify):
         notify.wait_for("STATUS", contains="last action: log for always: ok")
+
+
+def test_the_daemonset_reads_fleet_wide_holds_in_its_namespace_by_name(
+        tmp_path: Path) -> None:
+    """deploy/kubernetes: [holds.kube] names guardian's own namespace, and its Role lets
+    the service account get the guardian-holds ConfigMap there, by name, and nothing
+    else of ConfigMaps."""
+    import yaml
+
+    from guardian.config import load_config
+    from guardian.kube.holds import KubeHoldsParams
+
+    from .conftest import REPO
+
+    deploy = REPO / "deploy" / "kubernetes"
+    docs = [d for f in ("configmap.yaml", "rbac.yaml")
+            for d in yaml.safe_load_all((deploy / f).read_text()) if d]
+    toml = next(d for d in docs if d["metadata"]["name"] == "guardian-config")["data"][
+        "guardian.toml"]
+    path = tmp_path / "guardian.toml"
+    path.write_text(toml)
+    config = load_config(path, default_registry())
+    assert isinstance(config.holds.kube, KubeHoldsParams)
+    ns = config.holds.kube.namespace
+    cm_rules = [(d["metadata"]["namespace"], r) for d in docs if d["kind"] == "Role"
+                for r in d["rules"] if "configmaps" in r["resources"]]
+    assert cm_rules == [(ns, {"apiGroups": [""], "resources": ["configmaps"],
+                              "resourceNames": [config.holds.kube.configmap],
+                              "verbs": ["get"]})]
