@@ -39,6 +39,9 @@ from .kernel import (
 )
 from .nspawn import booted
 
+# The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
+pytestmark = pytest.mark.host_global
+
 
 def ctx(values: Mapping[str, Value] | None = None, host: Host | None = None) -> ActionContext:
     return ActionContext("test-rule", Snapshot(0.0, dict(values or {})), host or Host(),

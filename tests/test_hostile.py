@@ -25,6 +25,9 @@ from guardian.testing import snapshot
 from .conftest import write
 from .test_service import RULE, daemon
 
+# The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
+pytestmark = pytest.mark.host_global
+
 
 def _check(*args: str) -> subprocess.CompletedProcess[str]:
     """`guardian check`, with its diagnostics (stdout) and summary (stderr) as stderr."""

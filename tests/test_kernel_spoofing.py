@@ -43,6 +43,9 @@ from guardian.sources.kmsg import KmsgConfig, KmsgSource, match_line, parse_reco
 from .conftest import REPO, write
 from .kernel import inject_kmsg, need_root
 
+# The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
+pytestmark = pytest.mark.host_global
+
 CRASHER = r"""
 #include <sys/prctl.h>
 int main(int argc, char **argv) {

@@ -18,6 +18,9 @@ from guardian.sources.kmsg import BadRecord, KmsgSource, parse_record
 
 from .kernel import drop_caches, inject_kmsg, need_root
 
+# The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
+pytestmark = pytest.mark.host_global
+
 ENA = "ena 0000:00:05.0 eth0: "
 
 

@@ -33,6 +33,9 @@ from .kernel import (
     zombies,
 )
 
+# The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
+pytestmark = pytest.mark.host_global
+
 
 def test_real_zombies_are_counted_per_parent() -> None:
     src = ProcessesSource(Host())
