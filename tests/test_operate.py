@@ -372,3 +372,21 @@ def test_the_daemonset_reads_fleet_wide_holds_in_its_namespace_by_name(
     assert cm_rules == [(ns, {"apiGroups": [""], "resources": ["configmaps"],
                               "resourceNames": [config.holds.kube.configmap],
                               "verbs": ["get"]})]
+
+
+def test_run_once_honours_the_holds(tmp_path: Path) -> None:
+    """A cron-style `guardian run --once` sees `guardian pause` as the service does."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\nsummary = "s"\n'
+                                      'when = "processes.total > 0"\n  [[rule.action]]\n'
+                                      '  use = "log"\n')
+    state = tmp_path / "state.json"
+    assert main(["pause", "--for", "1h", "--reason", "maint", "--author", "ops",
+                 "--holds-file", str(tmp_path / "holds.json")]) == 0
+    audit = tmp_path / "audit.jsonl"
+    main(["run", "--once", "--rules", str(rules_dir), "--state", str(state), "--audit",
+          str(audit), "--warmup", "0s"])
+    kinds = [e["kind"] for e in map(json.loads, audit.read_text().splitlines())
+             if e["type"] == "decision"]
+    assert kinds == ["firing", "held"]

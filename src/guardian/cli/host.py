@@ -104,6 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     state_path = None if args.dry_run else Path(args.state or _service_paths(config)[0])
     if state_path is not None:
         state_file.load(engine, state_path)
+    from ..operate import Operations  # the holds and the default window, as the service
+    Operations(config, Path(args.state or _service_paths(config)[0])).before(engine)
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     try:
         return _run_once(args, rules, coll, engine, executor, state_path)
