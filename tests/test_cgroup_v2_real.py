@@ -39,19 +39,21 @@ plain = cgroup(CG / "plain", "")  # its children get no controller: cgroups, not
 (plain / "b").mkdir()
 make_dying(leak, disk / "a", 1000)
 src = CgroupsSource(Host())
-report(phase="counts", unavailable=src.unavailable(), guardian=src.collect(0.0),
-       kernel=stat(), without_memory=2)
+kernel_before = stat()  # the kernel frees some meanwhile (the last, clean one): bracket
+ours = src.collect(0.0)
+report(phase="counts", unavailable=src.unavailable(), guardian=ours, kernel=kernel_before,
+       kernel_after=stat(), without_memory=2)
 
 # the shipped remedy, minutes later: the flusher has written the pages back
 wait_written_back()
-kernel_before = stat()["nr_dying_descendants"]
+kernel_before = steady_dying()
 steps, refused, out = run(shipped_release())
 report(phase="shipped", steps=steps, refused=refused, outcome=out.to_dict(),
        kernel_before=kernel_before, kernel_after=stat()["nr_dying_descendants"])
 
 # died dirty and released at once: sync_first writes them back first
 make_dying(leak, disk / "b", 300)
-kernel_before = stat()["nr_dying_descendants"]
+kernel_before = steady_dying()
 steps, refused, out = run(MemcgRelease(MemcgParams(sync_first=True)))
 report(phase="sync_first", steps=steps, refused=refused, outcome=out.to_dict(),
        kernel_before=kernel_before, kernel_after=stat()["nr_dying_descendants"])
@@ -72,7 +74,7 @@ inner = cgroup(work / "leaky.service")
 make_dying(inner, disk / "w", 500)
 wait_written_back()
 cache_before = file_bytes(other)
-kernel_before = stat()["nr_dying_descendants"]
+kernel_before = steady_dying()
 steps, refused, out = run(MemcgRelease(MemcgParams(method="reclaim")))
 report(phase="reclaim", steps=steps, refused=refused, outcome=out.to_dict(),
        kernel_before=kernel_before, kernel_after=stat()["nr_dying_descendants"],
@@ -122,11 +124,22 @@ def test_counts_equal_the_kernels(dropped: dict[str, dict[str, Any]]) -> None:
     cgroups: the kernel's cgroups (nr_descendants, the root too) less the two made
     without the memory controller. 6.1 has no nr_subsys_memory."""
     got = dropped["counts"]
-    kernel, ours = got["kernel"], got["guardian"]
+    kernel, ours, after = got["kernel"], got["guardian"], got["kernel_after"]
     assert got["unavailable"] is None and ours["memcg.hierarchy_version"] == 2
     assert "nr_subsys_memory" not in kernel
-    assert ours["memcg.dying"] == kernel["nr_dying_descendants"] >= 1000
+    assert kernel["nr_dying_descendants"] >= ours["memcg.dying"] \
+        >= after["nr_dying_descendants"] >= 1000, got
     assert ours["memcg.live"] == kernel["nr_descendants"] + 1 - got["without_memory"]
+
+
+def claims_what_the_kernel_counts(got: dict[str, Any]) -> bool:
+    """The outcome's counts are the kernel's, read just before planning and just after
+    the outcome (a few memcgs may go between the reads: the kernel frees asynchronously)."""
+    data = got["outcome"]["data"]
+    slack = 0.02 * got["kernel_before"]
+    return bool(data["dying_before"] == got["kernel_before"]) and \
+        abs(data["dying_after"] - got["kernel_after"]) <= slack and \
+        abs(data["released"] - (got["kernel_before"] - got["kernel_after"])) <= slack
 
 
 # Left behind: memcgs that first dirtied ext4 metadata (inode table blocks, 16 inodes to a
@@ -146,8 +159,7 @@ def test_the_shipped_remedy_frees_memcgs_that_died_dirty(
     assert got["steps"][-1].endswith("write 3: free clean page cache, unused dentries "
                                      "and inodes"), got["steps"]
     assert out["ok"] and out["verified"], out
-    assert out["data"]["dying_before"] == got["kernel_before"]
-    assert out["data"]["dying_after"] == got["kernel_after"]
+    assert claims_what_the_kernel_counts(got)
     assert got["kernel_after"] <= RESIDUE * got["kernel_before"], got
 
 
@@ -155,7 +167,7 @@ def test_sync_first_frees_memcgs_still_dirty(dropped: dict[str, dict[str, Any]])
     got = dropped["sync_first"]
     out = got["outcome"]
     assert out["ok"] and out["verified"], out
-    assert out["data"]["released"] == got["kernel_before"] - got["kernel_after"]
+    assert claims_what_the_kernel_counts(got)
     assert got["kernel_after"] <= RESIDUE * got["kernel_before"] + 100, got
 
 
@@ -170,11 +182,14 @@ def test_reclaim_is_scoped_to_the_leaking_cgroup(reclaimed: dict[str, dict[str, 
     assert got["steps"][0].startswith("/sys/fs/cgroup/work.slice/leaky.service/"
                                       "memory.reclaim: write ")
     assert got["cache_after"] >= 0.9 * got["cache_before"] >= 0.9 * (64 << 20), got
-    # memory.reclaim frees fewer than drop_caches (45 to 75% of them in runs here, against
-    # 93%). The rest stay pinned by their inodes; our reading (not verified further): the
-    # evicted pages' workingset shadow entries keep an inode off the inode LRU
-    # (mapping_shrinkable, include/linux/pagemap.h), and drop_caches=1 clears them
-    assert out["verified"] and got["kernel_after"] <= 0.75 * got["kernel_before"], got
+    # memory.reclaim alone freed 45 to 75% of them in runs here: inodes kept pinning the
+    # rest. The offline child cgroup after it makes the kernel move those inodes to the
+    # parent's writeback structure (cleanup_offline_cgwbs_workfn, mm/backing-dev.c)
+    assert got["steps"][1].startswith("/sys/fs/cgroup/work.slice/leaky.service/"
+                                      "guardian-wb-cleanup-"), got["steps"]
+    assert out["data"]["writeback_cleanup"] == "triggered"
+    assert out["verified"] and got["kernel_after"] <= RESIDUE * got["kernel_before"], got
+    assert claims_what_the_kernel_counts(got)
 
 
 def test_reclaim_eagain_is_a_short_reclaim_not_a_failure(

@@ -25,6 +25,18 @@ def stat(cg: Path = CG) -> dict[str, int]:
                                     .splitlines())}
 
 
+def steady_dying(quiet: float = 0.3) -> int:
+    """nr_dying_descendants once it holds for ``quiet`` seconds (the last memcg
+    make_dying removes has no page cache: the kernel frees it shortly after)."""
+    last = stat()["nr_dying_descendants"]
+    while True:
+        time.sleep(quiet)
+        now = stat()["nr_dying_descendants"]
+        if now == last:
+            return now
+        last = now
+
+
 def cgroup(path: Path, controllers: str = "+memory +io") -> Path:
     """A live cgroup whose children get ``controllers``."""
     path.mkdir()
