@@ -155,6 +155,8 @@ def test_window_opening_while_a_rule_fires_runs_the_held_disruptive_action() -> 
     assert "Europe/Berlin" in Window(time_zone="Europe/Berlin").describe()
     with pytest.raises(ValueError, match="unknown time zone"):
         Window(time_zone="Mars/Olympus")
+    from guardian.model.window import zone
+    assert zone("UTC") is dt.timezone.utc  # no tz database needed (a slim image)
 
 
 def test_config_window_applies_to_rules_without_their_own() -> None:

@@ -17,8 +17,11 @@ _HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$"
 
 
 @lru_cache(maxsize=64)
-def zone(name: str) -> ZoneInfo:
-    """The time zone ``name`` (IANA), read once."""
+def zone(name: str) -> dt.tzinfo:
+    """The time zone ``name`` (IANA), read once; UTC needs no tz database (a slim
+    image may have none)."""
+    if name == "UTC":
+        return dt.timezone.utc
     return ZoneInfo(name)
 
 
