@@ -44,6 +44,12 @@ MISSPELT = [
     ("tests", 'rule_files = ["r.toml"]\n[[test]]\n[[test.expect]]\nat = "1m"\nfiring = []\n',
      ("firing", "firng"), "firng"),
     ("config", '[sources.kmsg]\nreplay = true\n', ("replay", "repaly"), "repaly"),
+    # issue 31's keys: an escalation's action parameters, shadow mode, [holds]
+    ("rules", GOOD_RULE.replace('when = "memcg.dying > 1"\n',
+                                'when = "memcg.dying > 1"\nmode = "observe"\n') +
+     '  [[rule.escalate]]\n  use = "notify.webhook"\n  url = "https://chat.example/h"\n'
+     '  attempts = 2\n', ("attempts = 2", "atempts = 2"), "atempts"),
+    ("config", '[holds]\ndropin = "/etc/guardian/holds.d"\n', ("dropin", "dropn"), "dropn"),
 ]
 
 
