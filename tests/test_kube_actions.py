@@ -324,3 +324,13 @@ def test_holds_from_the_configmap_and_this_nodes_annotation(tmp_path: Path) -> N
         cm = store.objects["configmaps"][("kube-system", "guardian-holds")]
         cm["data"]["holds.toml"] = "[[hold]\nbroken"  # a typo must not lift the pause
         assert [h.author for h in a.read()] == ["sre", "dc-ops"]
+
+
+def test_holds_without_credentials_report_and_keep_the_last_ones(tmp_path: Path) -> None:
+    """No kubeconfig, no service account: the service still starts; each tick says why
+    the fleet-wide holds cannot be read, and none are invented or dropped."""
+    from guardian.kube.holds import KubeHolds, KubeHoldsParams
+
+    holds = KubeHolds(KubeHoldsParams(kubeconfig=str(tmp_path / "missing"), node="n"))
+    assert holds.read() == []
+    assert any("no Kubernetes client" in said for said in holds.said)
