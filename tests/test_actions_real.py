@@ -4,6 +4,7 @@ units stopped under a real systemd (nspawn)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -174,9 +175,46 @@ def test_a_parent_that_never_waits_is_escalated_and_zombies_reaped() -> None:
         assert res["signals"] == ["SIGCHLD", "SIGTERM"] and res["reaped"] == 4
 
 
+def test_zombies_reaped_a_while_after_they_reparent_count_as_reaped() -> None:
+    """Before: judged the moment the parent died, before their new parent (PID 1, a
+    subreaper) had run: reported as moved to it and not reaped. Here the reaper waits
+    0.5 s after they reparent (init reaps when it next runs)."""
+    with orphaning_zombies(3) as (parent, zpids):
+        stop = threading.Event()
+
+        def slow_reaper() -> None:
+            while not stop.is_set() and not all(
+                    _parent_of(z) == os.getpid() for z in zpids):
+                time.sleep(0.01)
+            stop.wait(0.5)
+            for z in zpids:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(z, 0)
+
+        reaper = threading.Thread(target=slow_reaper)
+        reaper.start()
+        try:
+            act = ReapZombies(_reap_params(parents=[parent.pid]))
+            c = ctx()
+            out = act.apply(act.plan(c), c)
+        finally:
+            stop.set()
+            reaper.join()
+        assert out.ok and out.verified, out
+        [res] = out.data["parents"]
+        assert res["reaped"] == 3 and res["moved_to"] == {}
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def test_zombies_that_only_move_to_a_non_reaping_parent_are_reported() -> None:
     with orphaning_zombies(3) as (parent, _):
-        act = ReapZombies(_reap_params(parents=[parent.pid]))
+        act = ReapZombies(_reap_params(parents=[parent.pid], reparented_wait="0.5s"))
         c = ctx()
         out = act.apply(act.plan(c), c)
         assert not out.ok and out.verified is False

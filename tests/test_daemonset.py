@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +39,22 @@ def _validate(doc: dict[str, Any]) -> list[str]:
     return []
 
 
-def _unprivileged(ds: dict[str, Any]) -> dict[str, Any]:
-    """kubernetes-unprivileged/kustomization.yaml's JSON patch, applied as kustomize would."""
+def _unprivileged(doc: dict[str, Any]) -> dict[str, Any]:
+    """kubernetes-unprivileged/kustomization.yaml's JSON patches (``replace`` only) of
+    ``doc``, applied as kustomize would."""
     overlay = REPO / "deploy" / "kubernetes-unprivileged" / "kustomization.yaml"
-    [patch] = yaml.safe_load(overlay.read_text())["patches"]
-    [op] = yaml.safe_load(patch["patch"])
-    assert op["op"] == "replace"
-    out: dict[str, Any] = json.loads(json.dumps(ds))
-    *path, last = op["path"].strip("/").split("/")
-    node: Any = out
-    for part in path:
-        node = node[int(part)] if part.isdigit() else node[part]
-    node[last] = op["value"]
+    out: dict[str, Any] = json.loads(json.dumps(doc))
+    for patch in yaml.safe_load(overlay.read_text())["patches"]:
+        target = patch["target"]
+        if (target["kind"], target["name"]) != (doc["kind"], doc["metadata"]["name"]):
+            continue
+        for op in yaml.safe_load(patch["patch"]):
+            assert op["op"] == "replace"
+            *path, last = op["path"].strip("/").split("/")
+            node: Any = out
+            for part in path:
+                node = node[int(part)] if part.isdigit() else node[part]
+            node[last] = op["value"]
     return out
 
 
@@ -66,6 +71,22 @@ def test_the_unprivileged_variant_is_valid_and_unprivileged() -> None:
     assert _validate(ds) == []
     ctx = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert ctx["privileged"] is False and ctx["capabilities"]["add"]
+    # nsenter into PID 1 (the systemctl fallback) opens /proc/1/ns/mnt: a ptrace check
+    assert {"SYS_ADMIN", "SYS_PTRACE"} <= set(ctx["capabilities"]["add"])
+
+
+def test_the_unprivileged_rules_act_only_as_an_unprivileged_pod_can() -> None:
+    """Before: its ConfigMap shipped memcg.release, which fails without a writable
+    /proc/sys (only a privileged container has one). The rules load and check."""
+    from guardian.policy.loader import load_rules
+
+    [rules] = [d for d in _docs("configmap.yaml") if d["metadata"]["name"] == "guardian-rules"]
+    data = _unprivileged(rules)["data"]
+    assert not any(u in text for text in data.values() for u in ("memcg.release", "irq.move"))
+    with tempfile.TemporaryDirectory() as d:
+        for key, text in data.items():
+            (Path(d) / key).write_text(text)
+        assert load_rules([d]).rules
 
 
 def test_the_podmonitor_scrapes_the_named_port() -> None:

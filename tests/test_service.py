@@ -235,10 +235,11 @@ def test_metrics_endpoint_and_a_port_in_use(tmp_path: Path) -> None:
         rules.mkdir()
         write(rules, "one.toml", RULE.format(name="always"))
         s.listen()
+        # no /healthz, no start (tests/test_service_lifecycle.py): it says why, and exits
         with daemon(tmp_path, "--metrics-port", str(port), rules=rules) as (proc, notify):
-            busy = notify.wait_for("READY")
+            busy = notify.wait_for("STATUS", contains="not started")
             assert f"metrics off (127.0.0.1:{port}: Address already in use)" in busy["STATUS"]
-            assert proc.poll() is None
+            assert proc.wait(timeout=30) == 75
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]

@@ -121,6 +121,23 @@ class ErrorCounts(PromCollector):
         yield fam
 
 
+class SourceUp(PromCollector):
+    """Whether each source's signals have values: 0 for one that cannot work on this host
+    (unavailable at start: /dev/kmsg not readable without privileges) or that failed at
+    the last tick. Rules over its signals stay unknown meanwhile."""
+
+    def __init__(self) -> None:
+        self.up: Mapping[str, bool] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        fam = GaugeMetricFamily("guardian_source_up", "1 while a source's signals have "
+                                "values, 0 when it is unavailable or failing",
+                                labels=["source"])
+        for src, up in sorted(self.up.items()):
+            fam.add_metric([src], 1.0 if up else 0.0)
+        yield fam
+
+
 class Operations(PromCollector):
     """What operators set and what needs them: every hold in force (its expiry as the
     value), the rules a hold pauses now, the rules in shadow mode and those that ran their
@@ -174,6 +191,8 @@ class Metrics:
                                registry=r)
         self.source_errors = ErrorCounts()
         r.register(self.source_errors)
+        self.source_up = SourceUp()
+        r.register(self.source_up)
         self.tick = Histogram("guardian_tick_seconds", "time of one tick (collect, "
                               "evaluate, act)", registry=r,
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
@@ -213,15 +232,14 @@ class Metrics:
     def serve(self, address: str, port: int,
               health: Callable[[], tuple[bool, str]] | None = None) -> str | None:
         """Start the HTTP endpoint (``/metrics``, and ``/healthz`` answered by ``health``);
-        an error message instead of raising (a port in use leaves guardian running
-        without metrics)."""
+        an error message instead of raising, for the caller to report (the service does
+        not start without its /healthz)."""
         app = make_wsgi_app(self.registry)
         if health is not None:
             app = _with_health(app, health)
         try:
             self.server = httpserve.serve(address, port, app)
         except (OSError, RuntimeError) as exc:
-            log.error("metrics endpoint %s:%d not started: %s", address, port, exc)
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             return f"metrics off ({address}:{port}: {why})"
         return None

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from string import Template
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -53,6 +54,10 @@ class Source(ABC, Generic[C]):
     def unavailable(self) -> str | None:
         """Why this source cannot work on this host, or None when it can."""
         return None
+
+    def keep_state(self, directory: Path) -> None:
+        """The service's state directory, where a source may keep what must outlive the
+        process (the kernel log's read position); not called for one-off runs."""
 
     @classmethod
     def config_warnings(cls, config: Any) -> list[str]:

@@ -26,6 +26,7 @@ from .diagnostics import RuleError
 from .engine import Budget, Decision, Engine
 from .executor import Executed, Executor
 from .host import Host
+from .instancelock import InstanceLock, InstanceLocked
 from .metrics import STATES, Metrics
 from .model.ruleset import Ruleset
 from .notify import Notifier
@@ -33,10 +34,13 @@ from .operate import Operations
 from .plugins import Registry, default_registry
 from .policy.loader import load_rules, rule_files
 from .snapshot import Snapshot
+from .wakeup import Wakeup
 
 log = logging.getLogger("guardian.service")
 
 EX_CONFIG = 78  # sysexits: configuration error; the unit does not restart on it
+EX_CANTCREAT = 73  # sysexits: an output file (the audit log) cannot be created
+EX_TEMPFAIL = 75  # sysexits: try again later (the metrics port is taken for now)
 RELOAD_SETTLE = 0.3  # an editor writes in bursts: reload once they are done
 
 
@@ -102,7 +106,8 @@ class Daemon:
         self.registry = registry or default_registry()
         self.notifier = notifier or Notifier()
         self.metrics = Metrics()
-        self.wake = threading.Event()
+        self.wake = Wakeup()  # set by threads, and by signals whichever thread takes them
+        self.lock = InstanceLock(opts.state_path.parent) if opts.state_path else None
         self.stop_requested = False
         self.reload_reason = ""
         self.reload_at = 0.0
@@ -145,11 +150,13 @@ class Daemon:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGHUP, self._on_sighup)
+        self.wake.wake_on_signals()
 
     def run(self) -> int:
         """Start, loop until stopped (:meth:`request_stop`), stop. The exit code."""
         code = self.start()
         if code:
+            self._abandon()
             return code
         try:
             self.loop()
@@ -167,7 +174,26 @@ class Daemon:
                     "refusing rule or config files others can change: " + "; ".join(problems))
         return load_rules(self.opts.rules, self.registry)
 
+    def _abandon(self) -> None:
+        """Release what a start that failed part-way took."""
+        if self.collector is not None:
+            self.collector.close()
+        self.metrics.close()
+        if self.lock is not None:
+            self.lock.release()
+        self.wake.close()
+
+    def _not_started(self, why: str) -> None:
+        log.error("not started: %s", why)
+        self.notifier.status(f"not started: {why}")
+
     def start(self) -> int:
+        if self.lock is not None:
+            try:
+                self.lock.acquire()
+            except InstanceLocked as exc:
+                self._not_started(str(exc))
+                return EX_CONFIG
         try:
             self.ruleset = self.load()
         except RuleError as exc:
@@ -195,7 +221,15 @@ class Daemon:
                                                  self.config)
         for name, why in sorted(self.collector.unavailable.items()):
             log.warning("source %s unavailable: %s", name, why)
-        audit = AuditLog(self.opts.audit_path) if self.opts.audit_path else None
+        if self.opts.state_path is not None:
+            for src in self.collector.sources:
+                src.keep_state(self.opts.state_path.parent)
+        try:
+            audit = AuditLog(self.opts.audit_path) if self.opts.audit_path else None
+        except OSError as exc:
+            self._not_started(f"cannot open the audit log {self.opts.audit_path}: "
+                              f"{exc.strerror or exc}")
+            return EX_CANTCREAT
         self.executor = Executor(self.collector.host, dry_run=self.opts.dry_run, audit=audit,
                                  apply_timeout=self.opts.apply_timeout,
                                  heartbeat=self.ping_if_due)
@@ -203,13 +237,22 @@ class Daemon:
         if self.config.fleet is not None:
             from .kube.fleet import FleetBudget, FleetParams
             assert isinstance(self.config.fleet, FleetParams)
-            self.executor.fleet = FleetBudget(self.config.fleet)
+            try:
+                self.executor.fleet = FleetBudget(self.config.fleet)
+            except Exception as exc:  # lightkube's: no kubeconfig, no service account
+                self._not_started(f"[fleet] needs the Kubernetes API, and no credentials "
+                                  f"reach it: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+                                  " (in a pod: the service account's token and "
+                                  "KUBERNETES_SERVICE_HOST; else a kubeconfig)")
+                return EX_CONFIG
         self.metrics.use_rules(self.ruleset, self.registry.catalogue())
         self.metrics.last_reload_ok.set(1)
         if self.opts.metrics_port is not None:
-            self.status_extra = self.metrics.serve(self.opts.metrics_address,
-                                                   self.opts.metrics_port,
-                                                   health=self.health) or ""
+            failed = self.metrics.serve(self.opts.metrics_address, self.opts.metrics_port,
+                                        health=self.health)
+            if failed:  # no /healthz: a liveness probe would kill it later, for less
+                self._not_started(failed)
+                return EX_TEMPFAIL
         followers = self.collector.follow(lambda reason: self.wake.set())
         self._watch_rules()
         log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",
@@ -272,6 +315,8 @@ class Daemon:
                 deadline = min(deadline, self.next_ping)
             if self.reload_reason:
                 deadline = min(deadline, self.reload_at)
+            if self.stop_requested:  # asked during the tick: its wake-up was cleared
+                break
             self.wake.wait(max(0.0, deadline - time.monotonic()))
 
     def ping_if_due(self) -> None:
@@ -427,11 +472,16 @@ class Daemon:
             for s in STATES:
                 self.metrics.rule_state.labels(name, s).set(1.0 if s == current else 0.0)
         self.metrics.source_errors.counts = dict(self.collector.error_counts)
+        self.metrics.source_up.up = {
+            **{n: n not in self.failing for n in self.collector.error_counts},
+            **dict.fromkeys(self.collector.unavailable, False)}
         self.metrics.persistence_ok.set(0 if self.persistence_fault() else 1)
 
     def health(self) -> tuple[bool, str]:
         """Whether the loop is alive: a tick completed within three intervals (at least
-        30 s), as the systemd watchdog would judge it; with the age of the last one."""
+        30 s), as the systemd watchdog would judge it; with the age of the last one.
+        Alive with sources that cannot be read (their rules stay unknown) is "degraded",
+        naming them: still alive, since restarting would not bring a device back."""
         limit = max(3 * self.opts.interval, 30.0)
         last = self.last_tick_done
         if last is None:
@@ -440,7 +490,29 @@ class Daemon:
         age = time.monotonic() - last
         if age > limit:
             return False, f"stuck: the last tick completed {age:.0f}s ago (limit {limit:.0f}s)"
-        return True, f"ok: the last tick completed {age:.1f}s ago"
+        text = f"the last tick completed {age:.1f}s ago"
+        degraded = self.degraded()
+        if degraded:
+            return True, f"degraded: {text}; " + "; ".join(
+                f"source {name} {why}" for name, why in sorted(degraded.items()))
+        return True, f"ok: {text}"
+
+    def degraded(self) -> dict[str, str]:
+        """Sources some rule reads whose signals have no value now: unavailable since
+        start (a host without systemd, /dev/kmsg not readable) or failing at the last
+        tick; with why. The rules over them stay unknown."""
+        used = self._used_sources()
+        out = {n: f"unavailable: {why}" for n, why in
+               (self.collector.unavailable.items() if self.collector else ()) if n in used}
+        out.update({n: f"failing: {why}" for n, why in self.failing.items() if n in used})
+        return out
+
+    def _used_sources(self) -> set[str]:
+        if self.ruleset is None:
+            return set()
+        read = {ref.name for rule in self.ruleset.rules for ref in rule.condition.refs}
+        return {name for name, src in self.registry.sources.items()
+                if any(spec.name in read for spec in src.specs)}
 
     def status(self) -> str:
         assert self.engine and self.ruleset
@@ -501,4 +573,7 @@ class Daemon:
         if self.collector is not None:
             self.collector.close()
         self.metrics.close()
+        if self.lock is not None:
+            self.lock.release()
+        self.wake.close()
         log.info("stopped")

@@ -65,6 +65,10 @@ class ReapParams(BaseModel):
                                description="parent comm globs never signalled")
     protect_pids: list[int] = Field(default_factory=list)
     max_parents: int = Field(10, ge=1, description="parents handled in one run, most first")
+    reparented_wait: Duration = Field(
+        5.0, ge=0, le=60, description="zombies that moved to a new parent (PID 1, a "
+        "subreaper) when theirs died: how long it is given to reap them before they count "
+        "as not reaped (init reaps when it next runs, not at once)")
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,13 @@ class ReapZombies(Action[ReapParams]):
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+        # orphans reparent at once and are reaped when their new parent next runs: judge
+        # after it has had its chance (bounded), not in the moment between
+        moved = [z for z in zombies if (st := _still_zombie(proc, z)) and st.ppid != ppid]
+        deadline = time.monotonic() + p.reparented_wait
+        while moved and time.monotonic() < deadline:
+            time.sleep(POLL)
+            moved = [z for z in moved if _still_zombie(proc, z)]
         final = {z: _still_zombie(proc, z) for z in zombies}
         res["reaped"] = sum(1 for st in final.values() if st is None)
         for z, st in final.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -98,3 +99,17 @@ def print_plan(p: dict[str, Any]) -> None:
         print(f"           => {head}")
         if out["data"]:
             print(f"              {json.dumps(out['data'], sort_keys=True, default=str)}")
+
+
+LISTEN_ADDRESS_ENV = "GUARDIAN_METRICS_ADDRESS"
+LISTEN_PORT_ENV = "GUARDIAN_METRICS_PORT"
+
+
+def listen_override() -> tuple[str | None, int | None]:
+    """Where the service's metrics and /healthz listen, from the environment: the
+    DaemonSet sets the node's address there, so `guardian run` listens on it and
+    `guardian health` (an exec probe, in the same environment) asks it there. Arguments
+    come before these, the config after."""
+    address = os.environ.get(LISTEN_ADDRESS_ENV) or None
+    port = os.environ.get(LISTEN_PORT_ENV, "")
+    return address, int(port) if port.isdigit() and int(port) < 65536 else None

@@ -9,7 +9,7 @@ import urllib.request
 
 from ..diagnostics import RuleError
 from ..durations import parse_duration
-from .common import cli_config, json_out, print_errors
+from .common import cli_config, json_out, listen_override, print_errors
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -17,11 +17,12 @@ def cmd_health(args: argparse.Namespace) -> int:
         metrics = cli_config(args).service.metrics
     except RuleError as exc:
         return print_errors(exc, args)
-    address = args.address or metrics.address
+    env_address, env_port = listen_override()
+    address = args.address or env_address or metrics.address
     if address in ("0.0.0.0", "::", ""):  # listening everywhere: ask on loopback
         address = "127.0.0.1"
     host = f"[{address}]" if ":" in address else address
-    url = f"http://{host}:{args.port or metrics.port}/healthz"
+    url = f"http://{host}:{args.port or env_port or metrics.port}/healthz"
     try:
         with urllib.request.urlopen(url, timeout=parse_duration(args.timeout)) as reply:
             ok, text = True, reply.read().decode(errors="replace").strip()

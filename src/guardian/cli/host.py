@@ -31,6 +31,7 @@ from .common import (
     cli_config,
     host_collector,
     json_out,
+    listen_override,
     print_errors,
     print_plan,
     registry_warnings,
@@ -126,15 +127,19 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     svc = config.service
     state_path, audit_path = _service_paths(config)
     port: int | None = svc.metrics.port if svc.metrics.enabled else None
+    address, env_port = listen_override()
     if args.metrics_port is not None:
         port = args.metrics_port or None
+    elif env_port is not None:
+        port = env_port or None
     opts = ServiceOptions(
         rules=args.rules or svc.rules,
         dry_run=args.dry_run or svc.dry_run,
         interval=parse_duration(args.interval) if args.interval else config.engine.interval,
         state_path=Path(args.state or state_path),
         audit_path=Path(args.audit or audit_path),
-        metrics_address=args.metrics_address or svc.metrics.address, metrics_port=port,
+        metrics_address=args.metrics_address or address or svc.metrics.address,
+        metrics_port=port,
         textfile=svc.metrics.textfile or None, apply_timeout=svc.apply_timeout,
         act_deadline=svc.apply_timeout + 60,
         root=Path(args.root))

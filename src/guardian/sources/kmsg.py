@@ -1,8 +1,12 @@
 """Kernel log patterns from /dev/kmsg.
 
-The follower starts at the end of the kernel's ring buffer (old records are replayed only
-when asked), reads every new record without blocking, and counts matches of named regular
-expressions. It reads records as Documentation/ABI/testing/dev-kmsg defines them:
+The follower starts where the last guardian of this boot stopped reading (the sequence
+number and boot id it keeps in the service's state directory, so lines logged while no
+guardian ran - a restart, a rolling update - are read back, and none is counted twice);
+without such a position, at the end of the ring buffer, or ``lookback`` before it (as
+node-problem-detector's kernel monitor does), or at its start with ``replay``. It reads
+every new record without blocking and counts matches of named regular expressions. It
+reads records as Documentation/ABI/testing/dev-kmsg defines them:
 
 - one read() returns one record, ``<facility*8+level>,<seq>,<usec>,<flag>[,...];<text>``
   then optional `` KEY=value`` dictionary lines; fields after the flag are ignored;
@@ -29,7 +33,9 @@ pattern matches, instead of at the next tick.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import os
 import re
 import select
@@ -39,10 +45,13 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from ..atomicfile import write_json
+from ..durations import Duration
 from ..host import Host
 from ..hostio.procfs import system_unit_of
 from ..plugins import SampleError, Source
@@ -79,6 +88,9 @@ class KmsgConfig(BaseModel):
     continuation: Literal["auto", "before-4.9", "4.9+"] = Field(
         "auto", description="what a record's 'c' flag means; auto: by the running kernel")
     replay: bool = Field(False, description="read the ring buffer from its start")
+    lookback: Duration = Field(0.0, ge=0, description="with no read position kept for this "
+                               "boot (a first start), also read the records of this long "
+                               "before the start (node-problem-detector's lookback)")
     max_records_per_drain: int = Field(20_000, gt=0,
                                        description="bounds guardian's CPU under a log flood")
 
@@ -296,6 +308,13 @@ class KmsgSource(Source[KmsgConfig]):
         self.line_matched: set[str] = set()  # patterns counted for that line
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
+        self.position: Path | None = None  # where the read position is kept
+        self.saved_seq: int | None = None  # the sequence number last written there
+        self.skip_through: int | None = None  # records up to it were read by a past run
+        self.not_before: int | None = None  # usec since boot: older records are skipped
+        # reading back (a kept position, a lookback): the first collection reports the
+        # counts before it, so that what is read back is an increase, as live lines are
+        self.baseline_pending = False
 
     def unavailable(self) -> str | None:
         try:
@@ -309,8 +328,85 @@ class KmsgSource(Source[KmsgConfig]):
             self.fd = os.open(self.host.kmsg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             # a recorded log (a regular file, one record per line) instead of the device
             self.is_file = stat.S_ISREG(os.fstat(self.fd).st_mode)
-            if not self.cfg.replay:
+            if self.cfg.replay:
+                return
+            if self.cfg.lookback and not self.is_file:
+                # from the oldest record, skipping those logged before the window
+                uptime = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+                self.not_before = uptime - int(self.cfg.lookback * 1e6)
+                self.baseline_pending = True
+                return
+            if self.is_file:
                 os.lseek(self.fd, 0, os.SEEK_END)
+            else:
+                self._read_to_end()
+
+    def _read_to_end(self) -> None:
+        """Move past every record there is, keeping the last one's sequence number (a
+        position to keep even if nothing new is logged before guardian stops; SEEK_END
+        would not say it)."""
+        for _ in range(1 << 20):  # at most the records a ring buffer can hold
+            try:
+                raw = os.read(self.fd, _READ_SIZE)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue  # overwritten meanwhile: on from the oldest left
+                break
+            with contextlib.suppress(IndexError, ValueError):
+                self.last_seq = int(raw.split(b",", 2)[1])
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def _boot_id(self) -> str:
+        try:
+            return (self.host.proc / "sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            return ""
+
+    def keep_state(self, directory: Path) -> None:
+        """Keep the read position in ``directory``; when one was kept for this boot, read
+        on from it: what was logged while no guardian ran is read back (records the
+        kernel overwrote meanwhile count as ``kmsg.lost``)."""
+        with self.lock:
+            self.position = directory / "kmsg-position.json"
+            if self.fd < 0 or self.is_file or self.cfg.replay or self.records:
+                return
+            try:
+                saved = json.loads(self.position.read_text())
+                seq = int(saved["seq"])
+                same_boot = saved["boot_id"] == self._boot_id() != ""
+            except (OSError, ValueError, KeyError, TypeError):
+                return  # none yet (a first start), or unreadable: start as without
+            if not same_boot:
+                return  # another boot's sequence numbers: they start over
+            os.lseek(self.fd, 0, os.SEEK_SET)  # the oldest record the kernel still has
+            self.skip_through, self.not_before = seq, None
+            self.last_seq = self.saved_seq = seq
+            self.baseline_pending = True
+
+    def _save_position(self) -> None:
+        """Write the sequence number read up to (under the lock), if it moved."""
+        if self.position is None or self.last_seq is None or self.last_seq == self.saved_seq:
+            return
+        try:
+            write_json(self.position, {"boot_id": self._boot_id(), "seq": self.last_seq})
+            self.saved_seq = self.last_seq
+        except OSError:
+            pass  # read on; the next save may succeed (a restart rereads at most that)
+
+    def _read_before(self, raw: bytes) -> bool:
+        """Whether a record was read by a past run or is older than the lookback."""
+        fields = raw.split(b",", 3)
+        with contextlib.suppress(IndexError, ValueError):
+            seq = int(fields[1])
+            if (self.skip_through is not None and seq <= self.skip_through) or \
+                    (self.not_before is not None and int(fields[2]) < self.not_before):
+                if self.skip_through is None:
+                    self.last_seq = seq  # read, and not to be read again
+                return True
+        self.skip_through = self.not_before = None  # the rest is newer
+        return False
 
     def drain(self, now: float) -> list[str]:
         """Read what is new (bounded per call); the names of the patterns that matched."""
@@ -338,8 +434,11 @@ class KmsgSource(Source[KmsgConfig]):
                 if self.is_file:
                     if not self._recorded(raw, now, matched):
                         break
-                else:
+                elif (self.skip_through is None and self.not_before is None) \
+                        or not self._read_before(raw):
                     self._record(raw, now, matched)
+            if matched:  # counted: a restart must not count them again
+                self._save_position()
             return matched
 
     def _too_big(self) -> None:
@@ -477,8 +576,12 @@ class KmsgSource(Source[KmsgConfig]):
         return f"    matches:\n      want: {sorted(want)}\n      got:  {got}\n    line: {line}"
 
     def collect(self, now: float) -> dict[str, object]:
-        self.drain(now)
+        if self.baseline_pending:
+            self.baseline_pending = False  # the next drain reads back
+        else:
+            self.drain(now)
         with self.lock:
+            self._save_position()
             matches: Family = {labels_of({"pattern": n}): float(c)
                                for n, c in self.counts.items()}
             ages: Family = {labels_of({"pattern": n}): max(now - t, 0.0)
@@ -504,6 +607,9 @@ class KmsgSource(Source[KmsgConfig]):
             poller = select.poll()
             poller.register(self.fd, select.POLLIN)
             while not self.stop.is_set():
+                if self.baseline_pending:  # nothing is read back before the baseline
+                    self.stop.wait(_FOLLOW_COALESCE)
+                    continue
                 if not poller.poll(500):
                     continue
                 matched = self.drain(time.monotonic())
@@ -521,6 +627,7 @@ class KmsgSource(Source[KmsgConfig]):
             self.thread.join(timeout=2)
             self.thread = None
         with self.lock:
+            self._save_position()
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1

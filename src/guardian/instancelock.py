@@ -1,0 +1,61 @@
+"""One guardian per state directory: two (the package's unit beside a DaemonSet, both
+writing /var/lib/guardian) would both act on every rule and overwrite each other's state.
+The service holds an exclusive ``flock`` on ``guardian.lock`` there for its lifetime; the
+kernel drops it when the process ends, however it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+LOCK_NAME = "guardian.lock"
+
+
+class InstanceLocked(Exception):
+    """Another process holds the lock, or it cannot be taken; the message says which."""
+
+
+class InstanceLock:
+    """The lock on one state directory, taken by :meth:`acquire`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK_NAME
+        self.fd = -1
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`InstanceLocked` with a one-line reason."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                         0o600)
+        except OSError as exc:
+            raise InstanceLocked(f"cannot use the state directory {self.path.parent}: "
+                                 f"{exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read(fd)
+            os.close(fd)
+            if exc.errno in (11, 13):  # EAGAIN/EWOULDBLOCK, EACCES: held by another
+                raise InstanceLocked(
+                    f"another guardian{f' (pid {holder})' if holder else ''} already uses "
+                    f"the state directory {self.path.parent}; one per node (stop the other "
+                    "first, or give this one a state directory of its own)") from None
+            raise InstanceLocked(f"cannot lock {self.path}: {exc.strerror or exc}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+def _read(fd: int) -> str:
+    with contextlib.suppress(OSError):
+        return os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return ""
