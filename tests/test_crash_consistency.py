@@ -36,12 +36,31 @@ def test_sigkill_100_times_while_acting(tmp_path: Path) -> None:
     audit, state = tmp_path / "audit.jsonl", tmp_path / "state.json"
     rng = random.Random(1234)
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-    for _ in range(KILLS):
-        proc = subprocess.Popen(
+
+    def start(state: Path, audit: Path, rules: Path = rules) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [sys.executable, "-m", "guardian", "run", "--rules", str(rules), "--interval",
              "0.05s", "--state", str(state), "--audit", str(audit), "--metrics-port", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(0.05, 0.65))  # from mid-start-up to well into acting
+
+    # How long this machine, as loaded now, takes from start to acting: the kill points
+    # are spread around it, so a busy CI machine still sees kills on both sides of it.
+    probe_rules = tmp_path / "probe-rules"
+    probe_rules.mkdir()
+    (probe_rules / "r.toml").write_text(RULE.format(python=sys.executable,
+                                                    marker=tmp_path / "probe-marker"))
+    probe = start(tmp_path / "probe-state.json", tmp_path / "probe-audit.jsonl", probe_rules)
+    t0 = time.monotonic()
+    while '"type":"plan"' not in _text(tmp_path / "probe-audit.jsonl"):
+        assert time.monotonic() - t0 < 30, "the daemon never acted"
+        time.sleep(0.01)
+    to_acting = time.monotonic() - t0
+    probe.kill()
+    probe.wait(timeout=10)
+    for _ in range(KILLS):
+        proc = start(state, audit)
+        # from mid-start-up to well into acting (the action takes 0.2 s)
+        time.sleep(rng.uniform(0.1 * to_acting, 1.3 * to_acting + 0.2))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         if state.exists():  # atomic rename: never half-written
@@ -56,3 +75,10 @@ def test_sigkill_100_times_while_acting(tmp_path: Path) -> None:
     assert json.loads(state.read_text())["rules"]["always"]["last_run"] is not None
     time.sleep(0.5)
     assert marker.read_text() in ("", "x")  # it ran at most once
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

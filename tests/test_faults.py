@@ -105,6 +105,7 @@ def test_a_slow_action_times_out_while_the_loop_feeds_the_watchdog(tmp_path: Pat
     cfg = write(tmp_path, "g.toml", '[service]\napply_timeout = "3s"\n')
     with daemon(tmp_path, "--config", str(cfg), rules=rules,
                 watchdog_usec=1_000_000) as (proc, notify):
+        notify.wait_for("READY")  # start-up is slower on a loaded machine
         t0 = time.monotonic()
         pings = 0
         while time.monotonic() - t0 < 2.5:  # the apply is running meanwhile
