@@ -464,6 +464,80 @@ def test_crash_looping_unit_is_stopped_and_masked_under_real_systemd() -> None:
                                       systemctl=systemctl))
         out2 = gone.apply(gone.plan(actx), actx)
         assert out2.ok and out2.data["units"][0]["note"] == "unit is gone: no-op"
+        # Before: the action ran its own argv (`systemctl`, which the image lacks) whatever
+        # the source used. Over systemd's private bus, as the source reaches it, with no
+        # systemctl program at all (run in the container's PID namespace: systemd
+        # refuses a peer whose PID it cannot see)
+        c.write("/usr/lib/systemd/system/crashy2.service", CRASHY)
+        c.run("systemctl", "daemon-reload")
+        c.run("systemctl", "enable", "--now", "crashy2.service")
+        probe = c.python_in_pid_namespace(OVER_THE_BUS, c.private_socket, "crashy2.service")
+        stdout, _ = probe.communicate(timeout=120)
+        over_bus = json.loads(stdout)
+        assert over_bus["ok"] and over_bus["verified"], over_bus
+        assert over_bus["steps"][0].startswith("systemd (bus) stop crashy2.service")
+        state = c.run("systemctl", "show", "-p", "ActiveState,UnitFileState",
+                      "crashy2.service").stdout
+        assert "ActiveState=inactive" in state or "ActiveState=failed" in state
+        assert "UnitFileState=masked" in state
+
+
+OVER_THE_BUS = r"""
+import json, sys
+from pathlib import Path
+from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.host import Host
+from guardian.hostio.systemdclient import SystemdSettings, configure
+from guardian.plugins import ActionContext
+from guardian.snapshot import Snapshot
+
+# what the systemd source registers when it talks to systemd over its bus
+configure(Path("/"), SystemdSettings("dbus", ("no-such-systemctl",), sys.argv[1], 30.0))
+act = SystemdUnit(UnitParams(allow=["*"], units=[sys.argv[2]], verbs=["stop", "mask"]))
+ctx = ActionContext("r", Snapshot(0, {}), Host(), dry_run=False)
+plan = act.plan(ctx)
+out = act.apply(plan, ctx)
+print(json.dumps({"ok": out.ok, "verified": out.verified, "error": out.error,
+                  "steps": [s.change for s in plan.steps], "data": out.data}, default=str))
+"""
+
+
+def test_the_action_reaches_systemd_as_the_source_does(tmp_path: Path) -> None:
+    """Before: `systemd.unit` ran its own default argv (`systemctl`) whatever the systemd
+    source was configured with (here a program of the test's own, as an nsenter prefix
+    would be)."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "fake-systemctl"
+    fake.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+case "$1" in
+  show) printf 'LoadState=loaded\nActiveState=inactive\nSubState=dead\nUnitFileState=enabled\n' ;;
+esac
+""")
+    fake.chmod(0o755)
+    root = tmp_path / "host"
+    root.mkdir()
+    SystemdSource(Host(root), SystemdSource.Config(systemctl=[str(fake)],
+                                                   transport="systemctl"))
+    act = SystemdUnit(UnitParams(allow=["*"], units=["a.service"]))
+    c = ctx(host=Host(root))
+    plan = act.plan(c)
+    assert plan.steps[0].change.startswith(f"{fake} stop a.service")
+    out = act.apply(plan, c)
+    assert out.ok and out.verified, out
+    assert "stop -- a.service" in calls.read_text().splitlines()
+
+
+def test_a_systemctl_that_cannot_run_is_named() -> None:
+    """Before: `apply raised FileNotFoundError(2, 'No such file or directory')`, naming no
+    program."""
+    act = SystemdUnit(UnitParams(allow=["*"], units=["a.service"],
+                                 systemctl=["/nonexistent/nsenter", "--", "systemctl"]))
+    c = ctx()
+    out = act.apply(act.plan(c), c)
+    assert not out.ok
+    assert "cannot run '/nonexistent/nsenter' (the systemctl argv: /nonexistent/nsenter " \
+           "-- systemctl): No such file or directory" in out.error, out.error
 
 
 def test_units_guardian_must_never_touch_are_refused() -> None:

@@ -2,13 +2,14 @@
 
 The incident's real fix: stop the unit that leaks cgroups. Targets are units the systemd
 source reports (``systemd.unit_restarts_recent``) that match the rule's allow-list, not
-its deny-list, with at least ``min_restarts`` restarts in the source's window. Commands
-are systemctl argv lists; the effect is verified with ``systemctl show``.
+its deny-list, with at least ``min_restarts`` restarts in the source's window. systemd is
+reached as the systemd source reaches it (:mod:`guardian.hostio.systemdclient`: its
+private bus, where the image has no ``systemctl``, or its ``systemctl`` argv), unless the
+rule names a ``systemctl`` argv; the effect is verified by reading the unit back.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar, Literal
@@ -16,8 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..durations import Duration
-from ..hostio import systemctl
-from ..hostio.systemctl import parse_show
+from ..hostio.systemdclient import SystemdClient, SystemdSettings, settings_for
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..safety import selected
 
@@ -38,7 +38,9 @@ class UnitParams(BaseModel):
                               "window (0: act on matching units whatever their restarts)")
     units: list[str] | None = Field(None, description="exact units, instead of the "
                                     "crash-loop criteria (for `guardian act`)")
-    systemctl: list[str] = Field(["systemctl"], min_length=1)
+    systemctl: list[str] | None = Field(
+        None, min_length=1, description="argv that runs systemctl; default: systemd as the "
+        "systemd source reaches it (its transport: the private bus, or its systemctl argv)")
     timeout: Duration = Field(30.0, gt=0)
 
 
@@ -62,6 +64,10 @@ class SystemdUnit(Action[UnitParams]):
                 return plan
             candidates = {dict(k)["unit"]: v for k, v in fam.items() if v >= p.min_restarts}
         targets = []
+        client = self._client(ctx)
+        via = " ".join(p.systemctl) if p.systemctl else (
+            " ".join(client.settings.systemctl) if client.transport == "systemctl"
+            else "systemd (bus)")
         for unit, restarts in sorted(candidates.items()):
             if not selected(unit, p.allow, p.deny):
                 continue
@@ -72,37 +78,47 @@ class SystemdUnit(Action[UnitParams]):
             targets.append(unit)
             why = "" if restarts != restarts else f" ({restarts:g} restarts in the window)"
             for verb in p.verbs:
-                plan.steps.append(Step(unit, f"{' '.join(p.systemctl)} {verb} {unit}{why}"))
+                plan.steps.append(Step(unit, f"{via} {verb} {unit}{why}"))
         if not targets and not plan.skipped:
             plan.note = "no unit matches: nothing to do"
         plan.data["units"] = targets
         return plan
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def _client(self, ctx: ActionContext) -> SystemdClient:
         p = self.params
-        return systemctl.run(p.systemctl, *args, timeout=p.timeout)
+        if p.systemctl:
+            return SystemdClient(SystemdSettings("systemctl", tuple(p.systemctl),
+                                                 timeout=p.timeout))
+        s = settings_for(ctx.host.root)
+        return SystemdClient(SystemdSettings(s.transport, s.systemctl, s.bus_socket,
+                                             p.timeout))
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params
         results: list[dict[str, Any]] = []
-        for unit in plan.data.get("units", []):
-            state = self._state(unit)
-            if state.get("LoadState") == "not-found":
-                results.append({"unit": unit, "ok": True, "note": "unit is gone: no-op"})
-                continue
-            r: dict[str, Any] = {"unit": unit, "ok": True, "verbs": []}
-            for verb in p.verbs:
-                proc = self._run(verb, "--", unit)
-                r["verbs"].append({"verb": verb, "exit_status": proc.returncode,
-                                   "stderr": proc.stderr.strip()[:2000]})
-                if proc.returncode != 0:
-                    r["ok"] = False
-                    r["error"] = f"systemctl {verb} {unit}: {proc.stderr.strip()[:300]}"
-                    break
-            after = self._state(unit)
-            r["after"] = after
-            r["verified"] = _verified(p.verbs, after) if r["ok"] else False
-            results.append(r)
+        client = self._client(ctx)
+        try:
+            for unit in plan.data.get("units", []):
+                state = client.show(unit)
+                if state.get("LoadState") == "not-found":
+                    results.append({"unit": unit, "ok": True, "note": "unit is gone: no-op"})
+                    continue
+                r: dict[str, Any] = {"unit": unit, "ok": True, "verbs": [],
+                                     "via": client.describe()}
+                for verb in p.verbs:
+                    error = client.verb(verb, unit)
+                    r["verbs"].append({"verb": verb, "ok": error is None,
+                                       **({"error": error[:2000]} if error else {})})
+                    if error:
+                        r["ok"] = False
+                        r["error"] = error[:300]
+                        break
+                after = client.show(unit)
+                r["after"] = after
+                r["verified"] = _verified(p.verbs, after) if r["ok"] else False
+                results.append(r)
+        finally:
+            client.close()
         failed = [r for r in results if not r["ok"]]
         unverified = [r["unit"] for r in results if r["ok"] and r.get("verified") is False]
         data = {"units": results}
@@ -114,12 +130,6 @@ class SystemdUnit(Action[UnitParams]):
                            error=f"commands succeeded but not in effect: {unverified}")
         return Outcome(ok=True, verified=True, data=data,
                        detail=f"{', '.join(p.verbs)}: {len(results)} unit(s)")
-
-    def _state(self, unit: str) -> dict[str, str]:
-        proc = self._run("show", "--property=LoadState,ActiveState,SubState,UnitFileState",
-                         "--", unit)
-        units = parse_show(proc.stdout) if proc.returncode == 0 else []
-        return units[0] if units else {}
 
 
 def _verified(verbs: Sequence[str], after: dict[str, str]) -> bool:

@@ -23,9 +23,18 @@ def run(systemctl: Sequence[str], *args: str, timeout: float
                           timeout=timeout, env=ENV, check=False)
 
 
+def cannot_run(systemctl: Sequence[str], exc: OSError) -> str:
+    """One line naming the program that could not be run, and why."""
+    return (f"cannot run {systemctl[0]!r} (the systemctl argv: {' '.join(systemctl)}): "
+            f"{exc.strerror or exc}")
+
+
 def output(systemctl: Sequence[str], *args: str, timeout: float) -> str:
     """What ``systemctl ARGS`` prints. Raises RuntimeError when it fails."""
-    proc = run(systemctl, *args, timeout=timeout)
+    try:
+        proc = run(systemctl, *args, timeout=timeout)
+    except OSError as exc:
+        raise RuntimeError(cannot_run(systemctl, exc)) from None
     if proc.returncode != 0:
         msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         raise RuntimeError(f"{' '.join(systemctl)} {args[0]} failed "

@@ -21,6 +21,7 @@ from ..host import Host
 from ..hostio import systemctl
 from ..hostio.systemctl import parse_show
 from ..hostio.systemdbus import PRIVATE_SOCKET, SystemdBus
+from ..hostio.systemdclient import SystemdSettings, configure
 from ..plugins import Source
 from ..snapshot import Family, SignalSpec, labels_of
 
@@ -68,6 +69,13 @@ class SystemdSource(Source[SystemdConfig]):
         self.cfg: SystemdConfig = self.config
         self.history: dict[str, deque[tuple[float, int]]] = {}
         self.bus: SystemdBus | None = None
+        self._share(self.cfg.transport)
+
+    def _share(self, transport: Literal["auto", "dbus", "systemctl"]) -> None:
+        """Tell the systemd.unit action how this source reaches systemd (one client)."""
+        configure(self.host.root, SystemdSettings(
+            transport, tuple(self.cfg.systemctl),
+            str(self.host.root / self.cfg.bus_socket.lstrip("/")), self.cfg.timeout))
 
     def _run(self, *args: str) -> str:
         return systemctl.output(self.cfg.systemctl, *args, timeout=self.cfg.timeout)
@@ -83,6 +91,7 @@ class SystemdSource(Source[SystemdConfig]):
             try:
                 bus.poll()
                 self.bus = bus
+                self._share("dbus")
                 return None
             except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
                 bus.close()
@@ -90,6 +99,8 @@ class SystemdSource(Source[SystemdConfig]):
                 if self.cfg.transport == "dbus":
                     return bus_said
                 bus_said += "; "
+        if self.cfg.transport == "auto":
+            self._share("systemctl")  # the bus did not answer: the action uses what this does
         if shutil.which(self.cfg.systemctl[0]) is None:
             return f"{bus_said}{self.cfg.systemctl[0]} not found"
         try:
