@@ -1,0 +1,277 @@
+"""Prometheus exposition as a source: local endpoints and textfile-collector files.
+
+Endpoints (dcgm-exporter's ``http://127.0.0.1:9400/metrics``, kubelet's, an
+application's) are scraped and ``*.prom`` files of node_exporter's textfile-collector
+directories read by a worker thread, every ``interval``, each within ``timeout`` and
+``max_bytes``: a collection only takes the latest results, so a slow endpoint never holds
+the loop. Files are opened without blocking and must be regular (a FIFO or a device named
+``x.prom`` is refused, never waited on). The text is parsed with prometheus_client's
+parser.
+
+Every sample becomes a member of ``prom.sample{target,metric,series}``: ``metric`` is the
+sample's name as exposed (``DCGM_FI_DEV_XID_ERRORS``, ``node_x_total``), ``series`` its
+other labels as exposition text, sorted (``UUID="GPU-…",gpu="0"``), ``target`` the
+endpoint's configured name or ``file:NAME.prom``. (guardian's signal names are lower case
+and declared before any rule loads, so exposed names are label values, not signal names.)
+A family with more than ``max_series`` members keeps the first ones and counts the rest
+in ``prom.dropped{target}``.
+
+Staleness is no value: while any target has failed its last read, or was last read longer
+than ``max_age`` ago (a file: last modified), ``prom.sample`` has no value at all, so a
+rule over it neither fires nor resolves on part of the data; ``prom.up{target}`` says which
+target it is (1 fresh, 0 not) and ``prom.errors{target}`` counts failed reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import stat
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..durations import Duration
+from ..host import Host
+from ..plugins import Source
+from ..snapshot import Family, Labels, SignalSpec, labels_of
+
+
+class ExpositionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    endpoints: dict[str, str] = Field(
+        default_factory=dict, description="target name -> http(s) URL of a local "
+        "/metrics (e.g. dcgm = 'http://127.0.0.1:9400/metrics')")
+    textfile_directories: list[str] = Field(
+        default_factory=list, description="directories of node_exporter textfile-collector "
+        "*.prom files")
+    interval: Duration = Field(15.0, gt=0, description="how often the worker reads")
+    timeout: Duration = Field(3.0, gt=0, description="one read's limit, whole")
+    max_age: Duration = Field(60.0, gt=0, description="older data (a file: last modified) "
+                              "gives no value")
+    max_bytes: int = Field(4 << 20, gt=0, description="a larger page or file is an error")
+    max_series: int = Field(2_000, gt=0, description="members kept per metric and target")
+    metrics: list[str] = Field(default_factory=lambda: ["*"], description="sample names "
+                               "kept (globs); the rest are not turned into signals")
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, url in v.items():
+            if not name or name.startswith("file:"):
+                raise ValueError(f"target name {name!r} is empty or starts with 'file:'")
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"endpoint {name!r}: {url!r} is not an http(s) URL")
+        return v
+
+
+@dataclass
+class Reading:
+    """The last read of one target: when (monotonic), its samples, or why it failed."""
+
+    at: float
+    samples: Family = field(default_factory=dict)
+    dropped: int = 0
+    error: str = ""
+    modified: float | None = None  # a file's mtime (wall clock)
+
+
+def parse(text: str, target: str, max_series: int, keep: list[str]) -> tuple[Family, int]:
+    """The samples of an exposition page as members of ``prom.sample``, and how many were
+    dropped over ``max_series`` per metric. Raises ValueError on a malformed page."""
+    out: Family = {}
+    per_metric: dict[str, int] = {}
+    dropped = 0
+    everything = keep == ["*"]
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if not everything and not any(fnmatch.fnmatchcase(s.name, k) for k in keep):
+                continue
+            n = per_metric.get(s.name, 0)
+            if n >= max_series:
+                dropped += 1
+                continue
+            per_metric[s.name] = n + 1
+            series = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+            out[labels_of({"target": target, "metric": s.name, "series": series})] = \
+                float(s.value)
+    return out, dropped
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def read_capped(path: Path, max_bytes: int) -> tuple[str, float]:
+    """A regular file's text (opened without blocking, at most ``max_bytes``) and its
+    mtime. Raises OSError or ValueError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > max_bytes:
+            raise ValueError(f"larger than {max_bytes} bytes")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise ValueError(f"larger than {max_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8"), st.st_mtime
+    finally:
+        os.close(fd)
+
+
+def scrape(url: str, timeout: float, max_bytes: int) -> str:
+    """One GET of an exposition page, whole within ``timeout`` (a server that drips bytes
+    is cut off too), at most ``max_bytes``. Raises OSError or ValueError."""
+    deadline = time.monotonic() + timeout
+    req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        chunks, size = [], 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not read whole within {timeout:g} s")
+            chunk = resp.read1(1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise ValueError(f"larger than {max_bytes} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8")
+
+
+class ExpositionSource(Source[ExpositionConfig]):
+    name: ClassVar[str] = "exposition"
+    Config = ExpositionConfig
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("prom.sample", "samples of local Prometheus endpoints and textfile "
+                   "*.prom files, by target, sample name (metric) and its other labels "
+                   "(series); no value while any target is failing or stale",
+                   labels=("metric", "series", "target")),
+        SignalSpec("prom.up", "1 when a target's last read succeeded within max_age, "
+                   "else 0", labels=("target",)),
+        SignalSpec("prom.errors", "failed reads of a target, since start", "reads",
+                   labels=("target",), counter=True),
+        SignalSpec("prom.dropped", "samples over max_series dropped at a target's last "
+                   "read", "samples", labels=("target",)),
+    )
+
+    def __init__(self, host: Host, config: ExpositionConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(host, config)
+        self.cfg: ExpositionConfig = self.config
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.readings: dict[str, Reading] = {}
+        self.errors: dict[str, int] = dict.fromkeys(self.cfg.endpoints, 0)
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def unavailable(self) -> str | None:
+        if not self.cfg.endpoints and not self.cfg.textfile_directories:
+            return "no endpoints or textfile directories configured ([sources.exposition])"
+        return None
+
+    def refresh(self) -> None:
+        """Read every target once (the worker's round; blocking, never on the loop)."""
+        for name, url in self.cfg.endpoints.items():
+            try:
+                text = scrape(url, self.cfg.timeout, self.cfg.max_bytes)
+                samples, dropped = parse(text, name, self.cfg.max_series, self.cfg.metrics)
+                reading = Reading(self.clock(), samples, dropped)
+            except (OSError, ValueError, urllib.error.URLError) as exc:
+                reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
+            self._keep(name, reading)
+        seen: set[str] = set()
+        for directory in self.cfg.textfile_directories:
+            base = self.host.root / directory.lstrip("/")
+            try:
+                names = sorted(n for n in os.listdir(base) if n.endswith(".prom"))
+            except OSError as exc:
+                self._keep(f"dir:{directory}", Reading(self.clock(), error=str(exc)))
+                continue
+            self.readings.pop(f"dir:{directory}", None)
+            for n in names:
+                target = f"file:{n}"
+                seen.add(target)
+                try:
+                    text, mtime = read_capped(base / n, self.cfg.max_bytes)
+                    samples, dropped = parse(text, target, self.cfg.max_series,
+                                             self.cfg.metrics)
+                    reading = Reading(self.clock(), samples, dropped, modified=mtime)
+                except (OSError, ValueError) as exc:
+                    reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
+                self._keep(target, reading)
+        with self.lock:  # a file that was removed is no target any more
+            for gone in [t for t in self.readings if t.startswith("file:") and t not in seen]:
+                del self.readings[gone]
+
+    def _keep(self, target: str, reading: Reading) -> None:
+        with self.lock:
+            self.readings[target] = reading
+            if reading.error:
+                self.errors[target] = self.errors.get(target, 0) + 1
+
+    def _start(self) -> None:
+        if self.thread is not None:
+            return
+
+        def loop() -> None:
+            while not self.stop.is_set():
+                with contextlib.suppress(Exception):  # a bug in one round: the next one
+                    self.refresh()
+                self.stop.wait(self.cfg.interval)
+
+        self.thread = threading.Thread(target=loop, name="guardian-exposition", daemon=True)
+        self.thread.start()
+
+    def _fresh(self, r: Reading, now: float) -> bool:
+        if r.error or now - r.at > self.cfg.max_age:
+            return False
+        return r.modified is None or time.time() - r.modified <= self.cfg.max_age
+
+    def collect(self, now: float) -> dict[str, object]:
+        self._start()
+        mono = self.clock()
+        with self.lock:
+            readings = dict(self.readings)
+            errors = dict(self.errors)
+        up: Family = {}
+        samples: Family = {}
+        dropped: Family = {}
+        stale = not readings or any(t not in readings for t in self.cfg.endpoints)
+        for target, r in readings.items():
+            fresh = self._fresh(r, mono)
+            key: Labels = labels_of({"target": target})
+            up[key] = 1.0 if fresh else 0.0
+            dropped[key] = float(r.dropped)
+            stale = stale or not fresh
+            samples.update(r.samples)
+        for target in self.cfg.endpoints:
+            up.setdefault(labels_of({"target": target}), 0.0)
+        return {"prom.sample": None if stale else samples, "prom.up": up,
+                "prom.dropped": dropped,
+                "prom.errors": {labels_of({"target": t}): float(n)
+                                for t, n in errors.items()}}
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=self.cfg.timeout + 1)
+            self.thread = None

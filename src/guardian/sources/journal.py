@@ -1,0 +1,391 @@
+"""Patterns over the systemd journal, read through systemd's own reader.
+
+A child ``journalctl --follow --output=json`` (an argv list, never a shell; scoped with
+``-u UNIT`` per configured unit, or ``-D DIR`` for another journal directory) is read
+without blocking by a thread that matches each entry's ``MESSAGE`` against named regular
+expressions and wakes the loop when one matches. The journal's cursor of the last entry
+read is kept in the service's state directory, and a restart reads on after it
+(``--after-cursor``): entries logged while no guardian ran are read once. Without a kept
+cursor it starts at the journal's end.
+
+Bounds: at most ``max_entries_per_tick`` entries are matched between two collections; the
+rest of a flood is read (so journalctl never blocks and the cursor moves on) but only
+counted, in ``journal.skipped{reason="flood"}``. A line longer than ``max_line_bytes`` is
+skipped (``reason="too_long"``), one that is not a JSON object ``reason="json"``.
+
+A journalctl that exits (or cannot start) is started again after a backoff (1 s doubling
+to a minute); until it runs the source gives no value, which the collector counts in
+``guardian.source_errors{source="journal"}``: a missing reader never reads as a quiet log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..atomicfile import write_json
+from ..host import Host
+from ..plugins import SampleError, Source
+from ..regexsafety import backtracking_risk, cost_risk
+from ..snapshot import Family, SignalSpec, labels_of
+
+SKIP_REASONS = ("flood", "too_long", "json")
+_COALESCE = 0.05           # at most ~20 wake-ups a second
+_BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 60.0
+_STABLE = 30.0             # a child that ran this long resets the backoff
+_FIELDS = "MESSAGE,_SYSTEMD_UNIT,UNIT,_SYSTEMD_USER_UNIT"
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@*?\[\]-]+$")
+
+
+class JournalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    patterns: dict[str, str] = Field(
+        default_factory=dict, description="name -> regular expression over an entry's "
+        "MESSAGE; with none the source does not run")
+    units: list[str] = Field(
+        default_factory=list, description="read only these units' entries (journalctl -u; "
+        "systemd's own messages about a unit count as the unit's); empty: every entry")
+    journalctl: list[str] = Field(
+        default_factory=lambda: ["journalctl"], min_length=1,
+        description="argv prefix of systemd's reader (e.g. with nsenter for the host's)")
+    directory: str | None = Field(None, description="read this journal directory "
+                                  "(journalctl -D) instead of the system journal")
+    max_entries_per_tick: int = Field(5_000, gt=0, description="entries matched between "
+                                      "two collections; the rest of a flood is counted")
+    max_line_bytes: int = Field(65_536, gt=0, description="a longer entry is skipped")
+
+    @field_validator("patterns")
+    @classmethod
+    def _compile(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, rx in v.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ValueError(f"pattern name {name!r} must be lower_snake_case")
+            try:
+                re.compile(rx)
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ValueError(f"pattern {name!r}: bad regular expression: {exc}") from None
+            if (why := backtracking_risk(rx)) is not None:
+                raise ValueError(f"pattern {name!r}: {why}")
+            if (why := cost_risk(rx)) is not None:
+                raise ValueError(f"pattern {name!r}: {why}")
+        return v
+
+    @field_validator("units")
+    @classmethod
+    def _units(cls, v: list[str]) -> list[str]:
+        for unit in v:
+            if not _UNIT_NAME.match(unit) or unit.startswith("-"):
+                raise ValueError(f"{unit!r} is not a unit name")
+        return v
+
+
+def entry_unit(entry: dict[str, Any]) -> str:
+    """The unit an entry is about: the unit that logged it, or for systemd's own messages
+    about a unit (logged by PID 1, ``init.scope``) the unit named in ``UNIT``."""
+    own = entry.get("_SYSTEMD_UNIT")
+    about = entry.get("UNIT") or entry.get("_SYSTEMD_USER_UNIT")
+    if isinstance(about, str) and (not isinstance(own, str) or own == "init.scope"):
+        return about
+    return own if isinstance(own, str) else ""
+
+
+def entry_message(entry: dict[str, Any]) -> str:
+    """An entry's MESSAGE as text: journalctl's JSON gives a string, or an array of byte
+    values for one that is not valid UTF-8, or null for one too large to show."""
+    msg = entry.get("MESSAGE")
+    if isinstance(msg, str):
+        return msg
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        return bytes(msg).decode("utf-8", "replace")
+    return ""
+
+
+class JournalSource(Source[JournalConfig]):
+    name: ClassVar[str] = "journal"
+    Config = JournalConfig
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("journal.matches", "journal entries whose MESSAGE matched a pattern, "
+                   "since start, by pattern and unit (each configured unit from zero)",
+                   "entries", labels=("pattern", "unit"), counter=True),
+        SignalSpec("journal.lines", "journal entries read since start", "entries",
+                   counter=True),
+        SignalSpec("journal.skipped", "entries read but not matched, by reason (flood, "
+                   "too_long, json)", "entries", labels=("reason",), counter=True),
+        SignalSpec("journal.restarts", "times journalctl was started again after it "
+                   "exited", "restarts", counter=True),
+    )
+
+    def __init__(self, host: Host, config: JournalConfig | None = None) -> None:
+        super().__init__(host, config)
+        self.cfg: JournalConfig = self.config
+        self.patterns = {n: re.compile(p) for n, p in self.cfg.patterns.items()}
+        self.lock = threading.Lock()
+        self.counts: dict[tuple[str, str], int] = {
+            (p, u): 0 for p in self.patterns for u in self.cfg.units}
+        self.lines = 0
+        self.skipped = dict.fromkeys(SKIP_REASONS, 0)
+        self.restarts = 0
+        self.tick_entries = 0
+        self.cursor: str | None = None
+        self.last_skipped: bytes | None = None  # the newest entry only counted
+        self.saved_cursor: str | None = None
+        self.position: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.failure: str | None = None
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.wake: Callable[[str], None] | None = None
+        self.pending: set[str] = set()
+
+    def unavailable(self) -> str | None:
+        if not self.patterns:
+            return "no journal patterns configured ([sources.journal] patterns)"
+        return None
+
+    def keep_state(self, directory: Path) -> None:
+        """Keep the journal cursor in ``directory``; a kept one is read on from."""
+        with self.lock:
+            self.position = directory / "journal-cursor.json"
+            if self.thread is not None or self.cursor is not None:
+                return
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                saved = json.loads(self.position.read_text())
+                if saved.get("argv") == self._scope() and isinstance(saved["cursor"], str):
+                    self.cursor = self.saved_cursor = saved["cursor"]
+
+    def _scope(self) -> list[str]:
+        """What the kept cursor is a cursor of: another directory's is not this one's."""
+        return [self.cfg.directory or ""]
+
+    def argv(self) -> list[str]:
+        """The journalctl command line: from after the kept cursor, or the end."""
+        argv = [*self.cfg.journalctl, "--follow", "--output=json", "--no-pager",
+                f"--output-fields={_FIELDS}"]
+        if self.cfg.directory:
+            argv.append(f"--directory={self.cfg.directory}")
+        argv += [f"--unit={u}" for u in self.cfg.units]
+        argv.append(f"--after-cursor={self.cursor}" if self.cursor else "--lines=0")
+        return argv
+
+    def _spawn(self) -> subprocess.Popen[bytes] | None:
+        try:
+            proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except OSError as exc:
+            self.failure = f"cannot run {self.cfg.journalctl[0]}: {exc.strerror or exc}"
+            return None
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        self.failure = None
+        return proc
+
+    def _start(self) -> None:
+        if self.thread is not None:
+            return
+        with self.lock:
+            self._cursor_of_skipped()
+            self.proc = self._spawn()
+        self.thread = threading.Thread(target=self._run, name="guardian-journal",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        backoff = _BACKOFF_FIRST
+        while not self.stop.is_set():
+            proc = self.proc
+            if proc is not None:
+                started = time.monotonic()
+                self._pump(proc)
+                rc = _end(proc)
+                with self.lock:
+                    self.proc = None
+                    if not self.stop.is_set():
+                        self.failure = f"journalctl exited with status {rc}"
+                if time.monotonic() - started > _STABLE:
+                    backoff = _BACKOFF_FIRST
+            if self.stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+            with self.lock:
+                self._cursor_of_skipped()
+                self.proc = self._spawn()
+                if self.proc is not None:
+                    self.restarts += 1
+
+    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
+        """Read the child's lines until it exits or the source stops."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        buf = b""
+        too_long = False
+        while not self.stop.is_set():
+            if not poller.poll(500):
+                continue
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            lines = (buf + chunk).split(b"\n")
+            buf = lines.pop()
+            if len(buf) > self.cfg.max_line_bytes:
+                buf, too_long = b"", True
+            with self.lock:
+                for raw in lines:
+                    if too_long:  # the end of a line that was cut: skip it whole
+                        too_long = False
+                        self.lines += 1
+                        self.skipped["too_long"] += 1
+                        continue
+                    if raw:
+                        self._entry(raw)
+            self._maybe_wake()
+
+    def _entry(self, raw: bytes) -> None:
+        """One JSON line (under the lock)."""
+        self.lines += 1
+        if len(raw) > self.cfg.max_line_bytes:
+            self.skipped["too_long"] += 1
+            return
+        if self.tick_entries >= self.cfg.max_entries_per_tick:
+            self.skipped["flood"] += 1
+            self.last_skipped = raw  # its cursor is read only when it is needed
+            return
+        self.tick_entries += 1
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            self.skipped["json"] += 1
+            return
+        if not isinstance(entry, dict):
+            self.skipped["json"] += 1
+            return
+        cursor = entry.get("__CURSOR")
+        if isinstance(cursor, str):
+            self.cursor, self.last_skipped = cursor, None
+        message = entry_message(entry)
+        unit = None
+        for name, rx in self.patterns.items():
+            if rx.search(message):
+                unit = entry_unit(entry) if unit is None else unit
+                self.counts[(name, unit)] = self.counts.get((name, unit), 0) + 1
+                self.pending.add(name)
+
+    def _cursor_of_skipped(self) -> None:
+        """Move the cursor past the entries only counted (under the lock)."""
+        if self.last_skipped is None:
+            return
+        with contextlib.suppress(ValueError, AttributeError):
+            cursor = json.loads(self.last_skipped).get("__CURSOR")
+            if isinstance(cursor, str):
+                self.cursor = cursor
+        self.last_skipped = None
+
+    def _maybe_wake(self) -> None:
+        with self.lock:
+            names, self.pending = self.pending, set()
+        if names and self.wake is not None:
+            self.wake("journal: " + ", ".join(sorted(names)))
+            self.stop.wait(_COALESCE)
+
+    def _save(self) -> None:
+        """Write the cursor read up to (under the lock), if it moved."""
+        self._cursor_of_skipped()
+        if self.position is None or self.cursor is None or self.cursor == self.saved_cursor:
+            return
+        try:
+            write_json(self.position, {"argv": self._scope(), "cursor": self.cursor})
+            self.saved_cursor = self.cursor
+        except OSError:
+            pass  # read on; a restart rereads at most what was read since the last save
+
+    def follow(self, wake: Callable[[str], None]) -> bool:
+        self.wake = wake
+        self._start()
+        return True
+
+    def collect(self, now: float) -> dict[str, object]:
+        self._start()
+        with self.lock:
+            self.tick_entries = 0
+            self._save()
+            if self.proc is None:
+                raise OSError(self.failure or "journalctl is not running")
+            matches: Family = {labels_of({"pattern": p, "unit": u}): float(n)
+                               for (p, u), n in self.counts.items()}
+            skipped: Family = {labels_of({"reason": r}): float(n)
+                               for r, n in self.skipped.items()}
+            return {"journal.matches": matches, "journal.lines": self.lines,
+                    "journal.skipped": skipped, "journal.restarts": self.restarts}
+
+    offers_samples: ClassVar[bool] = True
+
+    @classmethod
+    def sample_schema(cls) -> dict[str, Any]:
+        return {"type": "object", "required": ["message", "matches"],
+                "additionalProperties": False,
+                "properties": {"message": {"type": "string",
+                                           "description": "a journal entry's MESSAGE"},
+                               "matches": {"type": "array", "items": {"type": "string"},
+                                           "description": "the patterns it must match"}}}
+
+    def check_sample(self, sample: dict[str, Any]) -> str | None:
+        """A ``[[journal]]`` sample: a ``message`` and the patterns it ``matches``."""
+        msg, want = sample.get("message"), sample.get("matches")
+        if not isinstance(msg, str) or not isinstance(want, list):
+            raise SampleError((), "a [[journal]] sample needs `message` (text) and "
+                                  "`matches` (list)")
+        unknown = [str(w) for w in want if w not in self.patterns]
+        if unknown:
+            raise SampleError(("matches",), f"unknown pattern(s) {', '.join(unknown)}")
+        got = sorted(n for n, rx in self.patterns.items() if rx.search(msg))
+        if got == sorted(want):
+            return None
+        return f"    matches:\n      want: {sorted(want)}\n      got:  {got}\n    message: {msg}"
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.lock:
+            proc = self.proc
+        if proc is not None:
+            _end(proc)
+        if self.thread is not None:
+            self.thread.join(timeout=2)
+            self.thread = None
+        with self.lock:
+            self._save()
+
+
+def _end(proc: subprocess.Popen[bytes]) -> int:
+    """Stop a child (its whole session: a wrapper's children too) and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return proc.returncode
