@@ -37,7 +37,8 @@ from .kube_standin import Store, serve
 from .nspawn import build_root
 
 # Builds and starts containers: run on the default interpreter only (.ci/run).
-pytestmark = pytest.mark.os_integration
+# (host_global too: it writes the host's kernel log)
+pytestmark = [pytest.mark.os_integration, pytest.mark.host_global]
 
 IMAGE = "localhost/node-guardian:ci"
 BASE = "debian:bookworm-slim"

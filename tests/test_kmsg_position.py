@@ -21,6 +21,9 @@ from guardian.sources.kmsg import KmsgConfig, KmsgSource
 
 from .kernel import inject_kmsg
 
+# it writes the host's kernel log, and counts what others write there meanwhile
+pytestmark = pytest.mark.host_global
+
 KEY = (("pattern", "fs_readonly"),)
 
 
