@@ -4,7 +4,8 @@ A source that raises yields no value for any of its signals, and its error is co
 ``guardian.source_errors{source=...}``: a missing number must never fire or clear a rule.
 A source's output is held to its specs (declared names, label names, finite numbers); a
 signal that breaks them has no value, and the collection counts as an error of its
-source, logged once per signal and problem.
+source, logged once per signal and problem; so does a collection whose source reports
+:meth:`~guardian.plugins.Source.faults` (members it could not read).
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ class Collector:
                         self._told.add((src.name, name, why))
                         log.error("source %s: signal %s has no value: %s", src.name, name,
                                   why)
+            faults = _faults(src)  # members it could not read, the rest standing
+            if faults:
+                if not problems:
+                    self.error_counts[src.name] += 1
+                snap.errors[src.name] = "; ".join(
+                    [*([snap.errors[src.name]] if problems else []), *faults])
         snap.values[SOURCE_ERRORS.name] = {
             labels_of({"source": n}): float(c) for n, c in self.error_counts.items()
         }
@@ -87,6 +94,13 @@ class Collector:
     def close(self) -> None:
         for src in self.sources:
             src.close()
+
+
+def _faults(src: Source[Any]) -> list[str]:
+    try:
+        return [str(f) for f in src.faults()]
+    except Exception as exc:
+        return [f"faults() failed: {exc}"]
 
 
 def _unavailable(src: Source[Any]) -> str | None:

@@ -84,6 +84,12 @@ class Source(ABC, Generic[C]):
     def collect(self, now: float) -> dict[str, object]:
         """Signal name -> float, or -> {labels: float} for a family."""
 
+    def faults(self) -> list[str]:
+        """What the last ``collect`` could not read while the rest of it stands (a script
+        check that timed out, a probe's endpoint gone): those members have no value, and
+        the collection counts as an error of the source. None by default."""
+        return []
+
     def close(self) -> None:
         """Release files or sockets held between collections."""
 

@@ -1,0 +1,287 @@
+"""Health probes: HTTP (status, body match, latency), TCP connect and unix-socket connect,
+e.g. kubelet's ``/healthz`` and containerd's socket.
+
+Probes run on their own interval on a small pool of worker threads (never on the loop's
+thread); each is bounded by its timeout as a whole, whatever the peer does (a server that
+accepts and never answers, or drips a byte at a time, is cut at the deadline: every
+socket operation waits at most the time left). HTTP is one ``GET`` over HTTP/1.0 (no
+chunked answers), at most 64 KiB of the answer read. A probe that fails is down
+(``probe.up`` 0) with why in ``probe.failures{probe,reason}``; a probe that has not run
+yet has no value.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..durations import PositiveDuration
+from ..host import Host
+from ..plugins import Source
+from ..regexsafety import backtracking_risk
+from ..snapshot import Family, SignalSpec, label, labels_of
+from .periodic import Periodic
+
+ANSWER_LIMIT = 65536
+PROBE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+REASONS = ("refused", "timeout", "status", "body", "tls", "error")
+
+
+class Probe(BaseModel):
+    """One endpoint: exactly one of ``url`` (http or https), ``tcp`` (host:port) or
+    ``unix`` (a socket path)."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(None, description="http:// or https:// URL to GET")
+    tcp: str | None = Field(None, description="host:port to connect to")
+    unix: str | None = Field(None, description="a unix stream socket to connect to")
+    interval: PositiveDuration | None = Field(None, description="default: the source's")
+    timeout: PositiveDuration | None = Field(None, description="the whole probe, connect "
+                                             "to last byte (default: the source's)")
+    status: list[int] = Field(default_factory=list, description="HTTP statuses that are "
+                              "up (default: 200-399)")
+    body: str | None = Field(None, description="a regular expression the HTTP body must "
+                             "contain (searched in its first 64 KiB)")
+    verify_tls: bool = Field(True, description="https: check the server's certificate")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP request "
+                                    "headers", json_schema_extra={"secret": True})
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Probe:
+        given = [k for k in ("url", "tcp", "unix") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("set exactly one of url, tcp, unix")
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"url {self.url!r}: http:// or https:// with a host")
+        elif self.status or self.body:
+            raise ValueError("status and body apply to url probes only")
+        if self.tcp is not None:
+            _host_port(self.tcp)
+        return self
+
+    @field_validator("body")
+    @classmethod
+    def _regex(cls, body: str | None) -> str | None:
+        if body is not None:
+            re.compile(body)
+            risk = backtracking_risk(body)
+            if risk:
+                raise ValueError(f"body pattern: {risk}")
+        return body
+
+
+class ProbeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    probes: dict[str, Probe] = Field(default_factory=dict, description="probes by name "
+                                     "(the `probe` label)")
+    interval: PositiveDuration = Field(10.0, description="default time between probes")
+    timeout: PositiveDuration = Field(2.0, description="default timeout of a probe")
+    concurrency: int = Field(4, ge=1, le=32, description="probes run at once")
+
+    @field_validator("probes")
+    @classmethod
+    def _names(cls, probes: dict[str, Probe]) -> dict[str, Probe]:
+        for name in probes:
+            if not PROBE_NAME.match(name):
+                raise ValueError(f"probe name {name!r}: letters, digits and _.:- only")
+        return probes
+
+
+@dataclass
+class Result:
+    at: float                  # monotonic time it ended
+    up: bool
+    seconds: float
+    status: int | None = None  # HTTP status
+    reason: str = ""           # why not up, one of REASONS
+    detail: str = ""
+
+
+class ProbeFailed(Exception):
+    def __init__(self, reason: str, detail: str, status: int | None = None) -> None:
+        super().__init__(detail)
+        self.reason, self.status = reason, status
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"tcp {text!r}: host:port expected")
+    return host.strip("[]"), int(port)
+
+
+class _Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise ProbeFailed("timeout", "timed out")
+        return left
+
+
+def run_probe(p: Probe, timeout: float, root: str = "/") -> Result:
+    """Run one probe now, bounded by ``timeout`` seconds in all."""
+    started = time.monotonic()
+    deadline = _Deadline(timeout)
+    status = None
+    try:
+        if p.unix is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(deadline.left())
+            try:
+                sock.connect(root.rstrip("/") + "/" + p.unix.lstrip("/"))
+            finally:
+                sock.close()
+        elif p.tcp is not None:
+            socket.create_connection(_host_port(p.tcp), timeout=deadline.left()).close()
+        else:
+            assert p.url is not None
+            status = _http(p, deadline)
+    except ProbeFailed as exc:
+        return Result(time.monotonic(), False, time.monotonic() - started, exc.status,
+                      exc.reason, str(exc))
+    except TimeoutError:
+        return Result(time.monotonic(), False, time.monotonic() - started, status,
+                      "timeout", "timed out")
+    except ssl.SSLError as exc:
+        return Result(time.monotonic(), False, time.monotonic() - started, status, "tls",
+                      str(exc))
+    except ConnectionRefusedError as exc:
+        return Result(time.monotonic(), False, time.monotonic() - started, status,
+                      "refused", exc.strerror or str(exc))
+    except OSError as exc:
+        return Result(time.monotonic(), False, time.monotonic() - started, status, "error",
+                      exc.strerror or str(exc))
+    return Result(time.monotonic(), True, time.monotonic() - started, status)
+
+
+def _http(p: Probe, deadline: _Deadline) -> int:
+    assert p.url is not None
+    parts = urlsplit(p.url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    sock: socket.socket = socket.create_connection((host, port), timeout=deadline.left())
+    try:
+        if parts.scheme == "https":
+            ctx = ssl.create_default_context()
+            if not p.verify_tls:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            sock.settimeout(deadline.left())
+            sock = ctx.wrap_socket(sock, server_hostname=host)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = {"Host": parts.netloc.rpartition("@")[2], "User-Agent": "guardian-probe",
+                "Accept": "*/*", "Connection": "close", **p.headers}
+        request = f"GET {path} HTTP/1.0\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n"
+        sock.settimeout(deadline.left())
+        sock.sendall(request.encode("latin-1", "replace"))
+        answer = bytearray()
+        while len(answer) < ANSWER_LIMIT:
+            sock.settimeout(deadline.left())  # a dripping server is cut at the deadline
+            chunk = sock.recv(ANSWER_LIMIT - len(answer))
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        sock.close()
+    head_end = answer.find(b"\r\n\r\n")
+    status_line = bytes(answer[:answer.find(b"\r\n")] if b"\r\n" in answer else answer)
+    m = re.match(rb"HTTP/\d(?:\.\d)? (\d{3})", status_line)
+    if m is None:
+        raise ProbeFailed("error", f"not an HTTP answer: {status_line[:60]!r}")
+    status = int(m.group(1))
+    if not (status in p.status if p.status else 200 <= status < 400):
+        raise ProbeFailed("status", f"HTTP {status}", status)
+    if p.body is not None:
+        body = bytes(answer[head_end + 4:]) if head_end >= 0 else b""
+        if re.search(p.body, body.decode("utf-8", "replace")) is None:
+            raise ProbeFailed("body", f"HTTP {status}: the body does not match", status)
+    return status
+
+
+class ProbeSource(Source[ProbeConfig]):
+    name: ClassVar[str] = "probe"
+    Config = ProbeConfig
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("probe.up", "1 when the probe's last run succeeded (connected; HTTP: an "
+                   "expected status and body), else 0", labels=("probe",)),
+        SignalSpec("probe.latency_seconds", "how long the probe's last successful run took "
+                   "(connect to last byte)", "seconds", labels=("probe",)),
+        SignalSpec("probe.status_code", "the HTTP status of the last answer",
+                   labels=("probe",)),
+        SignalSpec("probe.age_seconds", "time since the probe's last run ended", "seconds",
+                   labels=("probe",)),
+        SignalSpec("probe.failures", "failed runs by reason (refused, timeout, status, "
+                   "body, tls, error)", "runs", labels=("probe", "reason"), counter=True),
+    )
+
+    def __init__(self, host: Host, config: ProbeConfig | None = None) -> None:
+        super().__init__(host, config)
+        self.cfg: ProbeConfig = self.config
+        self.results: dict[str, Result] = {}
+        self.failures: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self._wake: Callable[[str], None] | None = None
+        self.periodic = Periodic({n: p.interval or self.cfg.interval
+                                  for n, p in self.cfg.probes.items()}, self._run,
+                                 self.cfg.concurrency, "guardian-probe")
+
+    def follow(self, wake: Callable[[str], None]) -> bool:
+        """Start probing now, and wake the loop when a probe goes up or down."""
+        self._wake = wake
+        self.periodic.start()
+        return bool(self.cfg.probes)
+
+    def collect(self, now: float) -> dict[str, object]:
+        self.periodic.start()
+        up: Family = {}
+        latency: Family = {}
+        code: Family = {}
+        age: Family = {}
+        mono = time.monotonic()
+        with self._lock:
+            results, failures = dict(self.results), dict(self.failures)
+        for name, r in sorted(results.items()):
+            key = label("probe", name)
+            up[key] = float(r.up)
+            age[key] = max(0.0, mono - r.at)
+            if r.up:
+                latency[key] = r.seconds
+            if r.status is not None:
+                code[key] = float(r.status)
+        return {"probe.up": up, "probe.latency_seconds": latency, "probe.status_code": code,
+                "probe.age_seconds": age,
+                "probe.failures": {labels_of({"probe": p, "reason": why}): float(n)
+                                   for (p, why), n in failures.items()}}
+
+    def close(self) -> None:
+        self.periodic.close()
+
+    def _run(self, name: str) -> None:
+        probe = self.cfg.probes[name]
+        try:
+            result = run_probe(probe, probe.timeout or self.cfg.timeout, str(self.host.root))
+        except Exception as exc:  # a bug must not leave the probe marked running
+            result = Result(time.monotonic(), False, 0.0, None, "error", str(exc))
+        with self._lock:
+            before = self.results.get(name)
+            self.results[name] = result
+            if not result.up:
+                key = (name, result.reason)
+                self.failures[key] = self.failures.get(key, 0) + 1
+        if (before is None or before.up != result.up) and self._wake is not None:
+            self._wake(f"probe {name}")

@@ -1,0 +1,211 @@
+"""Script checks: programs run on their own interval, their exit status and output as
+signals, in node-problem-detector's custom-plugin protocol.
+
+The protocol (node-problem-detector's ``pkg/custompluginmonitor/plugin/plugin.go`` and
+``types/types.go``): exit 0 is OK, 1 is NonOK (a problem), any other exit is Unknown; the
+message is the program's stdout with surrounding white space trimmed, cut at
+``max_output_length`` bytes (80 by default); at most 4 KiB of each stream is read.
+
+Checks run on a small pool of worker threads, scheduled by a thread of their own, never
+on the loop's thread: ``collect`` only reads the latest results. A check still running
+when it is due again is not started again. Each run is an argv list (no shell) in its own
+session; at its timeout, and when it ends, its whole process group is killed. A run that
+timed out or could not start has no value (node-problem-detector calls it Unknown): it is
+counted in ``script.errors`` and as an error of the source, never as a problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..durations import PositiveDuration
+from ..host import Host
+from ..hostio.programs import MINIMAL_ENV, Ran, run_bounded
+from ..plugins import Source
+from ..snapshot import Family, SignalSpec, label, labels_of
+from .periodic import Periodic
+
+log = logging.getLogger("guardian.sources.script")
+
+OK, PROBLEM, UNKNOWN = 0, 1, 2  # node-problem-detector's OK, NonOK, Unknown
+KEEP = 4096  # bytes of stdout and stderr read (node-problem-detector's maxCustomPluginBufferBytes)
+CHECK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class Check(BaseModel):
+    """One program to run."""
+
+    model_config = ConfigDict(extra="forbid")
+    argv: list[str] = Field(min_length=1, description="program and arguments; no shell. "
+                            "The program is an absolute path or a name looked up in PATH")
+    interval: PositiveDuration | None = Field(None, description="time between runs "
+                                              "(default: the source's interval)")
+    timeout: PositiveDuration | None = Field(None, description="killed, with its process "
+                                             "group, after this (default: the source's)")
+    env: dict[str, str] = Field(default_factory=dict, description="added to a minimal "
+                                "environment (PATH, LANG)")
+    cwd: str = Field("/", description="working directory")
+
+    @field_validator("argv")
+    @classmethod
+    def _program(cls, argv: list[str]) -> list[str]:
+        prog = argv[0]
+        if not prog or ("/" in prog and not prog.startswith("/")):
+            raise ValueError(f"the program {prog!r} must be an absolute path or a bare "
+                             "name (a relative path would depend on guardian's directory)")
+        return argv
+
+
+class ScriptConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    checks: dict[str, Check] = Field(default_factory=dict, description="checks by name "
+                                     "(the `check` label)")
+    interval: PositiveDuration = Field(30.0, description="default time between runs "
+                                       "(node-problem-detector's invoke_interval)")
+    timeout: PositiveDuration = Field(5.0, description="default timeout of a run")
+    max_output_length: int = Field(80, ge=1, le=KEEP, description="bytes of trimmed "
+                                   "stdout kept as the message (node-problem-detector's)")
+    concurrency: int = Field(3, ge=1, le=32, description="checks run at once")
+
+    @field_validator("checks")
+    @classmethod
+    def _names(cls, checks: dict[str, Check]) -> dict[str, Check]:
+        for name in checks:
+            if not CHECK_NAME.match(name):
+                raise ValueError(f"check name {name!r}: letters, digits and _.:- only")
+        return checks
+
+
+@dataclass
+class Result:
+    """A check's last completed run."""
+
+    at: float                 # monotonic time it ended
+    status: int | None        # OK, PROBLEM, UNKNOWN; None: timed out or did not start
+    message: str
+    seconds: float
+    error: str = ""
+
+
+def npd_status(exit_status: int) -> int:
+    """node-problem-detector's status of an exit status: 0 OK, 1 NonOK, else Unknown."""
+    return exit_status if exit_status in (OK, PROBLEM) else UNKNOWN
+
+
+def npd_message(stdout: bytes, limit: int) -> str:
+    """stdout trimmed of white space and cut at ``limit`` bytes, as node-problem-detector
+    makes a condition's message (a character cut in two is dropped)."""
+    return stdout.strip()[:limit].decode("utf-8", "ignore")
+
+
+class ScriptSource(Source[ScriptConfig]):
+    name: ClassVar[str] = "script"
+    Config = ScriptConfig
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("script.status", "the check's last result: 0 OK, 1 problem, 2 unknown "
+                   "(exit 0, 1, other; node-problem-detector's protocol); no value after a "
+                   "timeout or a program that could not start", labels=("check",)),
+        SignalSpec("script.problem", "1 when the check's last run found a problem (exit 1), "
+                   "0 when OK; no value when unknown", labels=("check",)),
+        SignalSpec("script.result", "the check's status labelled with its message (trimmed "
+                   "stdout cut at max_output_length): one member per check",
+                   labels=("check", "message")),
+        SignalSpec("script.duration_seconds", "how long the check's last run took",
+                   "seconds", labels=("check",)),
+        SignalSpec("script.age_seconds", "time since the check's last run ended", "seconds",
+                   labels=("check",)),
+        SignalSpec("script.errors", "runs that timed out or could not start", "runs",
+                   labels=("check", "reason"), counter=True),
+    )
+
+    def __init__(self, host: Host, config: ScriptConfig | None = None) -> None:
+        super().__init__(host, config)
+        self.cfg: ScriptConfig = self.config
+        self.results: dict[str, Result] = {}
+        self.errors: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self.periodic = Periodic({n: c.interval or self.cfg.interval
+                                  for n, c in self.cfg.checks.items()}, self._run,
+                                 self.cfg.concurrency, "guardian-script")
+        self._wake: Callable[[str], None] | None = None
+        self._faults: list[str] = []
+
+    def follow(self, wake: Callable[[str], None]) -> bool:
+        """Start the checks now, and wake the loop when one's status changes."""
+        self._wake = wake
+        self.periodic.start()
+        return bool(self.cfg.checks)
+
+    def collect(self, now: float) -> dict[str, object]:
+        self.periodic.start()
+        status: Family = {}
+        problem: Family = {}
+        result: Family = {}
+        seconds: Family = {}
+        age: Family = {}
+        mono = time.monotonic()
+        with self._lock:
+            results = dict(self.results)
+            errors = dict(self.errors)
+        self._faults = []
+        for name, r in sorted(results.items()):
+            key = label("check", name)
+            seconds[key] = r.seconds
+            age[key] = max(0.0, mono - r.at)
+            if r.status is None:
+                self._faults.append(f"check {name}: {r.error}")
+                continue
+            status[key] = float(r.status)
+            result[labels_of({"check": name, "message": r.message})] = float(r.status)
+            if r.status != UNKNOWN:
+                problem[key] = float(r.status == PROBLEM)
+        return {"script.status": status, "script.problem": problem, "script.result": result,
+                "script.duration_seconds": seconds, "script.age_seconds": age,
+                "script.errors": {labels_of({"check": c, "reason": why}): float(n)
+                                  for (c, why), n in errors.items()}}
+
+    def faults(self) -> list[str]:
+        return list(self._faults)
+
+    def close(self) -> None:
+        self.periodic.close()
+
+    def _run(self, name: str) -> None:
+        check = self.cfg.checks[name]
+        timeout = check.timeout or self.cfg.timeout
+        try:
+            ran = run_bounded(check.argv, timeout, KEEP, {**MINIMAL_ENV, **check.env},
+                              check.cwd)
+        except Exception as exc:  # a worker must never die with the check marked running
+            ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
+        result = self._result(ran)
+        with self._lock:
+            before = self.results.get(name)
+            self.results[name] = result
+            if result.status is None:
+                why = "timeout" if ran.timed_out else "start"
+                self.errors[(name, why)] = self.errors.get((name, why), 0) + 1
+        if result.status is None or result.status != OK:
+            log.debug("check %s: %s %s", name, result.status, result.error or result.message)
+        changed = before is None or before.status != result.status
+        if changed and self._wake is not None:
+            self._wake(f"check {name}")
+        if ran.stderr and changed:
+            log.info("check %s said on stderr: %s", name,
+                     ran.stderr.decode("utf-8", "replace").strip()[:500])
+
+    def _result(self, ran: Ran) -> Result:
+        now = time.monotonic()
+        if ran.status is None:
+            return Result(now, None, "", ran.seconds, ran.error)
+        return Result(now, npd_status(ran.status), npd_message(ran.stdout,
+                                                               self.cfg.max_output_length),
+                      ran.seconds)
