@@ -10,7 +10,8 @@ parser.
 
 Every sample becomes a member of ``prom.sample{target,metric,series}``: ``metric`` is the
 sample's name as exposed (``DCGM_FI_DEV_XID_ERRORS``, ``node_x_total``), ``series`` its
-other labels as exposition text, sorted (``UUID="GPU-…",gpu="0"``), ``target`` the
+other labels, sorted, as ``name=value`` pairs joined by commas (``UUID=GPU-…,gpu=0``:
+select with a glob, ``series="*gpu=0*"``), ``target`` the
 endpoint's configured name or ``file:NAME.prom``. (guardian's signal names are lower case
 and declared before any rule loads, so exposed names are label values, not signal names.)
 A family with more than ``max_series`` members keeps the first ones and counts the rest
@@ -102,14 +103,10 @@ def parse(text: str, target: str, max_series: int, keep: list[str]) -> tuple[Fam
                 dropped += 1
                 continue
             per_metric[s.name] = n + 1
-            series = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+            series = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
             out[labels_of({"target": target, "metric": s.name, "series": series})] = \
                 float(s.value)
     return out, dropped
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def read_capped(path: Path, max_bytes: int) -> tuple[str, float]:

@@ -1,0 +1,221 @@
+"""The exposition source: local endpoints and textfile-collector files, parsed with
+prometheus_client's parser; a slow endpoint never holds a collection, a failing or stale
+one is no value, a cardinality cap; and dcgm-exporter's pages (tests/data/dcgm_exporter,
+each naming its origin) through the source into the shipped GPU rules."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardian.collector import Collector
+from guardian.engine import Engine
+from guardian.host import Host
+from guardian.policy.loader import load_rules
+from guardian.snapshot import labels_of
+from guardian.sources.exposition import ExpositionConfig, ExpositionSource, parse
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = REPO / "tests" / "data" / "dcgm_exporter"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _serve(body: bytes, delay: float = 0.0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(delay)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+
+
+@pytest.fixture
+def page_server() -> Iterator[list[http.server.ThreadingHTTPServer]]:
+    servers: list[http.server.ThreadingHTTPServer] = []
+    yield servers
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _source(clock: _Clock | None = None, **cfg: object) -> ExpositionSource:
+    return ExpositionSource(Host(), ExpositionConfig.model_validate(cfg),
+                            clock=clock or time.monotonic)
+
+
+def test_a_page_is_families_with_their_labels() -> None:
+    # origin: dcgm-exporter README.md, Quickstart (recorded)
+    text = (PAGES / "readme-quickstart.prom").read_text()
+    fam, dropped = parse(text, "dcgm", 100, ["*"])
+    assert dropped == 0
+    key = labels_of({"target": "dcgm", "metric": "DCGM_FI_DEV_SM_CLOCK",
+                     "series": "UUID=GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52,gpu=0"})
+    assert fam[key] == 139.0
+    assert len(fam) == 3
+    only, _ = parse(text, "dcgm", 100, ["DCGM_FI_DEV_*_CLOCK"])
+    assert len(only) == 2
+
+
+def test_the_cardinality_cap_drops_and_counts() -> None:
+    text = "# TYPE x gauge\n" + "".join(f'x{{i="{i}"}} {i}\n' for i in range(50)) + "y 1\n"
+    fam, dropped = parse(text, "t", 10, ["*"])
+    assert dropped == 40 and len(fam) == 11  # 10 of x, and y
+
+
+def test_an_endpoint_is_scraped_off_the_loop_and_a_slow_one_never_holds_it(
+        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+    fast, fast_url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
+    slow, slow_url = _serve(b"x 1\n", delay=3.0)
+    page_server += [fast, slow]
+    src = _source(endpoints={"dcgm": fast_url, "app": slow_url}, timeout=0.5,
+                  interval=0.1)
+    try:
+        t0 = time.perf_counter()
+        out = src.collect(0.0)  # starts the worker; nothing read yet: no value
+        assert time.perf_counter() - t0 < 0.05
+        assert out["prom.sample"] is None
+        deadline = time.monotonic() + 5
+        while src.errors.get("app", 0) < 1 and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            out = src.collect(0.0)
+            assert time.perf_counter() - t0 < 0.05  # never waits on the slow endpoint
+            time.sleep(0.05)
+        assert src.errors["app"] >= 1
+        out = src.collect(0.0)
+        # one target failing: the family is no value, never part of it; up says which
+        assert out["prom.sample"] is None
+        assert out["prom.up"] == {labels_of({"target": "dcgm"}): 1.0,
+                                  labels_of({"target": "app"}): 0.0}
+    finally:
+        src.close()
+
+
+def test_a_failing_then_stale_endpoint_is_no_value(
+        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+    srv, url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
+    page_server.append(srv)
+    clock = _Clock()
+    src = _source(clock, endpoints={"dcgm": url}, max_age=30)
+    src.refresh()
+    fam = src.collect(0.0)["prom.sample"]
+    assert isinstance(fam, dict) and len(fam) == 3
+    clock.t += 31  # no read since: stale numbers are no value
+    assert src.collect(0.0)["prom.sample"] is None
+    srv.shutdown()
+    srv.server_close()
+    page_server.clear()
+    src.refresh()  # connection refused
+    out = src.collect(0.0)
+    assert out["prom.sample"] is None
+    assert out["prom.errors"] == {labels_of({"target": "dcgm"}): 1.0}
+
+
+def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path: Path) -> None:
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "node.prom").write_text("# TYPE reboot_required gauge\nreboot_required 1\n")
+    os.mkfifo(d / "fifo.prom")  # a FIFO named *.prom is refused, never waited on
+    (d / "big.prom").write_text("x 1\n" * 1000)
+    (d / "ignored.txt").write_text("y 1\n")
+    src = _source(textfile_directories=[str(d)], max_bytes=1000, max_age=60)
+    t0 = time.perf_counter()
+    src.refresh()
+    assert time.perf_counter() - t0 < 1
+    out = src.collect(0.0)
+    assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 1.0,
+                              labels_of({"target": "file:fifo.prom"}): 0.0,
+                              labels_of({"target": "file:big.prom"}): 0.0}
+    assert out["prom.sample"] is None  # two files cannot be read
+    (d / "fifo.prom").unlink()
+    (d / "big.prom").unlink()
+    src.refresh()
+    fam = src.collect(0.0)["prom.sample"]
+    assert fam == {labels_of({"target": "file:node.prom", "metric": "reboot_required",
+                              "series": ""}): 1.0}
+    old = time.time() - 120  # a writer that stopped: its numbers are no value
+    os.utime(d / "node.prom", (old, old))
+    src.refresh()
+    assert src.collect(0.0)["prom.sample"] is None
+
+
+def test_no_targets_no_source() -> None:
+    assert ExpositionSource(Host()).unavailable() is not None
+    with pytest.raises(ValueError, match="not an http"):
+        ExpositionConfig.model_validate({"endpoints": {"x": "file:///etc/passwd"}})
+
+
+# -- dcgm-exporter pages through the source into rules/gpu-dcgm.toml ------------------
+
+# (pages in order, one a minute, and the GPU rules firing after the last; origins in
+# each file's first line and tests/data/dcgm_exporter/README.md)
+GPU_CASES = [
+    (["readme-quickstart.prom"], []),
+    (["xid13-application.prom"], []),
+    (["xid79-fallen-off-bus.prom"], ["gpu-dcgm-fallen-off-bus"]),
+    (["xid48-dbe.prom"], ["gpu-dcgm-ecc-uncorrectable", "gpu-dcgm-xid-needs-reset"]),
+    (["ecc-dbe-0.prom", "ecc-dbe-2.prom"], ["gpu-dcgm-ecc-uncorrectable"]),
+    (["ecc-dbe-0.prom", "ecc-dbe-0.prom"], []),
+    (["row-remap-failure.prom"], ["gpu-dcgm-row-remap-failed"]),
+    (["row-remap-pending.prom"], ["gpu-dcgm-row-remap-pending"]),
+    (["nvlink-0.prom", "nvlink-recovery.prom"], ["gpu-dcgm-nvlink-errors"]),
+    (["throttle-sw-power-cap.prom"] * 4, []),
+    (["throttle-hw-thermal.prom"] * 4, ["gpu-dcgm-power-throttle",
+                                        "gpu-dcgm-thermal-throttle"]),
+    (["throttle-power-brake.prom"] * 4, ["gpu-dcgm-power-throttle"]),
+]
+
+
+@pytest.mark.parametrize(("pages", "want"), GPU_CASES, ids=[c[0][-1] for c in GPU_CASES])
+def test_dcgm_exporter_pages_fire_the_shipped_gpu_rules(
+        tmp_path: Path, pages: list[str], want: list[str]) -> None:
+    d = tmp_path / "textfile"
+    d.mkdir()
+    clock = _Clock()
+    src = _source(clock, textfile_directories=[str(d)], max_age=120)
+    collector = Collector(Host(), [src])
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    try:
+        for i, page in enumerate(pages):
+            (d / "dcgm.prom").write_text((PAGES / page).read_text())
+            src.refresh()
+            snap = collector.collect(60.0 * i)
+            assert snap.get("prom.sample"), snap.errors
+            engine.evaluate(snap)
+            clock.t += 60
+        assert sorted(engine.firing()) == want
+    finally:
+        src.close()
+
+
+def test_an_endpoint_page_fires_a_shipped_rule(
+        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+    srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
+    page_server.append(srv)
+    src = _source(endpoints={"dcgm": url})
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    src.refresh()
+    engine.evaluate(Collector(Host(), [src]).collect(0.0))
+    assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
