@@ -11,11 +11,26 @@ from pathlib import Path
 
 import pytest
 
+from guardian.collector import Collector
+from guardian.engine import Engine
 from guardian.host import Host
+from guardian.policy.loader import load_rules
 from guardian.snapshot import labels_of
 from guardian.sources.journal import JournalConfig, JournalSource
 
 from .nspawn import booted
+
+# an example rule on a crash-looping unit's own last words
+RULE = '''
+version = 1
+[[rule]]
+name = "crashy-cannot-reach-api"
+summary = "crashy.service says it cannot reach the API before it dies"
+when = 'increase(journal.matches{pattern="last_words", unit="crashy.service"}, "5m") > 0'
+  [[rule.action]]
+  use = "log"
+  message = "$values"
+'''
 
 # Boots a container: run on the default interpreter only (.ci/run).
 pytestmark = pytest.mark.os_integration
@@ -47,9 +62,14 @@ def test_a_crash_looping_units_last_words_in_the_real_journal(tmp_path: Path) ->
         src = JournalSource(Host(), cfg)
         src.keep_state(tmp_path)
         woken: list[str] = []
+        (tmp_path / "rules").mkdir()
+        (tmp_path / "rules" / "crashy.toml").write_text(RULE)
+        engine = Engine(load_rules([tmp_path / "rules"]))
+        collector = Collector(Host(), [src])
         try:
             assert src.follow(woken.append)
             time.sleep(1.0)  # journalctl at the journal's end before the unit logs
+            engine.evaluate(collector.collect(0.0))
             # another unit's identical words are out of scope (-u crashy.service)
             c.run("systemd-run", "--unit=other", "/bin/sh", "-c",
                   "echo 'fatal: cannot reach the API'")
@@ -57,6 +77,8 @@ def test_a_crash_looping_units_last_words_in_the_real_journal(tmp_path: Path) ->
                   "RestartSec=200ms", "-p", "StartLimitIntervalSec=0", "/bin/sh", "-c",
                   "echo 'fatal: cannot reach the API'; exit 1")
             _until(src, "last_words", "crashy.service", 3)
+            engine.evaluate(collector.collect(30.0))
+            assert engine.firing() == ["crashy-cannot-reach-api"]
             # systemd's own line about the unit (logged by PID 1 with UNIT=crashy.service)
             _until(src, "main_exited", "crashy.service", 3)
             assert any(w.startswith("journal: ") for w in woken)
