@@ -161,8 +161,12 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path:
     assert src.collect(0.0)["prom.sample"] is None
 
 
-def test_no_targets_no_source() -> None:
+def test_no_targets_no_source_and_remote_endpoints_warned() -> None:
     assert ExpositionSource(Host()).unavailable() is not None
+    cfg = ExpositionConfig.model_validate({"endpoints": {
+        "dcgm": "http://127.0.0.1:9400/metrics", "far": "http://10.0.0.7:9100/metrics"}})
+    assert ExpositionSource.config_warnings(cfg) == [
+        "endpoint 'far' (http://10.0.0.7:9100/metrics) is not on this node's loopback"]
     with pytest.raises(ValueError, match="not an http"):
         ExpositionConfig.model_validate({"endpoints": {"x": "file:///etc/passwd"}})
 

@@ -180,6 +180,14 @@ class ExpositionSource(Source[ExpositionConfig]):
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
+    @classmethod
+    def config_warnings(cls, config: ExpositionConfig) -> list[str]:
+        """Endpoints off this node: a network's delays and failures become no value."""
+        local = ("127.", "localhost", "[::1]")
+        return [f"endpoint {name!r} ({url}) is not on this node's loopback"
+                for name, url in config.endpoints.items()
+                if not url.split("//", 1)[1].startswith(local)]
+
     def unavailable(self) -> str | None:
         if not self.cfg.endpoints and not self.cfg.textfile_directories:
             return "no endpoints or textfile directories configured ([sources.exposition])"
