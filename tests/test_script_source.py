@@ -86,7 +86,8 @@ def test_node_problem_detectors_own_plugin_tests(sources: list[ScriptSource]) ->
             assert result[name] == (status, message), name
             assert out["script.status"][check(name)] == status
             # a problem is exit 1 only; Unknown is no value, never a problem
-            assert out["script.problem"].get(check(name)) == (
+            said = labels_of({"check": name, "message": message})
+            assert out["script.problem"].get(said) == (
                 None if status == 2 else float(status == 1))
     assert len(src.faults()) == 2
 
@@ -198,7 +199,8 @@ def test_a_failed_run_is_a_source_error_and_the_other_checks_stand(
         collector.close()
     assert "check gone: cannot run" in snap.errors["script"]
     assert collector.error_counts["script"] == 1
-    assert snap.values["script.problem"] == {check("bad"): 1.0}
+    assert snap.values["script.problem"] == {labels_of({"check": "bad", "message": "broken"}):
+                                             1.0}
 
 
 def test_a_status_change_wakes_the_loop(tmp_path: Path, sources: list[ScriptSource]) -> None:

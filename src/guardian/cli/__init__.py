@@ -322,6 +322,20 @@ def _parser() -> argparse.ArgumentParser:
     holds_options(ho, rule=False)
     ho.set_defaults(func=_command("holds", "cmd_holds"))
 
+    im = sub.add_parser("import", help="another tool's configuration as guardian's "
+                        "(node-problem-detector: guardian import npd FILE.json)")
+    im.add_argument("tool", choices=["npd"], help="npd: a node-problem-detector monitor "
+                    "config (custom-plugin or kernel-log monitor)")
+    im.add_argument("file", help="the tool's config file, e.g. custom-plugin-monitor.json")
+    im.add_argument("-o", "--output", metavar="DIR", help="write DIR/npd-SOURCE.guardian.toml "
+                    "and DIR/rules/npd-SOURCE.toml (default: print both)")
+    im.add_argument("--base", metavar="DIR", help="the directory node-problem-detector ran "
+                    "in, which its relative plugin paths start from (default: the parent "
+                    "of the config's directory)")
+    im.add_argument("--log-only", action="store_true", help="log actions only (no node "
+                    "conditions or events: no Kubernetes)")
+    im.set_defaults(func=_command("npd", "cmd_import"))
+
     man = sub.add_parser("man", help="print the manual page (roff: guardian man | man -l -)")
     man.set_defaults(func=_command("docs", "cmd_man"))
 

@@ -114,10 +114,11 @@ class ScriptSource(Source[ScriptConfig]):
                    "(exit 0, 1, other; node-problem-detector's protocol); no value after a "
                    "timeout or a program that could not start", labels=("check",)),
         SignalSpec("script.problem", "1 when the check's last run found a problem (exit 1), "
-                   "0 when OK; no value when unknown", labels=("check",)),
-        SignalSpec("script.result", "the check's status labelled with its message (trimmed "
+                   "0 when OK; no value when unknown. Labelled with its message (trimmed "
                    "stdout cut at max_output_length): one member per check",
                    labels=("check", "message")),
+        SignalSpec("script.result", "the check's status (as script.status) labelled with "
+                   "its message: one member per check", labels=("check", "message")),
         SignalSpec("script.duration_seconds", "how long the check's last run took",
                    "seconds", labels=("check",)),
         SignalSpec("script.age_seconds", "time since the check's last run ended", "seconds",
@@ -164,9 +165,10 @@ class ScriptSource(Source[ScriptConfig]):
                 self._faults.append(f"check {name}: {r.error}")
                 continue
             status[key] = float(r.status)
-            result[labels_of({"check": name, "message": r.message})] = float(r.status)
+            said = labels_of({"check": name, "message": r.message})
+            result[said] = float(r.status)
             if r.status != UNKNOWN:
-                problem[key] = float(r.status == PROBLEM)
+                problem[said] = float(r.status == PROBLEM)
         return {"script.status": status, "script.problem": problem, "script.result": result,
                 "script.duration_seconds": seconds, "script.age_seconds": age,
                 "script.errors": {labels_of({"check": c, "reason": why}): float(n)
