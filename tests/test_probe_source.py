@@ -157,3 +157,39 @@ def test_a_probe_names_exactly_one_target() -> None:
                 {"tcp": "h:1", "status": [200]}, {"url": "http://h/", "body": "(a+)+$"}):
         with pytest.raises(ValidationError):
             Probe.model_validate(bad)
+
+
+def test_a_probe_and_a_check_feed_the_shipped_rules(http: str, tmp_path: Path) -> None:
+    """kubelet's /healthz answering 500 and a check saying NonOK, read for real, fire
+    rules/health.toml's kubelet-unhealthy (after its 2 minutes) and script-check-problem."""
+    from guardian.engine import Engine
+    from guardian.policy.loader import load_rules
+    from guardian.snapshot import Snapshot
+    from guardian.sources.script import ScriptConfig, ScriptSource
+
+    from .conftest import RULES
+
+    probes = ProbeSource(Host(Path("/")), ProbeConfig.model_validate(
+        {"probes": {"kubelet": {"url": f"{http}/sick", "body": "^ok$"}}}))
+    checks = ScriptSource(Host(Path("/")), ScriptConfig.model_validate(
+        {"checks": {"ntp": {"argv": ["/bin/sh", "-c", "echo ntp is down; exit 1"]}}}))
+    try:
+        deadline = time.monotonic() + 5
+        values: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            values = {**probes.collect(0.0), **checks.collect(0.0)}
+            if values["probe.up"] and values["script.problem"]:
+                break
+            time.sleep(0.02)
+    finally:
+        probes.close()
+        checks.close()
+    engine = Engine(load_rules([RULES / "health.toml"]))
+    firing: dict[str, float] = {}
+    for t in range(0, 181, 15):
+        snap = Snapshot.build(float(t), values, (*probes.specs, *checks.specs))
+        for d in engine.evaluate(snap):
+            if d.kind == "firing":
+                firing[d.rule] = t
+    assert firing == {"script-check-problem": 0, "health-probe-down": 60,
+                      "kubelet-unhealthy": 120}
