@@ -133,7 +133,7 @@ def test_a_hanging_journalctl_never_stalls_a_collection_and_close_ends_it(
     src.follow(lambda _: None)
     t0 = time.perf_counter()
     out = src.collect(1.0)
-    assert time.perf_counter() - t0 < 0.1
+    assert time.perf_counter() - t0 < 0.5
     assert out["journal.lines"] == 0
     proc = src.proc
     assert proc is not None
