@@ -268,7 +268,19 @@ class _Handler(BaseHTTPRequestHandler):
             del objs[key]
             return 200, obj
         if method == "PATCH":
-            merged = _merge(obj, self._body())
+            body = self._body()
+            # a resourceVersion in the patch is a precondition: the patch is applied to the
+            # stored object and the update of a different resourceVersion is 409 Conflict
+            # (k8s.io/apiserver pkg/registry/generic/registry/store.go Update; "Patch" in
+            # the API concepts). kubectl's patches carry none, so they always apply.
+            want_rv = body.get("metadata", {}).get("resourceVersion") \
+                if isinstance(body, dict) else None
+            if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
+                return 409, status(409, "Conflict", f'Operation cannot be fulfilled on '
+                                   f'{resource} "{name}": the object has been modified; '
+                                   f'please apply your changes to the latest version and '
+                                   f'try again')
+            merged = _merge(obj, body)
             merged["metadata"]["name"] = name
             return 200, st.put(resource, merged)
         if method == "PUT":

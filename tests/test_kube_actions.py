@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
+from guardian.audit import AuditLog
 from guardian.kube.actions import (
     CordonParams,
     EventParams,
@@ -50,19 +52,137 @@ def cluster(store: Store) -> None:
         "spec": {"nodeName": "node-a", "containers": []}, "status": {"phase": "Running"}})
 
 
+def _node(store: Store, name: str = "node-a") -> dict[str, Any]:
+    return store.objects["nodes"][("", name)]
+
+
+def _owned(store: Store, name: str = "node-a") -> dict[str, Any]:
+    raw = _node(store, name)["metadata"].get("annotations", {}).get("guardian.io/owned")
+    return json.loads(raw) if raw else {}
+
+
 def test_cordon_and_uncordon(tmp_path: Path) -> None:
     with serve() as (url, store):
         cluster(store)
         kc = str(kubeconfig(tmp_path, url))
         cordon = KubeCordon(CordonParams(kubeconfig=kc, node="node-a"))
         plan = cordon.plan(ctx())
-        assert plan.steps[0].change == "spec.unschedulable false → true"
+        assert [s.change for s in plan.steps] == ["set cordon (claimed by rule r)"]
         out = cordon.apply(plan, ctx())
         assert out.ok and out.verified
-        assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is True
+        assert _node(store)["spec"]["unschedulable"] is True
+        assert list(_owned(store)) == ["cordon"] and list(_owned(store)["cordon"]) == ["r"]
         un = KubeUncordon(CordonParams(kubeconfig=kc, node="node-a"))
-        assert un.apply(un.plan(ctx()), ctx()).verified
-        assert store.objects["nodes"][("", "node-a")]["spec"]["unschedulable"] is False
+        plan = un.plan(ctx("resolved"))
+        assert [s.change for s in plan.steps] == ["remove cordon (guardian's, rule r)"]
+        assert un.apply(plan, ctx("resolved")).verified
+        assert _node(store)["spec"]["unschedulable"] is False
+        assert "guardian.io/owned" not in _node(store)["metadata"]["annotations"]
+
+
+def test_a_cordon_guardian_did_not_make_is_never_undone(tmp_path: Path) -> None:
+    """draino #17 / kured #63: a node a person cordoned stays cordoned when the rule that
+    would have cordoned it resolves. Before: kube.uncordon patched any cordon away."""
+    with serve() as (url, store):
+        cluster(store)
+        _node(store)["spec"]["unschedulable"] = True  # `kubectl cordon node-a` by a person
+        kc = str(kubeconfig(tmp_path, url))
+        cordon = KubeCordon(CordonParams(kubeconfig=kc, node="node-a"))
+        plan = cordon.plan(ctx())
+        assert not plan.steps and "not guardian's" in plan.note
+        assert cordon.apply(plan, ctx()).verified
+        assert _owned(store) == {}  # no claim on someone else's cordon
+        un = KubeUncordon(CordonParams(kubeconfig=kc, node="node-a"))
+        plan = un.plan(ctx("resolved"))
+        assert not plan.steps and "not guardian's" in plan.note
+        out = un.apply(plan, ctx("resolved"))
+        assert out.ok and out.data["changed"] is False
+        assert _node(store)["spec"]["unschedulable"] is True
+        # nor by the operator's `guardian act kube.uncordon`
+        un.apply(un.plan(ctx("manual")), ctx("manual"))
+        assert _node(store)["spec"]["unschedulable"] is True
+
+
+def test_a_cordon_two_rules_claim_lasts_until_both_resolve(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        cordon = KubeCordon(CordonParams(kubeconfig=kc, node="node-a"))
+        for rule in ("a", "b"):
+            c = ActionContext(rule, Snapshot(0.0, {}), Host(), dry_run=False)
+            assert cordon.apply(cordon.plan(c), c).verified
+        assert sorted(_owned(store)["cordon"]) == ["a", "b"]
+        # kube.cordon with on = "both": its resolve releases the rule's own claim
+        a = ActionContext("a", Snapshot(0.0, {}), Host(), dry_run=False, kind="resolved")
+        plan = cordon.plan(a)
+        assert [s.change for s in plan.steps] == ["drop rule a's claim; cordon stays for "
+                                                  "rule b"]
+        assert cordon.apply(plan, a).verified
+        assert _node(store)["spec"]["unschedulable"] is True
+        b = ActionContext("b", Snapshot(0.0, {}), Host(), dry_run=False, kind="resolved")
+        assert cordon.apply(cordon.plan(b), b).verified
+        assert _node(store)["spec"]["unschedulable"] is False and _owned(store) == {}
+
+
+def test_a_cordon_racing_a_persons_edit_is_recomputed(tmp_path: Path) -> None:
+    """The patch carries the read's resourceVersion: a person's cordon between guardian's
+    read and its patch makes the stand-in answer 409 (as the API server does), and the
+    retry sees a cordon that is not guardian's: no claim is made on it."""
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        cordon = KubeCordon(CordonParams(kubeconfig=kc, node="node-a"))
+        plan = cordon.plan(ctx())
+        client = cordon.client()
+        real_get = client.get
+        raced: list[int] = []
+
+        def get(*args: Any, **kw: Any) -> Any:
+            got = real_get(*args, **kw)
+            if not raced:
+                raced.append(1)
+                with store.lock:
+                    node = _node(store)
+                    node["spec"]["unschedulable"] = True
+                    store.put("nodes", node)
+            return got
+
+        client.get = get  # type: ignore[method-assign]
+        out = cordon.apply(plan, ctx())
+        assert out.ok and out.verified and out.data["changed"] is False
+        assert ("PATCH", "/api/v1/nodes/node-a") in store.requests
+        assert _owned(store) == {} and _node(store)["spec"]["unschedulable"] is True
+
+
+def test_cordon_on_resolve_through_the_engine_leaves_a_human_cordon(tmp_path: Path) -> None:
+    with serve() as (url, store):
+        cluster(store)
+        kc = str(kubeconfig(tmp_path, url))
+        rules = load_text(f'''version = 1
+[[rule]]
+name = "dying-memcgs"
+summary = "s"
+when = "memcg.dying > 10"
+fleet = false
+  [[rule.action]]
+  use = "kube.cordon"
+  on = "both"
+  kubeconfig = "{kc}"
+  node = "node-a"
+''')
+        _node(store)["spec"]["unschedulable"] = True  # a person cordoned it first
+        engine = Engine(rules)
+        audit = tmp_path / "audit.jsonl"
+        ex = Executor(Host(), dry_run=False, audit=AuditLog(audit))
+        [done] = ex.run(engine.evaluate(Snapshot(0.0, {"memcg.dying": 50.0})), Snapshot(0.0))
+        assert done.result == "ok" and "not guardian's" in done.plan.note  # type: ignore
+        [done] = ex.run(engine.evaluate(Snapshot(15.0, {"memcg.dying": 1.0})), Snapshot(15.0))
+        assert done.decision.kind == "resolved" and done.result == "ok"
+        assert _node(store)["spec"]["unschedulable"] is True and _owned(store) == {}
+        entries = [json.loads(line) for line in audit.read_text().splitlines()]
+        outcomes = [e["outcome"] for e in entries if e["type"] == "outcome"]
+        assert [o["data"]["changed"] for o in outcomes] == [False, False]
+        assert "not guardian's" in outcomes[1]["detail"]
 
 
 def test_evict_plans_exact_pods_and_honours_the_pdb(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from pydantic import Field
 
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from . import owned
 from .client import KubeParams, make_client, node_name
 
 # ValueError: a reply that does not decode as the resource (msgspec raises ValueError)
@@ -64,46 +65,101 @@ class CordonParams(KubeParams):
     pass
 
 
-class _Schedulable(KubeAction[CordonParams]):
-    unschedulable: ClassVar[bool]
-    Params = CordonParams
+class OwnedNodeAction(KubeAction[K]):
+    """Sets or releases one thing guardian owns on the node (see :mod:`.owned`): a set
+    action claims it for its rule, and releases that claim when the rule resolves
+    (``on = "both"``); a release action drops its rule's claim and removes the thing once
+    no rule claims it. Never removes what guardian did not set. ``guardian act`` of a
+    release drops every guardian rule's claim (the operator's call)."""
+
+    sets: ClassVar[bool]
+
+    def thing(self, ctx: ActionContext) -> owned.Thing:
+        raise NotImplementedError
+
+    def _who(self, ctx: ActionContext) -> tuple[str | None, bool]:
+        want = self.sets and ctx.kind != "resolved"
+        return (None if ctx.kind == "manual" and not want else ctx.rule), want
 
     def plan(self, ctx: ActionContext) -> Plan:
         node = node_name(self.kube)
         plan = Plan(self.name, ctx.rule, data={"node": node})
         try:
-            current = _unschedulable(self.client().get(Node, name=node))
+            thing = self.thing(ctx)
+            rule, want = self._who(ctx)
+            patch, what = owned.change(self.client().get(Node, name=node), thing, rule, want)
+        except owned.Refused as exc:
+            plan.refused.append(f"node {node}: {exc}")
+            return plan
         except API_ERRORS as exc:
             plan.refused.append(f"node {node}: {_why(exc)}")
             return plan
-        plan.steps.append(Step(f"node {node}", f"spec.unschedulable {str(current).lower()} → "
-                                               f"{str(self.unschedulable).lower()}"))
+        if patch:
+            plan.steps.append(Step(f"node {node}", what))
+        else:
+            plan.note = f"node {node}: {what}"
         return plan
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         node = plan.data["node"]
+        thing = self.thing(ctx)
+        rule, want = self._who(ctx)
+        said: list[str] = []
+
+        def patch(n: Node) -> dict[str, Any] | None:
+            p, what = owned.change(n, thing, rule, want)
+            said.append(what)
+            return p
+
         try:
-            self.client().patch(Node, node, {"spec": {"unschedulable": self.unschedulable}})
-            after = _unschedulable(self.client().get(Node, name=node))
+            before, after = owned.patch_node(self.client(), node, patch)
+            again, _ = owned.change(after, thing, rule, want)
+        except owned.Refused as exc:
+            return Outcome(ok=False, error=f"node {node}: {exc}")
         except API_ERRORS as exc:
             return Outcome(ok=False, error=_why(exc))
-        return Outcome(ok=True, verified=after == self.unschedulable,
-                       detail=f"node {node} {'cordoned' if after else 'uncordoned'}")
+        return Outcome(ok=True, verified=again is None, detail=f"node {node}: {said[-1]}",
+                       data={"changed": after is not before,
+                             "claims": owned.claims(after).get(thing.key, {})})
 
 
-class KubeCordon(_Schedulable):
-    """Mark this node unschedulable."""
+class Cordon(owned.Thing):
+    key = what = "cordon"
+
+    def present(self, node: Node) -> bool:
+        return _unschedulable(node)
+
+    def add(self, node: Node) -> dict[str, Any]:
+        return {"spec": {"unschedulable": True}}
+
+    def remove(self, node: Node) -> dict[str, Any]:
+        return {"spec": {"unschedulable": False}}
+
+
+class KubeCordon(OwnedNodeAction[CordonParams]):
+    """Mark this node unschedulable, claimed for the rule; with ``on = "both"`` the rule's
+    cordon is undone when it resolves. A node already cordoned by someone else is left
+    as it is and never uncordoned by guardian."""
 
     name: ClassVar[str] = "kube.cordon"
-    unschedulable = True
+    Params = CordonParams
+    sets = True
+
+    def thing(self, ctx: ActionContext) -> owned.Thing:
+        return Cordon()
 
 
-class KubeUncordon(_Schedulable):
-    """Mark this node schedulable again."""
+class KubeUncordon(OwnedNodeAction[CordonParams]):
+    """Drop the rule's claim on guardian's cordon; uncordon once no rule claims it. A
+    cordon guardian did not make is never undone."""
 
     name: ClassVar[str] = "kube.uncordon"
     disruptive: ClassVar[bool] = False
-    unschedulable = False
+    Params = CordonParams
+    sets = False
+
+    def thing(self, ctx: ActionContext) -> owned.Thing:
+        return Cordon()
 
 
 class EvictParams(KubeParams):
