@@ -94,6 +94,57 @@ def test_with_the_host_pid_namespace_pid_1s_hierarchy_is_used(tmp_path: Path) ->
     assert (out["memcg.live"], out["memcg.dying"]) == (4, 3851)
 
 
+def test_host_mounts_hidden_under_the_runtimes_tmpfs_are_not_read(tmp_path: Path) -> None:
+    """Issue 26, the image under podman (privileged, host PID): the container's mountinfo
+    lists the host's cgroup2 mount (from the /sys it was given) and then the tmpfs podman
+    stacks on /sys/fs/cgroup; reading that path reads the empty tmpfs ("cannot read
+    .../cgroup.controllers"). A mount covered by a later one is not used; PID 1's is."""
+    write(tmp_path, "proc/self/mountinfo", ROOT_LINE + (
+        "900 811 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 "
+        "rw,nsdelegate,memory_recursiveprot\n"
+        "901 811 0:90 / /sys/fs/cgroup rw,nosuid,nodev,noexec - tmpfs tmpfs rw,mode=755\n"))
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)  # the tmpfs: empty
+    [hidden] = cgroup_mounts((tmp_path / "proc/self/mountinfo").read_text(), tmp_path)
+    assert hidden.hidden
+    why = locate(tmp_path, tmp_path / "proc")
+    assert isinstance(why, str) and "hidden by a later mount" in why, why
+    write(tmp_path, "proc/1/mountinfo", ROOT_LINE + HOST_V2)
+    host_cg = tmp_path / "proc/1/root/sys/fs/cgroup"
+    v2_tree(host_cg, "nr_descendants 0\nnr_dying_descendants 42\n")
+    out = CgroupsSource(Host(tmp_path)).collect(0.0)
+    assert (out["memcg.live"], out["memcg.dying"]) == (1, 42)
+
+
+def test_the_whole_hierarchy_seen_from_a_cgroup_namespace_below_it_is_the_hosts(
+        tmp_path: Path) -> None:
+    """A pod in a cgroup namespace of its own (containerd's default on cgroup v2) that
+    mounts the host's /sys/fs/cgroup sees the mount's root relative to its namespace:
+    "/../../.." (kernfs_path_from_node, kernel/cgroup/cgroup.c cgroup_show_path). The
+    top has no cgroup.events: it is the root cgroup, the host's whole hierarchy."""
+    write(tmp_path, "proc/self/mountinfo", ROOT_LINE + (
+        "812 811 0:26 / /sys/fs/cgroup ro,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+        "813 811 0:26 /../../.. /host/sys/fs/cgroup ro,relatime - cgroup2 cgroup2 "
+        "rw,nsdelegate\n"))
+    v2_tree(tmp_path / "sys/fs/cgroup", "nr_descendants 0\nnr_dying_descendants 0\n",
+            namespace_root=True)
+    v2_tree(tmp_path / "host/sys/fs/cgroup", "nr_descendants 0\nnr_dying_descendants 7\n")
+    layout = detect_layout(tmp_path, tmp_path / "proc")
+    assert layout is not None and layout.memory_root == tmp_path / "host/sys/fs/cgroup"
+    assert memcg_counts(Host(tmp_path), layout)[1] == 7
+
+
+def test_a_mount_below_a_later_mount_point_is_hidden_too(tmp_path: Path) -> None:
+    text = ROOT_LINE + (
+        "30 22 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "31 22 0:28 / /sys/fs/cgroup/memoryx rw - cgroup cgroup rw,pids\n"
+        "40 22 0:90 / /sys/fs/cgroup/ rw - tmpfs tmpfs rw\n"
+        "41 40 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
+        # listed after the cgroup mount below it, but its parent: it covers nothing
+        "50 51 0:30 / /run/cg/pids rw - cgroup cgroup rw,pids\n"
+        "51 22 0:91 / /run/cg rw - tmpfs tmpfs rw\n")
+    assert [m.hidden for m in cgroup_mounts(text, tmp_path)] == [True, True, False, False]
+
+
 def test_6_11_per_controller_counts_are_used(tmp_path: Path) -> None:
     """6.11+ counts memory cgroups exactly; cgroups without the memory controller (here
     19 of the 60) are not memcgs. The figures are shaped after the sample in the commit

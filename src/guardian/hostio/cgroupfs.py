@@ -42,6 +42,7 @@ class CgroupMount:
     root: str  # the cgroup the mount shows, within the hierarchy (the 4th field)
     path: Path  # where it is mounted, under the host root
     options: frozenset[str]  # super options: a v1 hierarchy's controllers
+    hidden: bool = False  # a later mount covers its mount point (podman's tmpfs does)
 
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -53,16 +54,39 @@ def _unescape(field: str) -> str:
 
 
 def cgroup_mounts(text: str, under: Path) -> list[CgroupMount]:
-    """The cgroup mounts in a mountinfo text, their mount points placed under ``under``."""
-    out: list[CgroupMount] = []
+    """The cgroup mounts in a mountinfo text, their mount points placed under ``under``.
+
+    mountinfo lists a namespace's mounts in the order they were stacked, so a mount whose
+    mount point (or a directory above it) is mounted on again later, by a mount that is not
+    one of its own parents, is hidden: a privileged container sees the host's cgroup mounts
+    listed under the tmpfs its runtime put on ``/sys/fs/cgroup``, and reading that path
+    reads the tmpfs."""
+    parsed: list[tuple[str, list[str], list[str]]] = []
+    parent: dict[str, str] = {}
     for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
+        if len(fields) >= 5:
+            parsed.append((_unescape(fields[4]), fields, rfields))
+            parent[fields[0]] = fields[1]
+
+    def ancestors(mount_id: str) -> set[str]:
+        seen: set[str] = set()
+        while mount_id in parent and mount_id not in seen:
+            seen.add(mount_id)
+            mount_id = parent[mount_id]
+        return seen
+
+    out: list[CgroupMount] = []
+    for i, (point, fields, rfields) in enumerate(parsed):
+        if len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
             continue
+        mine = ancestors(fields[1])
+        hidden = any((later == point or point.startswith(later.rstrip("/") + "/"))
+                     and lfields[0] not in mine for later, lfields, _ in parsed[i + 1:])
         out.append(CgroupMount(rfields[0], _unescape(fields[3]),
-                               under / _unescape(fields[4]).lstrip("/"),
-                               frozenset(rfields[2].split(","))))
+                               under / point.lstrip("/"),
+                               frozenset(rfields[2].split(",")), hidden))
     return out
 
 
@@ -72,7 +96,10 @@ def is_hierarchy_root(mount: CgroupMount) -> bool:
     root cgroup lacks or has tell them apart: ``cgroup.events`` exists on non-root cgroups
     only (Documentation/admin-guide/cgroup-v2.rst), v1's ``release_agent`` on the root
     only (CFTYPE_ONLY_ON_ROOT, kernel/cgroup/cgroup-v1.c)."""
-    if mount.root != "/":
+    # In a cgroup namespace of its own (a container on a v2 host) the reader sees a mount
+    # of the whole hierarchy with a root above its own namespace's: "/../..".
+    above_own_namespace = all(part == ".." for part in mount.root.strip("/").split("/"))
+    if mount.hidden or not (mount.root == "/" or above_own_namespace):
         return False
     if mount.fstype == "cgroup2":
         return not (mount.path / "cgroup.events").exists()
@@ -113,7 +140,8 @@ def locate(root: Path, proc: Path) -> Layout | str:
         found = None
     if found is not None:
         return found
-    parts = ", ".join(f"{m.path} (shows {m.root})" if m.root != "/" else
+    parts = ", ".join(f"{m.path} (hidden by a later mount)" if m.hidden else
+                      f"{m.path} (shows {m.root})" if m.root.strip("/.") else
                       f"{m.path} (a cgroup namespace's root)" for m in mounts)
     return (f"only part of the cgroup hierarchy is mounted here: {parts}; its counts would "
             "be one subtree's, not the host's (mount the host's cgroup filesystem, or run "
