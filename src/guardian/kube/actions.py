@@ -66,15 +66,15 @@ class CordonParams(KubeParams):
 
 
 class OwnedNodeAction(KubeAction[K]):
-    """Sets or releases one thing guardian owns on the node (see :mod:`.owned`): a set
-    action claims it for its rule, and releases that claim when the rule resolves
-    (``on = "both"``); a release action drops its rule's claim and removes the thing once
+    """Sets or releases things guardian owns on the node (see :mod:`.owned`): a set
+    action claims them for its rule, and releases that claim when the rule resolves
+    (``on = "both"``); a release action drops its rule's claim and removes a thing once
     no rule claims it. Never removes what guardian did not set. ``guardian act`` of a
     release drops every guardian rule's claim (the operator's call)."""
 
     sets: ClassVar[bool]
 
-    def thing(self, ctx: ActionContext) -> owned.Thing:
+    def things(self, ctx: ActionContext) -> list[owned.Thing]:
         raise NotImplementedError
 
     def _who(self, ctx: ActionContext) -> tuple[str | None, bool]:
@@ -85,42 +85,47 @@ class OwnedNodeAction(KubeAction[K]):
         node = node_name(self.kube)
         plan = Plan(self.name, ctx.rule, data={"node": node})
         try:
-            thing = self.thing(ctx)
+            things = self.things(ctx)
             rule, want = self._who(ctx)
-            patch, what = owned.change(self.client().get(Node, name=node), thing, rule, want)
+            _, said = owned.changes(self.client().get(Node, name=node), things, rule, want)
         except owned.Refused as exc:
             plan.refused.append(f"node {node}: {exc}")
             return plan
         except API_ERRORS as exc:
             plan.refused.append(f"node {node}: {_why(exc)}")
             return plan
-        if patch:
-            plan.steps.append(Step(f"node {node}", what))
-        else:
-            plan.note = f"node {node}: {what}"
+        plan.steps = [Step(f"node {node}", what) for what, changes in said if changes]
+        notes = [what for what, changes in said if not changes]
+        if notes:
+            plan.note = f"node {node}: " + "; ".join(notes)
         return plan
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         node = plan.data["node"]
-        thing = self.thing(ctx)
-        rule, want = self._who(ctx)
-        said: list[str] = []
+        try:
+            things = self.things(ctx)
+            rule, want = self._who(ctx)
+        except owned.Refused as exc:
+            return Outcome(ok=False, error=f"node {node}: {exc}")
+        said: list[list[tuple[str, bool]]] = []
 
         def patch(n: Node) -> dict[str, Any] | None:
-            p, what = owned.change(n, thing, rule, want)
-            said.append(what)
+            p, words = owned.changes(n, things, rule, want)
+            said.append(words)
             return p
 
         try:
-            before, after = owned.patch_node(self.client(), node, patch)
-            again, _ = owned.change(after, thing, rule, want)
+            _, after = owned.patch_node(self.client(), node, patch)
+            again, _ = owned.changes(after, things, rule, want)
         except owned.Refused as exc:
             return Outcome(ok=False, error=f"node {node}: {exc}")
         except API_ERRORS as exc:
             return Outcome(ok=False, error=_why(exc))
-        return Outcome(ok=True, verified=again is None, detail=f"node {node}: {said[-1]}",
-                       data={"changed": after is not before,
-                             "claims": owned.claims(after).get(thing.key, {})})
+        have = owned.claims(after)
+        return Outcome(ok=True, verified=again is None,
+                       detail=f"node {node}: " + "; ".join(w for w, _ in said[-1]),
+                       data={"changed": any(c for _, c in said[-1]),
+                             "claims": {t.key: have.get(t.key, {}) for t in things}})
 
 
 class Cordon(owned.Thing):
@@ -145,8 +150,8 @@ class KubeCordon(OwnedNodeAction[CordonParams]):
     Params = CordonParams
     sets = True
 
-    def thing(self, ctx: ActionContext) -> owned.Thing:
-        return Cordon()
+    def things(self, ctx: ActionContext) -> list[owned.Thing]:
+        return [Cordon()]
 
 
 class KubeUncordon(OwnedNodeAction[CordonParams]):
@@ -158,8 +163,8 @@ class KubeUncordon(OwnedNodeAction[CordonParams]):
     Params = CordonParams
     sets = False
 
-    def thing(self, ctx: ActionContext) -> owned.Thing:
-        return Cordon()
+    def things(self, ctx: ActionContext) -> list[owned.Thing]:
+        return [Cordon()]
 
 
 class EvictParams(KubeParams):

@@ -119,16 +119,16 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class Refused(Exception):
+class Refused(ValueError):
     """The change must not be made (someone else's value is in the way)."""
 
 
-def change(node: Node, thing: Thing, rule: str | None, want: bool
-           ) -> tuple[dict[str, Any] | None, str]:
-    """The patch that sets (``want``) or releases ``thing`` for ``rule`` (None: every
-    guardian rule, the operator's release), and what it does in words. None when nothing
-    is to be changed; :class:`Refused` when it must not be."""
-    c = claims(node)
+def change(node: Node, thing: Thing, rule: str | None, want: bool, c: Claims
+           ) -> tuple[dict[str, Any] | None, str, Claims]:
+    """The patch (annotation left out) that sets (``want``) or releases ``thing`` for
+    ``rule`` (None: every guardian rule, the operator's release), what it does in words,
+    and the claims after it. The patch is None when nothing is to be changed but claims;
+    raises :class:`Refused` when it must not be made."""
     held = c.get(thing.key, {})
     present = thing.present(node)
     others = sorted(r for r in held if r != rule)
@@ -138,31 +138,45 @@ def change(node: Node, thing: Thing, rule: str | None, want: bool
             raise Refused(thing.conflict(node))
         if not present:
             # claims left from a thing someone else removed meanwhile are stale
-            after = claim(release(c, thing.key, None), thing.key, rule)
-            return (_merge(thing.add(node), {"metadata": annotation_patch(c, after)}),
-                    f"set {thing.what} (claimed by rule {rule})")
+            return (thing.add(node), f"set {thing.what} (claimed by rule {rule})",
+                    claim(release(c, thing.key, None), thing.key, rule))
         if not held:
             return None, (f"{thing.what} is already there and not guardian's: left as it "
-                          f"is, and never removed by guardian")
+                          f"is, and never removed by guardian"), c
         if rule in held:
-            return None, f"{thing.what} is already there, claimed by rule {rule}"
-        return ({"metadata": annotation_patch(c, claim(c, thing.key, rule))},
-                f"{thing.what} is already guardian's (rule {', '.join(others)}): rule "
-                f"{rule} claims it too")
+            return None, f"{thing.what} is already there, claimed by rule {rule}", c
+        return (None, f"{thing.what} is already guardian's (rule {', '.join(others)}): "
+                      f"rule {rule} claims it too", claim(c, thing.key, rule))
     if not held:
         if present:
             return None, (f"{thing.what} is not guardian's (no claim in {OWNED}): left "
-                          f"as it is")
-        return None, f"no {thing.what}: nothing to do"
+                          f"as it is"), c
+        return None, f"no {thing.what}: nothing to do", c
     if rule is not None and rule not in held:
         return None, (f"rule {rule} holds no claim on {thing.what} (rule "
-                      f"{', '.join(others)} does): left as it is")
+                      f"{', '.join(others)} does): left as it is"), c
     after = release(c, thing.key, rule)
-    meta = {"metadata": annotation_patch(c, after)}
     if after.get(thing.key):
-        return meta, (f"drop rule {rule}'s claim; {thing.what} stays for rule "
-                      f"{', '.join(others)}")
+        return None, (f"drop rule {rule}'s claim; {thing.what} stays for rule "
+                      f"{', '.join(others)}"), after
     if not present:
-        return meta, f"{thing.what} is already gone: drop guardian's stale claim"
-    return (_merge(thing.remove(node), meta),
-            f"remove {thing.what} (guardian's, rule {', '.join(sorted(held))})")
+        return None, f"{thing.what} is already gone: drop guardian's stale claim", after
+    return thing.remove(node), f"remove {thing.what} (guardian's, rule " \
+                               f"{', '.join(sorted(held))})", after
+
+
+def changes(node: Node, things: list[Thing], rule: str | None, want: bool
+            ) -> tuple[dict[str, Any] | None, list[tuple[str, bool]]]:
+    """One patch for all ``things`` (their changes and the claims annotation), None when
+    nothing changes; with each thing's words and whether it changes anything."""
+    before = c = claims(node)
+    patch: dict[str, Any] = {}
+    said = []
+    for thing in things:
+        p, what, after = change(node, thing, rule, want, c)
+        said.append((what, p is not None or after != c))
+        patch, c = _merge(patch, p or {}), after
+    meta = annotation_patch(before, c)
+    if meta:
+        patch = _merge(patch, {"metadata": meta})
+    return patch or None, said
