@@ -14,9 +14,11 @@ import pytest
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.audit import AuditLog
 from guardian.kube.actions import (
+    ConditionParams,
     CordonParams,
     EventParams,
     EvictParams,
+    KubeCondition,
     KubeCordon,
     KubeEvent,
     KubeEvict,
@@ -247,6 +249,21 @@ when = "memcg.dying > 10"
             want = ("True", "TooManyDyingMemcgs") if v > 10 else \
                 ("False", "TooManyDyingMemcgsResolved")
             assert (conds["DyingMemcgs"]["status"], conds["DyingMemcgs"]["reason"]) == want
+
+
+def test_a_resolved_condition_takes_npds_default_reason_and_message() -> None:
+    """node-problem-detector sets a condition back to its default reason and message
+    (custom_plugin_monitor.go generateStatus, scenario 1); resolved_reason says which."""
+    act = KubeCondition(ConditionParams(type="NTPProblem", reason="NTPIsDown",
+                                        resolved_reason="NTPIsUp",
+                                        resolved_message="ntp service is up", node="n"))
+    ctx = ActionContext(rule="r", snapshot=Snapshot(0.0), host=Host(), dry_run=True,
+                        kind="resolved")
+    assert act.plan(ctx).data["condition"] == {
+        "type": "NTPProblem", "status": "False", "reason": "NTPIsUp",
+        "message": "ntp service is up"}
+    ctx.kind = "firing"
+    assert act.plan(ctx).data["condition"]["reason"] == "NTPIsDown"
 
 
 def test_event_about_the_node(tmp_path: Path) -> None:

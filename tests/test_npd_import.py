@@ -63,6 +63,9 @@ def test_the_custom_plugin_config_becomes_checks_with_npds_interval_and_timeout(
     perm = rules[1]["action"][0]
     assert (perm["use"], perm["type"], perm["reason"], perm["on"]) == \
         ("kube.condition", "NTPProblem", "NTPIsDown", "both")
+    # back at False: the default condition's reason and message, as NPD sets them
+    assert (perm["resolved_reason"], perm["resolved_message"]) == \
+        ("NTPIsUp", "ntp service is up")
     assert rules[0]["action"][0]["use"] == "kube.event"
 
 

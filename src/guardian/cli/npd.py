@@ -162,7 +162,7 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool) -> Imported:
             rules_out.append(_rule(
                 rname, f"{reason}: node condition {ctype} from {program.name}",
                 f'script.problem{{check="{check}"}} == 1', kind, source, reason,
-                _condition_action(ctype, reason, log_only) + _log(reason)))
+                _condition_action(ctype, reason, log_only, conditions[ctype]) + _log(reason)))
         else:
             rules_out.append(_rule(
                 rname, f"{reason}: event from {program.name}",
@@ -229,7 +229,8 @@ def _kmsg(data: dict[str, Any], log_only: bool) -> Imported:
             when = " or ".join(f'kmsg.matches{{pattern="{p}"}} > 0' for p in patterns)
             rules_out.append(_rule(rname, f"{reason}: node condition {ctype} from the kernel "
                                    "log", when, kind, source, reason,
-                                   _condition_action(ctype, reason, log_only) + _log(reason)))
+                                   _condition_action(ctype, reason, log_only,
+                                                     conditions[ctype]) + _log(reason)))
         else:
             when = " or ".join(f'increase(kmsg.matches{{pattern="{p}"}}, "10m") > 0'
                                for p in patterns)
@@ -255,11 +256,19 @@ def _rule(name: str, summary: str, when: str, kind: str, source: str, reason: st
     return "\n".join([*lines, "", *actions])
 
 
-def _condition_action(ctype: str, reason: str, log_only: bool) -> list[str]:
+def _condition_action(ctype: str, reason: str, log_only: bool,
+                      default: dict[str, str]) -> list[str]:
+    """Set True with the rule's reason; back at False, the default condition's reason and
+    message, as node-problem-detector does."""
     if log_only:
         return []
+    back = [f"  resolved_reason = {q(str(default['reason']))}"] if default.get("reason") \
+        else []
+    if "message" in default:
+        back.append(f"  resolved_message = {q(str(default['message']))}")
     return ["  [[rule.action]]", '  use = "kube.condition"', '  on = "both"',
-            f"  type = {q(ctype)}", f"  reason = {q(reason)}", '  message = "$values"', ""]
+            f"  type = {q(ctype)}", f"  reason = {q(reason)}", '  message = "$values"',
+            *back, ""]
 
 
 def _event_action(reason: str, log_only: bool) -> list[str]:

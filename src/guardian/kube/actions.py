@@ -269,6 +269,12 @@ class ConditionParams(KubeParams):
     type: str = Field("GuardianProblem", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
     reason: str = Field("GuardianRuleFiring", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
     message: str = "guardian rule $rule fired: $values"
+    resolved_reason: str | None = Field(
+        None, pattern=r"^[A-Za-z][A-Za-z0-9]*$", description="the reason once the rule "
+        "resolves (default: reason + 'Resolved'); node-problem-detector's default condition "
+        "reason, e.g. KernelHasNoDeadlock")
+    resolved_message: str | None = Field(None, description="the message once the rule "
+                                         "resolves (default: message)")
 
 
 class KubeCondition(KubeAction[ConditionParams]):
@@ -283,12 +289,14 @@ class KubeCondition(KubeAction[ConditionParams]):
         p = self.params
         node = node_name(p)
         resolved = ctx.kind == "resolved"
-        reason = f"{p.reason}Resolved" if resolved else p.reason
+        reason = (p.resolved_reason or f"{p.reason}Resolved") if resolved else p.reason
         if ctx.kind == "escalated":  # the remedy ran its limit: a person must look
             reason = f"{p.reason}NeedsHuman"
+        message = p.resolved_message if resolved and p.resolved_message is not None \
+            else p.message
         cond = {"type": p.type, "status": "False" if resolved else "True",
                 "reason": reason,
-                "message": ctx.message(p.message)[:1000]}
+                "message": ctx.message(message)[:1000]}
         return Plan(self.name, ctx.rule,
                     [Step(f"node {node}", f"condition {p.type}={cond['status']} "
                                           f"({cond['reason']})")],
