@@ -137,7 +137,7 @@ def test_the_source_never_blocks_the_loop(http: str, listeners: tuple[int, str, 
             time.sleep(0.05)
     finally:
         src.close()
-    assert worst < 0.05, worst
+    assert worst < 0.25, worst  # a check or probe takes a second or more
 
     def key(n: str) -> tuple[tuple[str, str], ...]:
         return labels_of({"probe": n})

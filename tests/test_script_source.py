@@ -116,7 +116,7 @@ def test_the_loop_never_waits_for_a_check(tmp_path: Path, sources: list[ScriptSo
         out: dict[str, Any] = src.collect(t)
         worst = max(worst, time.monotonic() - t)
         time.sleep(0.05)
-    assert worst < 0.05, worst
+    assert worst < 0.25, worst  # a check or probe takes a second or more
     for name in ("hang", "flood", "children"):
         assert out["script.errors"][labels_of({"check": name, "reason": "timeout"})] == 1
         assert check(name) not in out["script.status"]
