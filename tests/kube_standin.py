@@ -84,6 +84,33 @@ class Store:
         self.delay = 0.0
         self.requests: list[tuple[str, str]] = []
         self.authorization: list[str] = []
+        # a deleted pod stays, with its deletionTimestamp, until its containers have
+        # stopped (the kubelet's confirmation): (namespace, name) -> when it goes
+        self.terminating: dict[tuple[str, str], float] = {}
+        self.shutdown: dict[tuple[str, str], float] = {}  # how long a pod takes to stop
+
+    def reap(self) -> None:
+        """Remove the terminating pods whose time has come (called under the lock)."""
+        now = time.monotonic()
+        for key, at in list(self.terminating.items()):
+            if at <= now:
+                del self.terminating[key]
+                self.objects.get("pods", {}).pop(key, None)
+
+    def terminate(self, ns: str, name: str, grace: int | None) -> None:
+        """A graceful delete: the pod gets its deletionTimestamp and goes once it has
+        stopped, within its grace period (the request's, else the pod's
+        terminationGracePeriodSeconds, 30 by default: k8s.io/api core/v1 PodSpec)."""
+        pod = self.objects["pods"][(ns, name)]
+        if (ns, name) in self.terminating:
+            return
+        if grace is None:
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        takes = min(self.shutdown.get((ns, name), 0.0), float(grace))
+        pod["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        self.put("pods", pod)
+        self.terminating[(ns, name)] = time.monotonic() + takes
 
     def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
@@ -110,16 +137,21 @@ class Store:
 
     def add_pod(self, ns: str, name: str, node: str, labels: dict[str, str] | None = None,
                 owner: tuple[str, str] | None = None, priority: int = 0,
-                qos: str = "BestEffort") -> None:
+                qos: str = "BestEffort", emptydir: bool = False,
+                shutdown: float = 0.0, phase: str = "Running") -> None:
+        """A pod; ``shutdown``: seconds its containers take to stop once it is deleted."""
         meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels or {}}
         if owner:
             meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0],
                                         "name": owner[1], "uid": str(uuid.uuid4()),
                                         "controller": True}]
-        self.put("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                          "spec": {"nodeName": node, "priority": priority,
-                                   "containers": [{"name": "c", "image": "x"}]},
-                          "status": {"phase": "Running", "qosClass": qos}})
+        spec: dict[str, Any] = {"nodeName": node, "priority": priority,
+                                "containers": [{"name": "c", "image": "x"}]}
+        if emptydir:
+            spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+        self.shutdown[(ns, name)] = shutdown
+        self.put("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+                          "status": {"phase": phase, "qosClass": qos}})
 
     def add_pdb(self, ns: str, name: str, selector: dict[str, str], min_available: int) -> None:
         self.put("poddisruptionbudgets", {
@@ -181,6 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
         if st.delay:
             time.sleep(st.delay)
         with st.lock:
+            st.reap()
             if st.fail_next:
                 code = st.fail_next.pop(0)
                 self._send(code, status(code, "InternalError", "injected failure"))
@@ -265,6 +298,13 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return 200, obj
         if method == "DELETE":
+            if resource == "pods":  # graceful, as the API server deletes a pod
+                grace = q.get("gracePeriodSeconds") or [
+                    (self._body() or {}).get("gracePeriodSeconds")]
+                st.terminate(ns, name, None if grace[0] is None else int(grace[0]))
+                if st.terminating[key] <= time.monotonic():
+                    st.reap()
+                return 200, obj
             del objs[key]
             return 200, obj
         if method == "PATCH":
@@ -298,7 +338,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _evict(self, ns: str, name: str, pod: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         st = self.store
         labels = pod["metadata"].get("labels", {})
-        pods = [p for (pns, _), p in st.objects.get("pods", {}).items() if pns == ns]
+        if pod["metadata"].get("deletionTimestamp"):
+            return 201, status(201, "", "")  # already going
+        # the disruption controller counts a pod being deleted as not healthy
+        # (k8s.io/kubernetes pkg/controller/disruption countHealthyPods)
+        pods = [p for (pns, _), p in st.objects.get("pods", {}).items()
+                if pns == ns and not p["metadata"].get("deletionTimestamp")]
         for pdb in [o for (pns, _), o in st.objects.get("poddisruptionbudgets", {}).items()
                     if pns == ns]:
             sel = pdb["spec"]["selector"].get("matchLabels", {})
@@ -309,7 +354,16 @@ class _Handler(BaseHTTPRequestHandler):
             if healthy - 1 < int(pdb["spec"].get("minAvailable", 0)):
                 return 429, status(429, "TooManyRequests", "Cannot evict pod as it would "
                                    "violate the pod's disruption budget.")
-        del st.objects["pods"][(ns, name)]
+        # an accepted eviction is a graceful delete of the pod with the Eviction's
+        # deleteOptions (policy/v1 Eviction; pkg/registry/core/pod/storage/eviction.go)
+        try:
+            body = self._body()
+        except ValueError:  # kubectl may send the Eviction as protobuf
+            body = {}
+        grace = ((body or {}).get("deleteOptions") or {}).get("gracePeriodSeconds")
+        st.terminate(ns, name, grace)
+        if st.terminating[(ns, name)] <= time.monotonic():
+            st.reap()
         return 201, status(201, "", "")
 
 
