@@ -225,3 +225,27 @@ def test_close_stops_the_scheduler(tmp_path: Path) -> None:
     src.collect(0.0)
     src.close()
     assert src.periodic.thread is not None and not src.periodic.thread.is_alive()
+
+
+def test_run_once_reads_the_checks_and_ends_without_waiting_for_a_hanging_one(
+        tmp_path: Path) -> None:
+    """`guardian run --once` with the shipped rules/health.toml: a check saying NonOK holds
+    script-check-problem with its message; one that hangs (timeout 30 s) is killed when
+    guardian ends, which does not wait for it."""
+    import subprocess
+    import sys
+
+    from .conftest import RULES
+
+    config = tmp_path / "guardian.toml"
+    config.write_text('[sources.script.checks.bad]\n'
+                      'argv = ["/bin/sh", "-c", "echo disk is sick; exit 1"]\n'
+                      '[sources.script.checks.hang]\nargv = ["/bin/sleep", "60"]\n'
+                      'timeout = "30s"\n')
+    started = time.monotonic()
+    got = subprocess.run([sys.executable, "-m", "guardian", "run", "--once", "--dry-run",
+                          "--config", str(config), "--rules", str(RULES / "health.toml")],
+                         capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 10
+    line = next(x for x in got.stdout.splitlines() if "script-check-problem" in x)
+    assert line.startswith("HOLDS") and 'message="disk is sick"' in line, got.stdout

@@ -13,6 +13,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
@@ -35,8 +36,10 @@ class Ran:
 
 
 def run_bounded(argv: list[str], timeout: float, keep: int = 4096,
-                env: dict[str, str] | None = None, cwd: str = "/") -> Ran:
-    """Run ``argv`` for at most ``timeout`` seconds, keeping ``keep`` bytes of each stream."""
+                env: dict[str, str] | None = None, cwd: str = "/",
+                stop: threading.Event | None = None) -> Ran:
+    """Run ``argv`` for at most ``timeout`` seconds, keeping ``keep`` bytes of each stream;
+    ended early (as a timeout) when ``stop`` is set (guardian is stopping)."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=MINIMAL_ENV if env is None else env,
@@ -69,9 +72,10 @@ def run_bounded(argv: list[str], timeout: float, keep: int = 4096,
             if exited and all(read[fd] < 0 for fd in bufs):
                 break
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop.is_set()):
                 break
-            for key, _ in sel.select(min(left, 0.05 if pidfd is None else left)):
+            wait = 0.05 if pidfd is None else 0.2 if stop is not None else left
+            for key, _ in sel.select(min(left, wait)):
                 fd = int(key.fd)
                 if fd == pidfd:
                     continue
@@ -103,8 +107,9 @@ def run_bounded(argv: list[str], timeout: float, keep: int = 4096,
     seconds = time.monotonic() - started
     out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
     if not exited:
-        return Ran(None, out, err, seconds, error=f"timed out after {timeout:g}s",
-                   timed_out=True)
+        why = "stopped with guardian" if stop is not None and stop.is_set() \
+            else f"timed out after {timeout:g}s"
+        return Ran(None, out, err, seconds, error=why, timed_out=True)
     return Ran(proc.returncode, out, err, seconds)
 
 

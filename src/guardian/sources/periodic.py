@@ -25,13 +25,13 @@ class Periodic:
         self.running: set[str] = set()
         self.due = dict.fromkeys(intervals, 0.0)  # monotonic time of each job's next run
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self.stop = threading.Event()  # set by close(): a running job should end now
         self._kick = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if self.thread is not None or not self.intervals or self._stop.is_set():
+        if self.thread is not None or not self.intervals or self.stop.is_set():
             return
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.prefix)
         self.thread = threading.Thread(target=self._schedule, daemon=True,
@@ -39,7 +39,7 @@ class Periodic:
         self.thread.start()
 
     def close(self) -> None:
-        self._stop.set()
+        self.stop.set()
         self._kick.set()
         if self.thread is not None:
             self.thread.join(timeout=2)
@@ -49,7 +49,7 @@ class Periodic:
     def _schedule(self) -> None:
         """Start each job when it is due and not running; sleep until the next is due."""
         assert self._pool is not None
-        while not self._stop.is_set():
+        while not self.stop.is_set():
             now = time.monotonic()
             with self._lock:
                 due = [n for n, t in self.due.items() if t <= now and n not in self.running]

@@ -178,6 +178,7 @@ class ScriptSource(Source[ScriptConfig]):
         return list(self._faults)
 
     def close(self) -> None:
+        """Stop scheduling and kill the checks still running (their process groups)."""
         self.periodic.close()
 
     def _run(self, name: str) -> None:
@@ -185,7 +186,7 @@ class ScriptSource(Source[ScriptConfig]):
         timeout = check.timeout or self.cfg.timeout
         try:
             ran = run_bounded(check.argv, timeout, KEEP, {**MINIMAL_ENV, **check.env},
-                              check.cwd)
+                              check.cwd, stop=self.periodic.stop)
         except Exception as exc:  # a worker must never die with the check marked running
             ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
         result = self._result(ran)
