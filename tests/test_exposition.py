@@ -223,3 +223,15 @@ def test_an_endpoint_page_fires_a_shipped_rule(
     src.refresh()
     engine.evaluate(Collector(Host(), [src]).collect(0.0))
     assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
+
+
+def test_the_dcgm_xid_rule_and_the_kernel_log_rule_agree_on_the_reset_codes() -> None:
+    """gpu-dcgm-xid-needs-reset names the codes kmsg's gpu.xid_by_action calls reset_gpu
+    (NVIDIA's catalog, guardian/sources/kernel_patterns.py), no more and no fewer."""
+    import re
+
+    from guardian.sources.kernel_patterns import XID_ACTIONS
+    text = (REPO / "rules" / "gpu-dcgm.toml").read_text()
+    rule = text.split('name = "gpu-dcgm-xid-needs-reset"')[1].split("[[rule]]")[0]
+    codes = {int(c) for c in re.findall(r'XID_ERRORS"\} == (\d+)', rule)}
+    assert codes == {c for c, a in XID_ACTIONS.items() if a == "reset_gpu"}

@@ -219,3 +219,13 @@ def test_no_patterns_no_reader_and_bad_config_refused() -> None:
     with pytest.raises(ValueError, match="not a unit name"):
         JournalConfig.model_validate({"patterns": {"x": "y"}, "units": ["--all"]})
     assert threading.active_count() >= 1
+
+
+def test_rule_test_samples_check_the_patterns() -> None:
+    src = _source(["journalctl"])
+    assert src.check_sample({"message": "PLEG is not healthy: pleg was last seen active",
+                             "matches": ["pleg"]}) is None
+    assert "want: ['oom']" in (src.check_sample({"message": "fine", "matches": ["oom"]})
+                               or "")
+    with pytest.raises(ValueError, match="unknown pattern"):
+        src.check_sample({"message": "x", "matches": ["nope"]})
