@@ -299,9 +299,10 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, obj
         if method == "DELETE":
             if resource == "pods":  # graceful, as the API server deletes a pod
-                grace = q.get("gracePeriodSeconds") or [
-                    (self._body() or {}).get("gracePeriodSeconds")]
-                st.terminate(ns, name, None if grace[0] is None else int(grace[0]))
+                grace: Any = q["gracePeriodSeconds"][0] if q.get("gracePeriodSeconds") else None
+                if grace is None:
+                    grace = (self._body() or {}).get("gracePeriodSeconds")
+                st.terminate(ns, name, None if grace is None else int(grace))
                 if st.terminating[key] <= time.monotonic():
                     st.reap()
                 return 200, obj
