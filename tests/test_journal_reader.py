@@ -229,3 +229,44 @@ def test_rule_test_samples_check_the_patterns() -> None:
                                or "")
     with pytest.raises(ValueError, match="unknown pattern"):
         src.check_sample({"message": "x", "matches": ["nope"]})
+
+
+def test_an_older_journalctl_without_output_fields_is_run_without(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # systemd 236 added --output-fields (NEWS); older ones refuse it and exit 1
+    monkeypatch.setattr("guardian.sources.journal._BACKOFF_FIRST", 0.1)
+    argv = _fake(tmp_path, [_entry(1, "PLEG is not healthy")])
+    old = tmp_path / "old.py"
+    old.write_text("import sys, runpy\n"
+                   "if any(a.startswith('--output-fields') for a in sys.argv): sys.exit(1)\n"
+                   f"sys.argv = sys.argv[:1] + sys.argv[1:]\nrunpy.run_path({argv[1]!r})\n")
+    src = _source([sys.executable, str(old)])
+    try:
+        src.follow(lambda _: None)
+        _wait(lambda: src.lines == 1)
+        assert src.collect(1.0)["journal.restarts"] == 1
+        assert not src.output_fields
+    finally:
+        src.close()
+
+
+def test_a_kept_cursor_journalctl_refuses_is_given_up_for_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # journalctl exits 1 on a cursor it cannot parse ("Failed to seek to cursor")
+    monkeypatch.setattr("guardian.sources.journal._BACKOFF_FIRST", 0.05)
+    argv = _fake(tmp_path, [_entry(1, "PLEG is not healthy")])
+    picky = tmp_path / "picky.py"
+    picky.write_text("import sys, runpy\n"
+                     "if any(a.startswith('--after-cursor') for a in sys.argv): sys.exit(1)\n"
+                     f"runpy.run_path({argv[1]!r})\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal-cursor.json").write_text(json.dumps({"argv": [""], "cursor": "bad"}))
+    src = _source([sys.executable, str(picky)])
+    src.keep_state(state)
+    try:
+        src.follow(lambda _: None)
+        _wait(lambda: src.lines == 1)
+        assert src.cursor == "s=1;i=1" and src.output_fields
+    finally:
+        src.close()

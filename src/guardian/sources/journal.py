@@ -16,6 +16,8 @@ skipped (``reason="too_long"``), one that is not a JSON object ``reason="json"``
 A journalctl that exits (or cannot start) is started again after a backoff (1 s doubling
 to a minute); until it runs the source gives no value, which the collector counts in
 ``guardian.source_errors{source="journal"}``: a missing reader never reads as a quiet log.
+A journalctl that fails before any line is tried without ``--output-fields`` (before
+systemd 236), then from the journal's end (a kept cursor it cannot seek to).
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ class JournalSource(Source[JournalConfig]):
         self.thread: threading.Thread | None = None
         self.wake: Callable[[str], None] | None = None
         self.pending: set[str] = set()
+        self.output_fields = True  # journalctl before systemd 236 has no --output-fields
+        self.empty_failures = 0  # runs in a row that failed before any line
 
     def unavailable(self) -> str | None:
         if not self.patterns:
@@ -172,8 +176,9 @@ class JournalSource(Source[JournalConfig]):
 
     def argv(self) -> list[str]:
         """The journalctl command line: from after the kept cursor, or the end."""
-        argv = [*self.cfg.journalctl, "--follow", "--output=json", "--no-pager",
-                f"--output-fields={_FIELDS}"]
+        argv = [*self.cfg.journalctl, "--follow", "--output=json", "--no-pager"]
+        if self.output_fields:
+            argv.append(f"--output-fields={_FIELDS}")
         if self.cfg.directory:
             argv.append(f"--directory={self.cfg.directory}")
         argv += [f"--unit={u}" for u in self.cfg.units]
@@ -208,13 +213,14 @@ class JournalSource(Source[JournalConfig]):
         while not self.stop.is_set():
             proc = self.proc
             if proc is not None:
-                started = time.monotonic()
+                started, lines = time.monotonic(), self.lines
                 self._pump(proc)
                 rc = _end(proc)
                 with self.lock:
                     self.proc = None
                     if not self.stop.is_set():
                         self.failure = f"journalctl exited with status {rc}"
+                        self._after_failure(rc, self.lines > lines)
                 if time.monotonic() - started > _STABLE:
                     backoff = _BACKOFF_FIRST
             if self.stop.wait(backoff):
@@ -225,6 +231,18 @@ class JournalSource(Source[JournalConfig]):
                 self.proc = self._spawn()
                 if self.proc is not None:
                     self.restarts += 1
+
+    def _after_failure(self, rc: int, read: bool) -> None:
+        """A run that failed before any line may have been refused its arguments: try
+        without ``--output-fields`` (older journalctl), then from the journal's end (a
+        kept cursor journalctl cannot seek to), then both again (under the lock)."""
+        if read or not rc:
+            self.empty_failures = 0
+            return
+        self.empty_failures += 1
+        self.output_fields = self.empty_failures % 2 == 0
+        if self.empty_failures == 2 and self.cursor is not None:
+            self.cursor = self.last_skipped = None
 
     def _pump(self, proc: subprocess.Popen[bytes]) -> None:
         """Read the child's lines until it exits or the source stops."""
