@@ -26,7 +26,7 @@ from guardian.snapshot import Snapshot
 from guardian.sources.script import ScriptConfig, ScriptSource
 
 NPD = Path(__file__).parent / "fixtures" / "npd"
-SHIPPED = ["custom-plugin-monitor", "network-problem-monitor", "kernel-monitor"]
+SHIPPED = sorted(p.stem for p in (NPD / "config").glob("*.json"))
 
 
 def guardian(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -49,6 +49,20 @@ def test_shipped_configs_import_and_pass_check(name: str, tmp_path: Path) -> Non
     (config,) = tmp_path.glob("*.guardian.toml")
     checked = guardian("check", "--config", str(config), str(tmp_path / "rules"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_every_shipped_config_imports_into_one_configuration(tmp_path: Path) -> None:
+    """The fragments append into one guardian.toml (three health-checker configs share
+    node-problem-detector's "source": names come from the file names)."""
+    for name in SHIPPED:
+        got = guardian("import", "npd", str(NPD / "config" / f"{name}.json"), "-o",
+                       str(tmp_path))
+        assert got.returncode == 0, got.stderr
+    config = tmp_path / "guardian.toml"
+    config.write_text("".join(p.read_text() for p in sorted(tmp_path.glob("*.guardian.toml"))))
+    checked = guardian("check", "--config", str(config), str(tmp_path / "rules"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert len(load_rules([tmp_path / "rules"]).rules) == 27
 
 
 def test_the_custom_plugin_config_becomes_checks_with_npds_interval_and_timeout() -> None:
@@ -97,7 +111,7 @@ def test_a_pattern_guardian_does_not_ship_is_added_to_the_kmsg_source(tmp_path: 
                    '"pattern": "acme: device \\\\d+ wedged"}]}')
     got = import_npd(own, log_only=True)
     assert _toml(got.config)["sources"]["kmsg"]["patterns"] == {
-        "npd_acmewedged": r"acme: device \d+ wedged"}
+        "npd_own_acmewedged": r"acme: device \d+ wedged"}
     assert [a["use"] for a in _toml(got.rules)["rule"][0]["action"]] == ["log"]
 
 

@@ -81,7 +81,7 @@ def slug(text: str) -> str:
 class Imported:
     config: str          # a guardian.toml fragment
     rules: str           # a rule file
-    source: str          # node-problem-detector's monitor "source"
+    name: str            # from the config file's name: its checks, rules and files
     notes: list[str] = field(default_factory=list)
 
 
@@ -98,14 +98,17 @@ def import_npd(path: Path, base: Path | None = None, log_only: bool = False) -> 
         raise ImportError_(f"{path}: not a JSON object")
     plugin = data.get("plugin")
     base = base if base is not None else path.resolve().parent.parent
+    # names (checks, rules, files) come from the file's name: node-problem-detector's
+    # "source" is shared (three health-checker-*.json say "health-checker")
+    name = slug(path.name.removesuffix(".json"))
     if plugin == "custom":
-        return _custom(data, base, log_only)
+        return _custom(data, base, log_only, name)
     if plugin in ("kmsg", "journald", "filelog") and all(
             isinstance(r, dict) and "pattern" in r for r in data.get("rules", [])):
         if plugin != "kmsg":
             raise ImportError_(f"{path}: a {plugin} log monitor; only the kernel log "
                                "(plugin kmsg) is imported")
-        return _kmsg(data, log_only)
+        return _kmsg(data, log_only, name)
     raise ImportError_(f"{path}: plugin {plugin!r}: only custom-plugin monitors and "
                        "the kmsg log monitor are imported")
 
@@ -120,7 +123,7 @@ def _conditions(data: dict[str, Any]) -> dict[str, dict[str, str]]:
             and "type" in c}
 
 
-def _custom(data: dict[str, Any], base: Path, log_only: bool) -> Imported:
+def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Imported:
     source = str(data.get("source") or "custom-plugin-monitor")
     g = data.get("pluginConfig") or {}
     g_timeout = go_duration(g["timeout"]) if "timeout" in g else NPD_TIMEOUT
@@ -144,7 +147,7 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool) -> Imported:
             else g_interval
         key = (str(program), args, interval, timeout)
         if key not in checks:
-            name = stem = f"{slug(source)}.{slug(program.stem)}"
+            name = stem = f"{prefix}.{slug(program.stem)}"
             n = 2
             while name in names:
                 name, n = f"{stem}-{n}", n + 1
@@ -153,7 +156,7 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool) -> Imported:
         check = checks[key]
         kind = rule.get("type", "temporary")
         reason = str(rule.get("reason", "")) or "PluginProblem"
-        rname = f"npd-{slug(source)}-{slug(reason)}-{kind}-{i}"
+        rname = f"npd-{prefix}-{slug(reason)}-{kind}-{i}"
         if kind == "permanent":
             ctype = str(rule.get("condition", ""))
             if ctype not in conditions:
@@ -170,27 +173,28 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool) -> Imported:
                 _event_action(reason, log_only) + _log(reason),
                 cooldown=interval))
     cfg = [_header(data, "custom-plugin monitor")]
-    # source-wide settings only where they differ from node-problem-detector's defaults
-    # (guardian's too), so the fragments of several monitors concatenate into one file
-    settings = [f"{k} = {v}" for k, v, default in (
-        ("max_output_length", int(g.get("max_output_length", NPD_MAX_OUTPUT)), NPD_MAX_OUTPUT),
-        ("concurrency", max(1, min(32, int(g.get("concurrency", NPD_CONCURRENCY)))),
-         NPD_CONCURRENCY)) if v != default]
-    if settings:
-        cfg += ["[sources.script]", *settings, ""]
+    # no [sources.script] table: the fragments of several monitors append into one file
+    concurrency = int(g.get("concurrency", NPD_CONCURRENCY))
+    if concurrency != NPD_CONCURRENCY:
+        cfg.append(f"# node-problem-detector ran {concurrency} of these at once; guardian's "
+                   "[sources.script] concurrency (3) is for every check")
+        notes.append(f"concurrency {concurrency}: [sources.script] concurrency is one "
+                     "setting for every check (3 unless set)")
+    limit = int(g.get("max_output_length", NPD_MAX_OUTPUT))
     for (exe, args, interval, timeout), name in checks.items():
         cfg += [f"[sources.script.checks.{q(name)}]",
                 f"argv = [{', '.join(q(a) for a in (exe, *args))}]",
                 f"interval = {q(format_duration(interval))}",
-                f"timeout = {q(format_duration(timeout))}", ""]
+                f"timeout = {q(format_duration(timeout))}",
+                *([f"max_output_length = {limit}"] if limit != NPD_MAX_OUTPUT else []), ""]
     if g.get("enable_message_change_based_condition_update"):
         notes.append("enable_message_change_based_condition_update: a condition is set "
                      "once while it stays True (its message is not updated)")
     return Imported("\n".join(cfg), _rules_file(data, "custom-plugin monitor", rules_out),
-                    source, notes)
+                    prefix, notes)
 
 
-def _kmsg(data: dict[str, Any], log_only: bool) -> Imported:
+def _kmsg(data: dict[str, Any], log_only: bool, prefix: str) -> Imported:
     from ..sources.kernel_patterns import SHIPPED
 
     source = str(data.get("source") or "kernel-monitor")
@@ -214,7 +218,7 @@ def _kmsg(data: dict[str, Any], log_only: bool) -> Imported:
         if shipped:
             patterns.extend(p for p in shipped if p not in patterns)
             continue
-        name = re.sub(r"[^a-z0-9]+", "_", f"npd_{reason}".lower()).strip("_")
+        name = re.sub(r"[^a-z0-9]+", "_", f"npd_{prefix}_{reason}".lower()).strip("_")
         n = 2
         while name in extra and extra[name] != rule["pattern"]:
             name, n = f"{name.rstrip('_0123456789')}_{n}", n + 1
@@ -224,7 +228,7 @@ def _kmsg(data: dict[str, Any], log_only: bool) -> Imported:
                      f"pattern is added as kmsg pattern {name!r}")
     rules_out = []
     for (kind, reason, ctype), patterns in groups.items():
-        rname = f"npd-{slug(source)}-{slug(reason)}-{kind}"
+        rname = f"npd-{prefix}-{slug(reason)}-{kind}"
         if kind == "permanent":
             when = " or ".join(f'kmsg.matches{{pattern="{p}"}} > 0' for p in patterns)
             rules_out.append(_rule(rname, f"{reason}: node condition {ctype} from the kernel "
@@ -241,7 +245,7 @@ def _kmsg(data: dict[str, Any], log_only: bool) -> Imported:
     if extra:
         cfg += ["[sources.kmsg.patterns]"] + [f"{k} = {lit(v)}" for k, v in extra.items()]
     return Imported("\n".join(cfg) + "\n", _rules_file(data, "log monitor", rules_out),
-                    source, notes)
+                    prefix, notes)
 
 
 def _rule(name: str, summary: str, when: str, kind: str, source: str, reason: str,
@@ -303,9 +307,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.output)
     (out / "rules").mkdir(parents=True, exist_ok=True)
-    config = out / f"npd-{slug(got.source)}.guardian.toml"
-    rules = out / "rules" / f"npd-{slug(got.source)}.toml"
+    config = out / f"npd-{got.name}.guardian.toml"
+    rules = out / "rules" / f"npd-{got.name}.toml"
     config.write_text(got.config)
     rules.write_text(got.rules)
-    print(f"wrote {config} (merge into guardian.toml) and {rules}")
+    print(f"wrote {config} (append it to guardian.toml) and {rules}")
     return 0

@@ -53,6 +53,9 @@ class Check(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="added to a minimal "
                                 "environment (PATH, LANG)")
     cwd: str = Field("/", description="working directory")
+    max_output_length: int | None = Field(None, ge=1, le=4096, description="bytes of "
+                                          "trimmed stdout kept as the message (default: "
+                                          "the source's)")
 
     @field_validator("argv")
     @classmethod
@@ -189,7 +192,7 @@ class ScriptSource(Source[ScriptConfig]):
                               check.cwd, stop=self.periodic.stop)
         except Exception as exc:  # a worker must never die with the check marked running
             ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
-        result = self._result(ran)
+        result = self._result(ran, check.max_output_length or self.cfg.max_output_length)
         with self._lock:
             before = self.results.get(name)
             self.results[name] = result
@@ -205,10 +208,9 @@ class ScriptSource(Source[ScriptConfig]):
             log.info("check %s said on stderr: %s", name,
                      ran.stderr.decode("utf-8", "replace").strip()[:500])
 
-    def _result(self, ran: Ran) -> Result:
+    def _result(self, ran: Ran, limit: int) -> Result:
         now = time.monotonic()
         if ran.status is None:
             return Result(now, None, "", ran.seconds, ran.error)
-        return Result(now, npd_status(ran.status), npd_message(ran.stdout,
-                                                               self.cfg.max_output_length),
+        return Result(now, npd_status(ran.status), npd_message(ran.stdout, limit),
                       ran.seconds)
