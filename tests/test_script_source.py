@@ -249,3 +249,13 @@ def test_run_once_reads_the_checks_and_ends_without_waiting_for_a_hanging_one(
     assert time.monotonic() - started < 10
     line = next(x for x in got.stdout.splitlines() if "script-check-problem" in x)
     assert line.startswith("HOLDS") and 'message="disk is sick"' in line, got.stdout
+
+
+def test_check_warns_of_a_program_that_is_missing_or_not_executable() -> None:
+    cfg = ScriptConfig.model_validate({"checks": {
+        "fine": {"argv": ["true"]},
+        "gone": {"argv": ["/nonexistent/check.sh"]},
+        "plain": {"argv": [str(NPD / "test-data" / "non-executable.sh")]}}})
+    assert ScriptSource.config_warnings(cfg) == [
+        "check gone: /nonexistent/check.sh not found",
+        f"check plain: {NPD / 'test-data' / 'non-executable.sh'} is not executable"]

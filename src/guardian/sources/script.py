@@ -17,12 +17,14 @@ counted in ``script.errors`` and as an error of the source, never as a problem.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -129,6 +131,21 @@ class ScriptSource(Source[ScriptConfig]):
         SignalSpec("script.errors", "runs that timed out or could not start", "runs",
                    labels=("check", "reason"), counter=True),
     )
+
+    @classmethod
+    def config_warnings(cls, config: Any) -> list[str]:
+        """A check whose program is not there or not executable (node-problem-detector
+        refuses to start over a missing plugin; guardian starts, and the check is unknown)."""
+        out = []
+        for name, check in getattr(config, "checks", {}).items():
+            prog = check.argv[0]
+            found = prog if prog.startswith("/") else shutil.which(prog,
+                                                                  path=MINIMAL_ENV["PATH"])
+            if found is None or not os.path.isfile(found):
+                out.append(f"check {name}: {prog} not found")
+            elif not os.access(found, os.X_OK):
+                out.append(f"check {name}: {prog} is not executable")
+        return out
 
     def __init__(self, host: Host, config: ScriptConfig | None = None) -> None:
         super().__init__(host, config)
