@@ -10,6 +10,7 @@ rule names a ``systemctl`` argv; the effect is verified by reading the unit back
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar, Literal
@@ -17,15 +18,19 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..durations import Duration
-from ..hostio.systemdclient import SystemdClient, SystemdSettings, settings_for
+from ..hostio.systemdclient import STOPPED, SystemdClient, SystemdSettings, settings_for
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..safety import selected
 
-Verb = Literal["stop", "disable", "mask", "reset-failed"]
+Verb = Literal["stop", "disable", "mask", "reset-failed", "restart", "try-restart", "reload"]
 # Units whose loss takes the node (or guardian) down; never touched, whatever the allow-list.
 NEVER = ("guardian*.service", "systemd-*.service", "dbus*.service", "ssh*.service",
          "kubelet.service", "containerd.service", "docker.service", "getty@*.service",
          "serial-getty@*.service")
+# ... except that the node's agent and container runtime may be restarted or reloaded
+# when a rule names them exactly (node-problem-detector's health checker repairs them)
+RUNTIME = ("kubelet.service", "containerd.service", "docker.service")
+RESTARTS = ("restart", "try-restart", "reload")
 
 
 class UnitParams(BaseModel):
@@ -42,6 +47,19 @@ class UnitParams(BaseModel):
         None, min_length=1, description="argv that runs systemctl; default: systemd as the "
         "systemd source reaches it (its transport: the private bus, or its systemctl argv)")
     timeout: Duration = Field(30.0, gt=0)
+    restart_budget: int = Field(3, ge=1, description="restarts (restart, try-restart, "
+                                "reload) of one unit within restart_window, then skipped")
+    restart_window: Duration = Field(3600.0, gt=0)
+    cooldown: Duration = Field(120.0, ge=0, description="a unit is restarted only once it "
+                               "has run this long since it last started (node-problem-"
+                               "detector's --cooldown-time, 2 minutes)")
+    verify_wait: Duration = Field(30.0, gt=0, description="how long a restarted unit has "
+                                  "to be active again")
+
+
+# restarts per unit, by this process (monotonic times): the budget is per unit, whichever
+# rule restarts it
+_RESTARTED: dict[str, list[float]] = {}
 
 
 class SystemdUnit(Action[UnitParams]):
@@ -72,17 +90,42 @@ class SystemdUnit(Action[UnitParams]):
             if not selected(unit, p.allow, p.deny):
                 continue
             never = next((g for g in NEVER if fnmatchcase(unit, g)), None)
-            if never:
+            if never and not (unit in RUNTIME and set(p.verbs) <= set(RESTARTS)
+                              and unit in [*(p.units or []), *p.allow]):
                 plan.skipped.append(f"{unit}: never touched ({never})")
                 continue
-            targets.append(unit)
             why = "" if restarts != restarts else f" ({restarts:g} restarts in the window)"
+            if set(p.verbs) & set(RESTARTS):
+                held = self._restart_held(unit, client)
+                if held:
+                    plan.skipped.append(f"{unit}: {held}")
+                    continue
+            targets.append(unit)
             for verb in p.verbs:
                 plan.steps.append(Step(unit, f"{via} {verb} {unit}{why}"))
         if not targets and not plan.skipped:
             plan.note = "no unit matches: nothing to do"
         plan.data["units"] = targets
         return plan
+
+    def _restart_held(self, unit: str, client: SystemdClient) -> str:
+        """Why ``unit`` must not be restarted now ("" if it may): its budget is spent, or
+        it has not run ``cooldown`` since it last started. node-problem-detector's health
+        checker times this from InactiveExitTimestamp, not ActiveEnterTimestamp: "the
+        service was repeatedly killed in activating state and hence ActiveEnterTimestamp
+        was never updated" (pkg/healthchecker/health_checker_linux.go)."""
+        p = self.params
+        now = time.monotonic()
+        recent = [t for t in _RESTARTED.get(unit, []) if t > now - p.restart_window]
+        if len(recent) >= p.restart_budget:
+            return (f"restart budget spent: {len(recent)} within {p.restart_window:g}s "
+                    f"(restart_budget)")
+        started = client.show(unit).get("InactiveExitTimestampMonotonic", "")
+        if started.isdigit() and int(started) > 0:
+            up = now - int(started) / 1e6
+            if up < p.cooldown:
+                return f"up only {up:.0f}s since it last started (cooldown {p.cooldown:g}s)"
+        return ""
 
     def _client(self, ctx: ActionContext) -> SystemdClient:
         p = self.params
@@ -105,8 +148,15 @@ class SystemdUnit(Action[UnitParams]):
                     continue
                 r: dict[str, Any] = {"unit": unit, "ok": True, "verbs": [],
                                      "via": client.describe()}
+                before = state.get("InactiveExitTimestampMonotonic", "")
                 for verb in p.verbs:
+                    if verb in RESTARTS:
+                        _RESTARTED.setdefault(unit, []).append(time.monotonic())
                     error = client.verb(verb, unit)
+                    if error is None and verb in RESTARTS and not (
+                            verb == "try-restart" and state.get("ActiveState") in STOPPED):
+                        # (try-restart of a stopped unit does nothing, by design)
+                        error = self._await_active(client, unit, verb, before)
                     r["verbs"].append({"verb": verb, "ok": error is None,
                                        **({"error": error[:2000]} if error else {})})
                     if error:
@@ -132,8 +182,26 @@ class SystemdUnit(Action[UnitParams]):
                        detail=f"{', '.join(p.verbs)}: {len(results)} unit(s)")
 
 
+    def _await_active(self, client: SystemdClient, unit: str, verb: str, before: str
+                      ) -> str | None:
+        """Wait (``verify_wait``) until ``unit`` is active again, and for a restart, has
+        started anew (its InactiveExitTimestampMonotonic moved); None, or why not."""
+        deadline = time.monotonic() + self.params.verify_wait
+        state: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            state = client.show(unit)
+            anew = verb == "reload" or state.get("InactiveExitTimestampMonotonic") != before
+            if state.get("ActiveState") == "active" and anew:
+                return None
+            time.sleep(0.1)
+        return (f"{verb} {unit}: not active again within {self.params.verify_wait:g}s "
+                f"({state.get('ActiveState', 'unknown')}/{state.get('SubState', '?')})")
+
+
 def _verified(verbs: Sequence[str], after: dict[str, str]) -> bool:
     ok = True
+    if {"restart", "reload"} & set(verbs):
+        ok &= after.get("ActiveState") == "active"
     if "stop" in verbs:
         ok &= after.get("ActiveState") in ("inactive", "failed")
     if "mask" in verbs:

@@ -30,7 +30,11 @@ from .systemdbus import NUDGE, PRIVATE_SOCKET, SYSTEMD
 Transport = Literal["auto", "dbus", "systemctl"]
 MANAGER = DBusAddress("/org/freedesktop/systemd1", SYSTEMD, f"{SYSTEMD}.Manager")
 UNIT = f"{SYSTEMD}.Unit"
-SHOWN = ("LoadState", "ActiveState", "SubState", "UnitFileState")
+SHOWN = ("LoadState", "ActiveState", "SubState", "UnitFileState",
+         # when the unit last left "inactive" (a start or restart), on CLOCK_MONOTONIC
+         "InactiveExitTimestampMonotonic")
+# verbs that start a unit's job and return (the action waits for the unit to be active)
+JOBS = {"restart": "RestartUnit", "try-restart": "TryRestartUnit", "reload": "ReloadUnit"}
 STOPPED = ("inactive", "failed")
 
 
@@ -114,8 +118,9 @@ class SystemdClient:
         return {k: str(props[k][1]) for k in SHOWN if k in props}
 
     def verb(self, verb: str, unit: str) -> str | None:
-        """Carry out ``verb`` (stop, disable, mask, reset-failed) on ``unit``: None, or
-        what went wrong."""
+        """Carry out ``verb`` (stop, disable, mask, reset-failed; restart, try-restart,
+        reload: queued, not awaited over the bus) on ``unit``: None, or what went
+        wrong."""
         if self.transport == "systemctl":
             try:
                 proc = self._systemctl(verb, "--", unit)
@@ -129,7 +134,9 @@ class SystemdClient:
             if verb == "stop":
                 self._call(MANAGER, "StopUnit", "ss", (unit, "replace"))
                 return self._await_stopped(unit)
-            if verb == "reset-failed":
+            if verb in JOBS:
+                self._call(MANAGER, JOBS[verb], "ss", (unit, "replace"))
+            elif verb == "reset-failed":
                 self._call(MANAGER, "ResetFailedUnit", "s", (unit,))
             elif verb == "disable":
                 self._call(MANAGER, "DisableUnitFiles", "asb", ([unit], False))
