@@ -105,6 +105,36 @@ def test_a_server_that_never_finishes_is_cut_at_the_timeout(http: str, path: str
     assert 0.7 < took < 1.2, took
 
 
+def test_https_with_and_without_verification(tmp_path: Path) -> None:
+    """A TLS server with a self-signed certificate: refused (tls) while verified, up with
+    verify_tls = false; the request is the same GET."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/healthz"
+        refused = run_probe(probe(url=url), 2.0)
+        assert (refused.up, refused.reason) == (False, "tls")
+        ok = run_probe(probe(url=url, verify_tls=False, body="^ok$"), 2.0)
+        assert (ok.up, ok.status) == (True, 200)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_tcp_and_unix_connect(listeners: tuple[int, str, int], tmp_path: Path) -> None:
     port, path, closed = listeners
     assert run_probe(probe(tcp=f"127.0.0.1:{port}"), 1.0).up
@@ -154,7 +184,9 @@ def test_the_source_never_blocks_the_loop(http: str, listeners: tuple[int, str, 
 
 def test_a_probe_names_exactly_one_target() -> None:
     for bad in ({}, {"tcp": "h:1", "unix": "/x"}, {"url": "ftp://x/"}, {"tcp": "nohost"},
-                {"tcp": "h:1", "status": [200]}, {"url": "http://h/", "body": "(a+)+$"}):
+                {"tcp": "h:1", "status": [200]}, {"url": "http://h/", "body": "(a+)+$"},
+                {"url": "http://h/a b"}, {"url": "http://h/", "headers": {"X": "1\r\nY: 2"}},
+                {"url": "http://h/", "headers": {"X Y": "1"}}):
         with pytest.raises(ValidationError):
             Probe.model_validate(bad)
 

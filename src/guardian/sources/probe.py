@@ -34,6 +34,8 @@ from .periodic import Periodic
 ANSWER_LIMIT = 65536
 PROBE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 REASONS = ("refused", "timeout", "status", "body", "tls", "error")
+_UNSAFE = re.compile(r"[\x00-\x20\x7f]")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field names
 
 
 class Probe(BaseModel):
@@ -64,8 +66,15 @@ class Probe(BaseModel):
             parts = urlsplit(self.url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"url {self.url!r}: http:// or https:// with a host")
+            if _UNSAFE.search(self.url):
+                raise ValueError(f"url {self.url!r}: white space or control characters "
+                                 "(percent-encode them)")
         elif self.status or self.body:
             raise ValueError("status and body apply to url probes only")
+        for k, v in self.headers.items():
+            if not _TOKEN.match(k) or _UNSAFE.search(v.replace(" ", "")):
+                raise ValueError(f"header {k!r}: a token name, and no control characters "
+                                 "in the value")  # a line break would forge a header
         if self.tcp is not None:
             _host_port(self.tcp)
         return self
