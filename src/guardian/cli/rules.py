@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..config import Config, load_config
 from ..defaults import DEFAULT_CONFIG
-from ..diagnostics import RuleError
+from ..diagnostics import Diagnostic, RuleError
 from ..model.ruleset import Ruleset
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, load_rules
@@ -56,6 +58,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{len(errors)} error(s)", file=sys.stderr)
         return 1
     assert rs is not None
+    errors += [Diagnostic(r.path, r.line, 1, why) for r, why in _reboot_errors(rs, config)]
+    if errors:
+        return _failed(args, errors, warnings)
     warnings += sandbox_warnings(rs)
     if args.config:
         rs.files.insert(0, args.config)
@@ -67,6 +72,29 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"warning: {w}", file=sys.stderr)
         print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
     return 0
+
+
+def _failed(args: argparse.Namespace, errors: list[Diagnostic], warnings: list[str]
+            ) -> int:
+    if args.json:
+        json_out("check", ok=False, errors=errors, warnings=warnings)
+    else:
+        for d in errors:
+            print(d)
+        print(f"{len(errors)} error(s)", file=sys.stderr)
+    return 1
+
+
+def _reboot_errors(rs: Any, config: Config) -> list[tuple[Any, str]]:
+    """A reboot on a Kubernetes node (in-cluster credentials or a kubelet here) without
+    the fleet budget could take every node down at once."""
+    if not any(a.use == "node.reboot" for r in rs.rules for a in [*r.actions, *r.escalate]):
+        return []
+    from ..actions.reboot import check
+
+    kubernetes = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or \
+        Path("/var/lib/kubelet").is_dir()
+    return check(rs.rules, config.fleet is not None, kubernetes)
 
 
 def cmd_test(args: argparse.Namespace) -> int:

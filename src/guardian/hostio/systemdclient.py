@@ -150,6 +150,26 @@ class SystemdClient:
             return f"{verb} {unit} over {self.describe()}: {exc}"
         return None
 
+    def start(self, unit: str, mode: str = "replace") -> str | None:
+        """Queue a start job for ``unit`` (StartUnit; ``systemctl start --job-mode``), not
+        awaited: None, or what went wrong. ``reboot.target`` with mode
+        ``replace-irreversibly`` is what ``systemctl reboot`` asks of systemd."""
+        if self.transport == "systemctl":
+            try:
+                proc = self._systemctl("start", f"--job-mode={mode}", "--no-block", "--",
+                                       unit)
+            except SystemdError as exc:
+                return f"start {unit}: {exc}"
+            if proc.returncode != 0:
+                return f"{' '.join(self.settings.systemctl)} start {unit}: " \
+                       f"{proc.stderr.strip()[:300] or f'exit {proc.returncode}'}"
+            return None
+        try:
+            self._call(MANAGER, "StartUnit", "ss", (unit, mode))
+        except SystemdError as exc:
+            return f"start {unit} over {self.describe()}: {exc}"
+        return None
+
     # -- systemctl ---------------------------------------------------------------------------
     def _systemctl(self, *args: str) -> Any:
         try:

@@ -80,6 +80,7 @@ class FleetBudget:
         self.slot: str | None = None
         self.holders: set[str] = set()  # rules that disrupt under the held slot
         self.renewed: dt.datetime | None = None
+        self.adopted = False  # a slot held from before a restart looked for
 
     # -- what the executor calls ---------------------------------------------------------
     def hold(self, rule: str) -> tuple[str | None, str]:
@@ -105,7 +106,19 @@ class FleetBudget:
 
     def renew(self) -> None:
         """Keep the held slot's Lease fresh (every ttl/3), so it never expires under a
-        node that is still disrupted. A slot lost to another node is dropped."""
+        node that is still disrupted. A slot lost to another node is dropped. At the first
+        call, a slot this node still holds from before a restart (a reboot held across
+        by node.reboot) is taken up again: renewed until a fleet rule's clean-up gives it
+        back."""
+        if not self.adopted:
+            self.adopted = True
+            if self.slot is None:
+                mine = self._mine()
+                if mine is not None:
+                    log.info("fleet budget: slot %s is still this node's (from before a "
+                             "restart): kept until a fleet rule resolves", mine)
+                    self.slot = mine
+                    self.renewed = self.clock() - dt.timedelta(seconds=self.p.ttl)
         if self.slot is None or self.renewed is None:
             return
         now = self.clock()

@@ -193,7 +193,8 @@ def _check_fleet(spec: Rule, actions: list[BoundAction], loc: tuple[str | int, .
     of the fleet at once: the rule must say which it means."""
     if spec.fleet is not None:
         return
-    kube = sorted({a.use for a in actions if a.disruptive and a.use.startswith("kube.")})
+    kube = sorted({a.use for a in actions if a.disruptive and (
+        a.use.startswith("kube.") or a.use == "node.reboot")})
     if kube:
         report(loc, f"rule {spec.name!r}: {', '.join(kube)} can disrupt every node at once: "
                     f"say `fleet = true` to take a slot of the fleet budget ([fleet] in "

@@ -1,0 +1,223 @@
+"""The ``node.reboot`` action: reboot the node through systemd (StartUnit of
+``reboot.target``, job mode ``replace-irreversibly``, as ``systemctl reboot`` asks; over
+systemd's private bus or its systemctl argv, never a shell), when a reboot is required
+(kured's sentinel, ``/var/run/reboot-required``), at most ``max_reboots`` per ``window``,
+optionally draining the node first (``drain``: kube.drain's parameters) and, with
+``on = "both"``, undoing guardian's cordon once the node is back in a new boot.
+
+The reboots are recorded in ``state_dir``/reboots.json before systemd is asked (each with
+the boot it was asked in), so the budget and "has the node rebooted yet" outlive the
+reboot. A ``fleet = true`` rule holds its slot of the fleet budget across the reboot:
+the slot is a Lease under this node's name, which the restarted guardian finds, renews and
+gives back when the rule resolves in the new boot.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..atomicfile import write_json
+from ..durations import Duration
+from ..hostio.systemdclient import SystemdClient, SystemdSettings, settings_for
+from ..plugins import Action, ActionContext, Outcome, Plan, Step
+
+TARGET, MODE = "reboot.target", "replace-irreversibly"
+
+
+class RebootParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sentinel: str | None = Field("/var/run/reboot-required", description="reboot only "
+                                 "while this file exists (kured's sentinel); empty: always")
+    max_reboots: int = Field(1, ge=1, le=100, description="reboots of this node within "
+                             "`window`, then refused")
+    window: Duration = Field(86400.0, gt=0)
+    state_dir: str = Field("/var/lib/guardian", description="where the reboots are "
+                           "recorded (guardian's StateDirectory)")
+    boot_id: str = Field("/proc/sys/kernel/random/boot_id", description="the kernel's "
+                         "boot id (a new one after each boot)")
+    drain: dict[str, Any] | None = Field(None, description="drain first, with kube.drain's "
+                                         "parameters (the k8s extra); with on = \"both\" "
+                                         "guardian's cordon is undone after the new boot")
+    systemctl: list[str] | None = Field(None, min_length=1, description="argv that runs "
+                                        "systemctl; default: systemd as the systemd source "
+                                        "reaches it")
+    timeout: Duration = Field(30.0, gt=0)
+
+    @field_validator("drain")
+    @classmethod
+    def _drain(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                from ..kube.drain import DrainParams
+            except ImportError as exc:
+                raise ValueError(f"drain needs the Kubernetes extra: {exc}") from None
+            DrainParams.model_validate(v)
+        return v
+
+
+class NodeReboot(Action[RebootParams]):
+    """Reboot the node through systemd, when required, within a per-node budget."""
+
+    name: ClassVar[str] = "node.reboot"
+    Params = RebootParams
+
+    # -- what outlives the reboot --------------------------------------------------------
+    def _file(self, ctx: ActionContext) -> Path:
+        return ctx.host.root / self.params.state_dir.lstrip("/") / "reboots.json"
+
+    def _history(self, ctx: ActionContext) -> list[dict[str, Any]]:
+        try:
+            got = json.loads(self._file(ctx).read_text()).get("reboots", [])
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [r for r in got if isinstance(r, dict)]
+
+    def _boot(self, ctx: ActionContext) -> str:
+        try:
+            return (ctx.host.root / self.params.boot_id.lstrip("/")).read_text().strip()
+        except OSError:
+            return ""
+
+    def _client(self, ctx: ActionContext) -> SystemdClient:
+        p = self.params
+        if p.systemctl:
+            return SystemdClient(SystemdSettings("systemctl", tuple(p.systemctl),
+                                                 timeout=p.timeout))
+        s = settings_for(ctx.host.root)
+        return SystemdClient(SystemdSettings(s.transport, s.systemctl, s.bus_socket,
+                                             p.timeout))
+
+    def _drain(self) -> Any:
+        from ..kube.drain import DrainParams, KubeDrain
+        return KubeDrain(DrainParams.model_validate(self.params.drain))
+
+    # -- plan ----------------------------------------------------------------------------
+    def plan(self, ctx: ActionContext) -> Plan:
+        p = self.params
+        boot = self._boot(ctx)
+        plan = Plan(self.name, ctx.rule, data={"boot": boot})
+        history = self._history(ctx)
+        mine = [r for r in history if r.get("rule") == ctx.rule]
+        if ctx.kind == "resolved":
+            return self._plan_back(ctx, plan, boot, mine)
+        if not boot:
+            plan.refused.append(f"no boot id in {p.boot_id}: a reboot could not be told "
+                                f"from none")
+            return plan
+        if any(r.get("boot") == boot for r in history):
+            plan.note = (f"a reboot was already asked for in this boot ({boot[:8]}): "
+                         f"waiting for it")
+            return plan
+        if p.sentinel and not (ctx.host.root / p.sentinel.lstrip("/")).exists():
+            plan.note = f"no reboot required ({p.sentinel} is absent): nothing to do"
+            return plan
+        now = time.time()
+        recent = [r for r in history if float(r.get("at", 0)) > now - p.window]
+        if len(recent) >= p.max_reboots:
+            plan.refused.append(f"reboot budget spent: {len(recent)} reboot(s) within "
+                                f"{p.window:g}s (max_reboots {p.max_reboots})")
+            return plan
+        node = "node"
+        if p.drain is not None:
+            drain = self._drain().plan(ctx)
+            plan.refused += drain.refused
+            plan.skipped += drain.skipped
+            plan.steps += drain.steps
+            node = f"node {drain.data.get('node', '')}".strip()
+        client = self._client(ctx)
+        via = " ".join(client.settings.systemctl) if client.transport == "systemctl" \
+            else "systemd (bus)"
+        plan.steps.append(Step(str(self._file(ctx)), f"record reboot {len(recent) + 1} of "
+                               f"{p.max_reboots} within {p.window:g}s, asked in boot "
+                               f"{boot[:8]}"))
+        plan.steps.append(Step(node, f"{via}: StartUnit {TARGET} ({MODE})"))
+        plan.note = ("the rule's fleet slot (fleet = true) is held across the reboot and "
+                     "given back once the rule resolves in a new boot" +
+                     ("; then guardian's cordon is undone (on = \"both\")"
+                      if p.drain is not None else ""))
+        return plan
+
+    def _plan_back(self, ctx: ActionContext, plan: Plan, boot: str,
+                   mine: list[dict[str, Any]]) -> Plan:
+        last = mine[-1] if mine else None
+        if last is None:
+            plan.note = "no reboot of this rule is recorded: nothing to undo"
+            return plan
+        if last.get("boot") == boot:
+            plan.note = f"the node has not rebooted yet (still boot {boot[:8]})"
+            return plan
+        plan.data["back"] = True
+        plan.steps.append(Step(str(self._file(ctx)), f"back in boot {boot[:8]} (the "
+                               f"reboot was asked in {str(last.get('boot'))[:8]})"))
+        if self.params.drain is not None:
+            plan.steps += self._drain().plan(ctx).steps
+        return plan
+
+    # -- apply ---------------------------------------------------------------------------
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        if ctx.kind == "resolved":
+            return self._back(plan, ctx)
+        if not plan.steps:
+            return Outcome(ok=True, verified=True, detail=plan.note)
+        p = self.params
+        data: dict[str, Any] = {"boot": plan.data["boot"]}
+        if p.drain is not None:
+            drain = self._drain()
+            out = drain.apply(drain.plan(ctx), ctx)
+            data["drain"] = out.to_dict()
+            if not out.ok:
+                return Outcome(ok=False, verified=False, data=data,
+                               error=f"not rebooted: the drain failed: {out.error}")
+        history = self._history(ctx)
+        history.append({"at": time.time(), "boot": plan.data["boot"], "rule": ctx.rule})
+        try:
+            write_json(self._file(ctx), {"reboots": history[-100:]})
+        except OSError as exc:
+            return Outcome(ok=False, data=data, error=f"not rebooted: cannot record it in "
+                                                      f"{self._file(ctx)}: {exc}")
+        client = self._client(ctx)
+        try:
+            error = client.start(TARGET, MODE)
+        finally:
+            client.close()
+        if error:
+            return Outcome(ok=False, data=data, error=error)
+        return Outcome(ok=True, verified=None, data=data,
+                       detail=f"reboot asked of {client.describe()} in boot "
+                              f"{plan.data['boot'][:8]}")
+
+    def _back(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        if not plan.data.get("back"):
+            return Outcome(ok=True, verified=None, detail=plan.note)
+        data: dict[str, Any] = {"boot": plan.data["boot"]}
+        if self.params.drain is not None:
+            drain = self._drain()
+            out = drain.apply(drain.plan(ctx), ctx)
+            data["uncordon"] = out.to_dict()
+            if not out.ok:
+                return Outcome(ok=False, data=data, error=f"back, but: {out.error}")
+        return Outcome(ok=True, verified=True, data=data,
+                       detail=f"the node is back in a new boot ({plan.data['boot'][:8]})")
+
+
+def check(rules: list[Any], fleet_configured: bool, kubernetes: bool
+          ) -> list[tuple[Any, str]]:
+    """``guardian check``'s errors: on a Kubernetes node, a rule that reboots must hold a
+    slot of the fleet budget (``fleet = true`` and ``[fleet]`` configured)."""
+    if not kubernetes:
+        return []
+    out = []
+    for rule in rules:
+        if not any(a.use == "node.reboot" for a in [*rule.actions, *rule.escalate]):
+            continue
+        if not rule.spec.fleet or not fleet_configured:
+            out.append((rule, f"rule {rule.spec.name!r}: node.reboot on a Kubernetes node "
+                               f"needs the fleet budget: `fleet = true` in the rule and "
+                               f"[fleet] in guardian.toml"))
+    return out
