@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.actions.reboot import NodeReboot, RebootParams
+from guardian.actions.reboot import NodeReboot, RebootParams, under
 from guardian.audit import AuditLog
 from guardian.diagnostics import RuleError
 from guardian.kube.fleet import FleetBudget, FleetParams
@@ -98,6 +98,21 @@ def test_reboot_plan_apply_and_the_new_boot(tmp_path: Path) -> None:
     assert refused.refused == ["reboot budget spent: 1 reboot(s) within 86400s "
                                "(max_reboots 1)"]
     assert len(calls(tmp_path)) == 1
+
+
+def test_the_sentinel_is_found_through_the_hosts_own_var_run_link(tmp_path: Path) -> None:
+    """Before: /var/run -> /run (absolute, as on Debian) under a host root led to this
+    machine's /run, so a node's reboot-required was not seen from a DaemonSet's /host."""
+    root = tmp_path / "host"
+    (root / "run").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var/run").symlink_to("/run")
+    (root / "run/reboot-required").write_text("")
+    (root / "var/lib").mkdir()
+    (root / "var/lib/up").symlink_to("../../run")
+    assert under(root, "/var/run/reboot-required") == root / "run/reboot-required"
+    assert under(root, "/var/lib/up/reboot-required") == root / "run/reboot-required"
+    assert under(root, "/../../etc/passwd") == root / "etc/passwd"
 
 
 def test_reboot_without_a_boot_id_or_through_a_missing_program_fails_safe(
@@ -197,3 +212,68 @@ def test_a_reboot_on_a_kubernetes_node_needs_the_fleet_budget(tmp_path: Path) ->
         proc = subprocess.run([sys.executable, "-m", "guardian", "check", str(rules)],
                               capture_output=True, text=True, env=env, timeout=60)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+REBOOT_OVER_THE_BUS = r"""
+import json, sys
+from pathlib import Path
+from guardian.actions.reboot import NodeReboot, RebootParams, under
+from guardian.host import Host
+from guardian.hostio.systemdclient import SystemdSettings, configure
+from guardian.plugins import ActionContext
+from guardian.snapshot import Snapshot
+
+root = Path(sys.argv[1])
+configure(root, SystemdSettings("dbus", ("no-such-systemctl",), sys.argv[2], 30.0))
+act = NodeReboot(RebootParams())
+ctx = ActionContext("kernel-update", Snapshot(0, {}), Host(root), dry_run=False)
+plan = act.plan(ctx)
+out = act.apply(plan, ctx)
+print(json.dumps({"ok": out.ok, "error": out.error, "note": plan.note,
+                  "steps": [s.change for s in plan.steps], "data": out.data}))
+"""
+
+
+@pytest.mark.os_integration  # boots a container: the default interpreter only
+def test_the_container_reboots_and_the_restarted_guardian_releases_its_slot(
+        tmp_path: Path) -> None:
+    """A real systemd 252 (nspawn) reboots on StartUnit(reboot.target) over its private
+    bus (nspawn exits 133, "the container asked to be rebooted", systemd-nspawn(1)); nspawn
+    gives each boot of the container a new boot id; the record kept in the state directory
+    (a bind mount, as /var/lib/guardian is on a node) tells the new boot from the old."""
+    from .nspawn import booted
+
+    state = tmp_path / "state"
+    state.mkdir()
+    with serve() as (url, store):
+        store.add_node("node-a")
+        kc = str(kubeconfig(tmp_path, url))
+        fleet_params = FleetParams(kubeconfig=kc, node="node-a", max_nodes=1, ttl=60)
+        first = FleetBudget(fleet_params)
+        assert first.hold("kernel-update")[0] == "guardian-slot-0"  # taken before
+        with booted(rw_binds=[(str(state), "/var/lib/guardian")]) as c:
+            c.run("touch", "/run/reboot-required")
+            root = Path(f"/proc/{c.leader}/root")
+            old_boot = (root / BOOT).read_text().strip()
+            probe = c.python_in_pid_namespace(REBOOT_OVER_THE_BUS, str(root),
+                                              c.private_socket)
+            stdout, _ = probe.communicate(timeout=120)
+            out = json.loads(stdout)
+            assert out["ok"], out
+            assert out["steps"][-1] == "systemd (bus): StartUnit reboot.target " \
+                                       "(replace-irreversibly)"
+            assert c.nspawn.wait(timeout=60) == 133  # it rebooted
+        with booted(rw_binds=[(str(state), "/var/lib/guardian")]) as c:
+            h = Host(Path(f"/proc/{c.leader}/root"))
+            assert (h.root / BOOT).read_text().strip() != old_boot
+            assert not (h.root / "run/reboot-required").exists()
+            restarted = FleetBudget(fleet_params)  # guardian, started again
+            restarted.renew()
+            assert restarted.slot == "guardian-slot-0"
+            act = NodeReboot(RebootParams())
+            back = act.plan(ctx(h, "resolved"))
+            assert back.steps[0].change.startswith("back in boot ")
+            assert act.apply(back, ctx(h, "resolved")).verified is True
+            restarted.done("kernel-update")  # what the executor does once it resolved
+            lease = store.objects["leases"][("kube-system", "guardian-slot-0")]
+            assert not lease["spec"].get("holderIdentity")

@@ -61,6 +61,29 @@ class RebootParams(BaseModel):
         return v
 
 
+def under(root: Path, path: str) -> Path:
+    """``path`` on the host at ``root``, its symlinks followed inside that root (an
+    absolute link such as /var/run -> /run points into the host, not out of it)."""
+    out = root
+    parts = [x for x in path.split("/") if x]
+    for _ in range(40):  # symlink hops
+        if not parts:
+            return out
+        part = parts.pop(0)
+        if part == "..":
+            out = out.parent if out != root else root
+            continue
+        nxt = out / part
+        if nxt.is_symlink():
+            target = str(nxt.readlink())
+            parts = [x for x in target.split("/") if x] + parts
+            if target.startswith("/"):
+                out = root
+            continue
+        out = nxt
+    return out
+
+
 class NodeReboot(Action[RebootParams]):
     """Reboot the node through systemd, when required, within a per-node budget."""
 
@@ -69,7 +92,7 @@ class NodeReboot(Action[RebootParams]):
 
     # -- what outlives the reboot --------------------------------------------------------
     def _file(self, ctx: ActionContext) -> Path:
-        return ctx.host.root / self.params.state_dir.lstrip("/") / "reboots.json"
+        return under(ctx.host.root, self.params.state_dir) / "reboots.json"
 
     def _history(self, ctx: ActionContext) -> list[dict[str, Any]]:
         try:
@@ -80,7 +103,7 @@ class NodeReboot(Action[RebootParams]):
 
     def _boot(self, ctx: ActionContext) -> str:
         try:
-            return (ctx.host.root / self.params.boot_id.lstrip("/")).read_text().strip()
+            return under(ctx.host.root, self.params.boot_id).read_text().strip()
         except OSError:
             return ""
 
@@ -114,7 +137,7 @@ class NodeReboot(Action[RebootParams]):
             plan.note = (f"a reboot was already asked for in this boot ({boot[:8]}): "
                          f"waiting for it")
             return plan
-        if p.sentinel and not (ctx.host.root / p.sentinel.lstrip("/")).exists():
+        if p.sentinel and not under(ctx.host.root, p.sentinel).exists():
             plan.note = f"no reboot required ({p.sentinel} is absent): nothing to do"
             return plan
         now = time.time()
