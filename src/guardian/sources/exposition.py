@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..durations import Duration
@@ -90,6 +89,9 @@ class Reading:
 def parse(text: str, target: str, max_series: int, keep: list[str]) -> tuple[Family, int]:
     """The samples of an exposition page as members of ``prom.sample``, and how many were
     dropped over ``max_series`` per metric. Raises ValueError on a malformed page."""
+    # imported here: `guardian check` loads every source's module and needs no parser
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: Family = {}
     per_metric: dict[str, int] = {}
     dropped = 0
