@@ -76,7 +76,7 @@ def test_drain_plan_names_each_pod_and_kubectls_refusals(tmp_path: Path) -> None
               for n in ("bare", "batch-1", "cache-1", "done-1", "web-1")]]
         assert plan.skipped == ["pod kube-system/etcd-node-a: mirror of a static pod",
                                 "pod kube-system/guardian-x: DaemonSet-managed"]
-        assert "5 pod(s) within 300s; then report what is left" in plan.note
+        assert "5 pod(s) within 240s; then report what is left" in plan.note
         assert not store.objects["nodes"][("", "node-a")]["spec"].get("unschedulable")
 
 

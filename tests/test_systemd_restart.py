@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from guardian.actions import systemd_unit
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
 from guardian.host import Host
 from guardian.plugins import ActionContext
@@ -24,14 +23,19 @@ from .nspawn import booted
 
 
 @pytest.fixture(autouse=True)
-def fresh_budget() -> Iterator[None]:
-    systemd_unit._RESTARTED.clear()
-    yield
-    systemd_unit._RESTARTED.clear()
+def state(tmp_path: Path) -> Iterator[str]:
+    """The restart budget's record in a directory of the test's own."""
+    d = tmp_path / "state"
+    d.mkdir()
+    yield str(d)
 
 
 def ctx() -> ActionContext:
     return ActionContext("r", Snapshot(0.0, {}), Host(), dry_run=False)
+
+
+def params(state: str, **kw: object) -> UnitParams:
+    return UnitParams.model_validate({"state_dir": state, **kw})
 
 
 def fake_systemctl(tmp_path: Path, up_for: float, restart_works: bool = True) -> list[str]:
@@ -57,10 +61,12 @@ esac
     return [str(fake)]
 
 
-def test_restart_waits_for_a_new_start_and_spends_the_budget(tmp_path: Path) -> None:
+def test_restart_waits_for_a_new_start_and_spends_the_budget(tmp_path: Path,
+                                                            state: str) -> None:
     argv = fake_systemctl(tmp_path, up_for=600)
-    act = SystemdUnit(UnitParams(allow=["web*"], units=["web.service"], verbs=["restart"],
-                                 systemctl=argv, restart_budget=2, cooldown=120))
+    act = SystemdUnit(params(state, allow=["web*"], units=["web.service"],
+                             verbs=["restart"], systemctl=argv, restart_budget=2,
+                             cooldown=120))
     for _ in range(2):
         plan = act.plan(ctx())
         assert plan.data["units"] == ["web.service"] and not plan.skipped
@@ -68,30 +74,37 @@ def test_restart_waits_for_a_new_start_and_spends_the_budget(tmp_path: Path) -> 
         out = act.apply(plan, ctx())
         assert out.ok and out.verified, out
         (tmp_path / "started").write_text(str(int((time.monotonic() - 600) * 1e6)))
-    plan = act.plan(ctx())  # two restarts within the hour: the budget is spent
-    assert plan.data["units"] == [] and plan.skipped == [
-        "web.service: restart budget spent: 2 within 3600s (restart_budget)"]
+    # two restarts within the hour: the budget is spent, for guardian restarted too
+    for again in (act, SystemdUnit(act.params)):
+        plan = again.plan(ctx())
+        assert plan.data["units"] == [] and plan.skipped == [
+            "web.service: restart budget spent: 2 within 3600s (restart_budget)"]
+    assert list(json.loads((Path(state) / "unit-restarts.json").read_text())) == [
+        "web.service"]
 
 
-def test_a_unit_up_less_than_the_cooldown_is_not_restarted(tmp_path: Path) -> None:
+def test_a_unit_up_less_than_the_cooldown_is_not_restarted(tmp_path: Path,
+                                                           state: str) -> None:
     argv = fake_systemctl(tmp_path, up_for=30)
-    act = SystemdUnit(UnitParams(allow=["web*"], units=["web.service"], verbs=["restart"],
-                                 systemctl=argv))
+    act = SystemdUnit(params(state, allow=["web*"], units=["web.service"],
+                             verbs=["restart"], systemctl=argv))
     plan = act.plan(ctx())
     assert plan.data["units"] == []
     assert plan.skipped[0].startswith("web.service: up only 3")
     assert plan.skipped[0].endswith("since it last started (cooldown 120s)")
 
 
-def test_a_restart_that_leaves_the_unit_failed_is_not_verified(tmp_path: Path) -> None:
+def test_a_restart_that_leaves_the_unit_failed_is_not_verified(tmp_path: Path,
+                                                               state: str) -> None:
     argv = fake_systemctl(tmp_path, up_for=600, restart_works=False)
-    act = SystemdUnit(UnitParams(allow=["web*"], units=["web.service"], verbs=["restart"],
-                                 systemctl=argv, verify_wait=0.5))
+    act = SystemdUnit(params(state, allow=["web*"], units=["web.service"],
+                             verbs=["restart"], systemctl=argv, verify_wait=0.5))
     out = act.apply(act.plan(ctx()), ctx())
     assert not out.ok and "not active again within 0.5s (failed/running)" in out.error
 
 
-def test_kubelet_and_runtimes_only_when_named_and_only_restarted(tmp_path: Path) -> None:
+def test_kubelet_and_runtimes_only_when_named_and_only_restarted(tmp_path: Path,
+                                                                 state: str) -> None:
     argv = fake_systemctl(tmp_path, up_for=600)
     glob = SystemdUnit(UnitParams(allow=["*"], units=["kubelet.service"], verbs=["stop"],
                                   systemctl=argv))
@@ -102,8 +115,8 @@ def test_kubelet_and_runtimes_only_when_named_and_only_restarted(tmp_path: Path)
         (("unit", "kubelet.service"),): 0.0}})
     plan = by_glob.plan(ActionContext("r", snap, Host(), dry_run=False))
     assert plan.skipped == ["kubelet.service: never touched (kubelet.service)"]
-    named = SystemdUnit(UnitParams(allow=["kubelet.service"], units=["kubelet.service"],
-                                   verbs=["restart"], systemctl=argv))
+    named = SystemdUnit(params(state, allow=["kubelet.service"], units=["kubelet.service"],
+                               verbs=["restart"], systemctl=argv))
     plan = named.plan(ctx())
     assert plan.data["units"] == ["kubelet.service"]
     assert named.apply(plan, ctx()).verified
@@ -113,7 +126,7 @@ def test_kubelet_and_runtimes_only_when_named_and_only_restarted(tmp_path: Path)
 
 
 @pytest.mark.os_integration  # boots a container: the default interpreter only
-def test_restart_under_real_systemd() -> None:
+def test_restart_under_real_systemd(state: str) -> None:
     with booted() as c:
         c.run("systemd-run", "--unit=web", "/bin/sleep", "600")
         c.run("systemd-run", "--unit=kubelet", "/bin/sleep", "600")
@@ -128,12 +141,12 @@ def test_restart_under_real_systemd() -> None:
         snap = Snapshot(0.0, {"systemd.unit_restarts_recent": {
             (("unit", "kubelet.service"),): 0.0, (("unit", "web.service"),): 0.0}})
         sctx = ActionContext("r", snap, Host(), dry_run=False)
-        act = SystemdUnit(UnitParams(allow=["*"], min_restarts=0, verbs=["restart"],
-                                     systemctl=systemctl, cooldown=3600))
+        act = SystemdUnit(params(state, allow=["*"], min_restarts=0, verbs=["restart"],
+                                 systemctl=systemctl, cooldown=3600))
         plan = act.plan(sctx)  # just started: within the cooldown
         assert plan.data["units"] == [] and "cooldown 3600s" in plan.skipped[1]
-        act = SystemdUnit(UnitParams(allow=["*"], min_restarts=0, verbs=["restart"],
-                                     systemctl=systemctl, cooldown=0, restart_budget=1))
+        act = SystemdUnit(params(state, allow=["*"], min_restarts=0, verbs=["restart"],
+                                 systemctl=systemctl, cooldown=0, restart_budget=1))
         plan = act.plan(sctx)
         assert plan.data["units"] == ["web.service"]  # kubelet: not named
         assert plan.skipped == ["kubelet.service: never touched (kubelet.service)"]
@@ -142,14 +155,15 @@ def test_restart_under_real_systemd() -> None:
         assert started("web.service") > web0 and started("kubelet.service") == kubelet0
         assert c.run("systemctl", "is-active", "web.service").stdout.strip() == "active"
         assert act.plan(sctx).skipped[-1].startswith("web.service: restart budget spent")
-        systemd_unit._RESTARTED.clear()
+        (Path(state) / "unit-restarts.json").unlink()
         # named exactly: the node agent is restarted (the health checker's repair)
-        kubelet = SystemdUnit(UnitParams(allow=["kubelet.service"], units=[
+        kubelet = SystemdUnit(params(state, allow=["kubelet.service"], units=[
             "kubelet.service"], verbs=["restart"], systemctl=systemctl, cooldown=0))
         assert kubelet.apply(kubelet.plan(ctx()), ctx()).verified
         assert started("kubelet.service") > kubelet0
         # over systemd's private bus (RestartUnit), with no systemctl program
-        probe = c.python_in_pid_namespace(OVER_THE_BUS, c.private_socket, "web.service")
+        probe = c.python_in_pid_namespace(OVER_THE_BUS, c.private_socket, "web.service",
+                                          state)
         stdout, _ = probe.communicate(timeout=120)
         over_bus = json.loads(stdout)
         assert over_bus["ok"] and over_bus["verified"], over_bus
@@ -167,7 +181,7 @@ from guardian.snapshot import Snapshot
 
 configure(Path("/"), SystemdSettings("dbus", ("no-such-systemctl",), sys.argv[1], 30.0))
 act = SystemdUnit(UnitParams(allow=["*"], units=[sys.argv[2]], verbs=["restart"],
-                             cooldown=0))
+                             cooldown=0, state_dir=sys.argv[3]))
 ctx = ActionContext("r", Snapshot(0, {}), Host(), dry_run=False)
 plan = act.plan(ctx)
 out = act.apply(plan, ctx)

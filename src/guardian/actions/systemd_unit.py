@@ -10,13 +10,16 @@ rule names a ``systemctl`` argv; the effect is verified by reading the unit back
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..atomicfile import write_json
 from ..durations import Duration
 from ..hostio.systemdclient import STOPPED, SystemdClient, SystemdSettings, settings_for
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
@@ -55,11 +58,12 @@ class UnitParams(BaseModel):
                                "detector's --cooldown-time, 2 minutes)")
     verify_wait: Duration = Field(30.0, gt=0, description="how long a restarted unit has "
                                   "to be active again")
+    state_dir: str = Field("/var/lib/guardian", description="where the restarts are "
+                           "recorded (guardian's StateDirectory), so the budget outlives "
+                           "a restart of guardian")
 
 
-# restarts per unit, by this process (monotonic times): the budget is per unit, whichever
-# rule restarts it
-_RESTARTED: dict[str, list[float]] = {}
+RESTARTS_FILE = "unit-restarts.json"  # unit -> wall-clock times of its restarts
 
 
 class SystemdUnit(Action[UnitParams]):
@@ -96,7 +100,7 @@ class SystemdUnit(Action[UnitParams]):
                 continue
             why = "" if restarts != restarts else f" ({restarts:g} restarts in the window)"
             if set(p.verbs) & set(RESTARTS):
-                held = self._restart_held(unit, client)
+                held = self._restart_held(unit, client, ctx.host.root)
                 if held:
                     plan.skipped.append(f"{unit}: {held}")
                     continue
@@ -108,24 +112,42 @@ class SystemdUnit(Action[UnitParams]):
         plan.data["units"] = targets
         return plan
 
-    def _restart_held(self, unit: str, client: SystemdClient) -> str:
+    def _restart_held(self, unit: str, client: SystemdClient, root: Path) -> str:
         """Why ``unit`` must not be restarted now ("" if it may): its budget is spent, or
         it has not run ``cooldown`` since it last started. node-problem-detector's health
         checker times this from InactiveExitTimestamp, not ActiveEnterTimestamp: "the
         service was repeatedly killed in activating state and hence ActiveEnterTimestamp
         was never updated" (pkg/healthchecker/health_checker_linux.go)."""
         p = self.params
-        now = time.monotonic()
-        recent = [t for t in _RESTARTED.get(unit, []) if t > now - p.restart_window]
+        recent = [t for t in self._restarts(root).get(unit, []) if t > time.time() -
+                  p.restart_window]
         if len(recent) >= p.restart_budget:
             return (f"restart budget spent: {len(recent)} within {p.restart_window:g}s "
                     f"(restart_budget)")
         started = client.show(unit).get("InactiveExitTimestampMonotonic", "")
         if started.isdigit() and int(started) > 0:
-            up = now - int(started) / 1e6
+            up = time.monotonic() - int(started) / 1e6
             if up < p.cooldown:
                 return f"up only {up:.0f}s since it last started (cooldown {p.cooldown:g}s)"
         return ""
+
+    def _file(self, root: Path) -> Path:
+        return root / self.params.state_dir.lstrip("/") / RESTARTS_FILE
+
+    def _restarts(self, root: Path) -> dict[str, list[float]]:
+        try:
+            got = json.loads(self._file(root).read_text())
+            return {u: [float(t) for t in ts] for u, ts in got.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def _count_restart(self, root: Path, unit: str) -> None:
+        """Recorded before the restart is asked for: an attempt counts."""
+        p = self.params
+        got = self._restarts(root)
+        now = time.time()
+        got[unit] = [t for t in got.get(unit, []) if t > now - p.restart_window] + [now]
+        write_json(self._file(root), got)
 
     def _client(self, ctx: ActionContext) -> SystemdClient:
         p = self.params
@@ -150,9 +172,14 @@ class SystemdUnit(Action[UnitParams]):
                                      "via": client.describe()}
                 before = state.get("InactiveExitTimestampMonotonic", "")
                 for verb in p.verbs:
+                    error = None
                     if verb in RESTARTS:
-                        _RESTARTED.setdefault(unit, []).append(time.monotonic())
-                    error = client.verb(verb, unit)
+                        try:
+                            self._count_restart(ctx.host.root, unit)
+                        except OSError as exc:
+                            error = f"{verb} {unit}: not done: the restart budget cannot " \
+                                    f"be recorded in {p.state_dir}: {exc}"
+                    error = error or client.verb(verb, unit)
                     if error is None and verb in RESTARTS and not (
                             verb == "try-restart" and state.get("ActiveState") in STOPPED):
                         # (try-restart of a stopped unit does nothing, by design)

@@ -26,8 +26,11 @@ class DrainParams(KubeParams):
     grace_period: int | None = Field(None, ge=0, le=3600, description="seconds each pod "
                                      "gets to stop (default: its own "
                                      "terminationGracePeriodSeconds)")
-    wait: float = Field(300.0, gt=0, le=3600, description="seconds to wait for every pod "
-                        "to be gone (kubectl drain --timeout), 429s retried meanwhile")
+    # wait + force_wait stay under [service] apply_timeout (300 s by default), after which
+    # the executor reports the apply as overrunning (its outcome is audited when it ends)
+    wait: float = Field(240.0, gt=0, le=3600, description="seconds to wait for every pod "
+                        "to be gone (kubectl drain --timeout), 429s retried meanwhile; "
+                        "with force_wait, keep it under [service] apply_timeout")
     retry_delay: float = Field(5.0, ge=0, le=300, description="wait after a "
                                "PodDisruptionBudget's 429 (kubectl's EvictErrorRetryDelay)")
     interval: float = Field(1.0, gt=0, le=60, description="how often a pod's going is "
@@ -38,7 +41,7 @@ class DrainParams(KubeParams):
                                   "(kubectl drain --force); else refuse")
     force: bool = Field(False, description="after `wait`, delete the pods still there "
                         "(PodDisruptionBudgets bypassed) and wait `force_wait` more")
-    force_wait: float = Field(60.0, gt=0, le=3600)
+    force_wait: float = Field(45.0, gt=0, le=3600)
 
 
 def _finished(pod: Pod) -> bool:
