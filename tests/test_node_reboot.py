@@ -277,3 +277,18 @@ def test_the_container_reboots_and_the_restarted_guardian_releases_its_slot(
             restarted.done("kernel-update")  # what the executor does once it resolved
             lease = store.objects["leases"][("kube-system", "guardian-slot-0")]
             assert not lease["spec"].get("holderIdentity")
+
+
+def test_a_slot_from_before_a_restart_is_looked_for_until_the_api_answers(
+        tmp_path: Path) -> None:
+    with serve() as (url, store):
+        store.add_node("node-a")
+        kc = str(kubeconfig(tmp_path, url))
+        fleet_params = FleetParams(kubeconfig=kc, node="node-a", max_nodes=1, ttl=60)
+        assert FleetBudget(fleet_params).hold("kernel-update")[0] == "guardian-slot-0"
+        restarted = FleetBudget(fleet_params)
+        store.fail_next = [503]  # the API is not there at the first tick
+        restarted.renew()
+        assert restarted.slot is None and not restarted.adopted
+        restarted.renew()
+        assert restarted.slot == "guardian-slot-0"

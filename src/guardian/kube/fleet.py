@@ -111,14 +111,18 @@ class FleetBudget:
         by node.reboot) is taken up again: renewed until a fleet rule's clean-up gives it
         back."""
         if not self.adopted:
-            self.adopted = True
-            if self.slot is None:
-                mine = self._mine()
-                if mine is not None:
-                    log.info("fleet budget: slot %s is still this node's (from before a "
-                             "restart): kept until a fleet rule resolves", mine)
-                    self.slot = mine
-                    self.renewed = self.clock() - dt.timedelta(seconds=self.p.ttl)
+            try:  # an unreachable API: looked for again at the next tick
+                mine = self._own(self._survey()[2]) if self.slot is None else None
+                self.adopted = True
+            except API_ERRORS as exc:
+                log.warning("fleet budget: cannot look for a slot held from before a "
+                            "restart: %s", _why(exc))
+                return
+            if mine is not None:
+                log.info("fleet budget: slot %s is still this node's (from before a "
+                         "restart): kept until a fleet rule resolves", mine)
+                self.slot = mine
+                self.renewed = self.clock() - dt.timedelta(seconds=self.p.ttl)
         if self.slot is None or self.renewed is None:
             return
         now = self.clock()
