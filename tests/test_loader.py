@@ -194,7 +194,7 @@ def test_action_parameter_errors_have_positions(tmp_path: Path) -> None:
 
   [[rule.action]]
   use = "systemd.unit"
-  verbs = ["restart"]
+  verbs = ["kill"]
 
   [[rule.action]]
   use = "command"
@@ -206,6 +206,7 @@ def test_action_parameter_errors_have_positions(tmp_path: Path) -> None:
     assert got[1].startswith("r.toml:11:17: action 'reap.zombies': min_zombies: Input "
                              "should be a valid integer")
     assert got[2] == "r.toml:13:3: action 'systemd.unit': missing required key 'allow'"
+    # no such systemd.unit verb (stop, disable, mask, reset-failed, restart, ...)
     assert got[3].startswith("r.toml:15:12: action 'systemd.unit': verbs.0: Input should be")
     assert got[4].startswith("r.toml:19:10: action 'command': argv: Input should be a valid "
                              "list")
