@@ -200,3 +200,19 @@ def cost_risk(pattern: str) -> str | None:
     took = "more than 2s" if worst == float("inf") else f"{worst:.2f}s"
     return (f"costs {took} on one crafted {LINE_MAX}-character line (its repeats "
             f"backtrack polynomially); bound them, e.g. .{{0,200}} instead of .*")
+
+
+def named_pattern_problem(name: str, pattern: str) -> str | None:
+    """Why a configured pattern (kmsg, journal) cannot be used, or None: its name must be
+    lower_snake_case, and it must compile without risking unbounded backtracking."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        return f"pattern name {name!r} must be lower_snake_case"
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        return f"pattern {name!r}: bad regular expression: {exc}"
+    if (why := backtracking_risk(pattern)) is not None:
+        return (f"pattern {name!r}: {why}; rewrite it without (e.g. `a+` for `(a+)+`)")
+    if (why := cost_risk(pattern)) is not None:
+        return f"pattern {name!r}: {why}"
+    return None

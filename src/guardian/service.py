@@ -175,7 +175,7 @@ class Daemon:
         return load_rules(self.opts.rules, self.registry)
 
     def _abandon(self) -> None:
-        """Release what a start that failed part-way took."""
+        """Release what a start took (also what one that failed part-way took)."""
         if self.collector is not None:
             self.collector.close()
         self.metrics.close()
@@ -570,10 +570,5 @@ class Daemon:
                 state_file.save(self.engine, self.opts.state_path)
             except OSError as exc:
                 log.error("cannot save state: %s", exc)
-        if self.collector is not None:
-            self.collector.close()
-        self.metrics.close()
-        if self.lock is not None:
-            self.lock.release()
-        self.wake.close()
+        self._abandon()
         log.info("stopped")

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..atomicfile import write_json
 from ..durations import Duration
-from ..hostio.systemdclient import SystemdClient, SystemdSettings, settings_for
+from ..hostio.systemdclient import SystemdClient, client_for
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 
 TARGET, MODE = "reboot.target", "replace-irreversibly"
@@ -108,13 +108,7 @@ class NodeReboot(Action[RebootParams]):
             return ""
 
     def _client(self, ctx: ActionContext) -> SystemdClient:
-        p = self.params
-        if p.systemctl:
-            return SystemdClient(SystemdSettings("systemctl", tuple(p.systemctl),
-                                                 timeout=p.timeout))
-        s = settings_for(ctx.host.root)
-        return SystemdClient(SystemdSettings(s.transport, s.systemctl, s.bus_socket,
-                                             p.timeout))
+        return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)
 
     def _drain(self) -> Any:
         from ..kube.drain import DrainParams, KubeDrain

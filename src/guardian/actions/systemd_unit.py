@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomicfile import write_json
 from ..durations import Duration
-from ..hostio.systemdclient import STOPPED, SystemdClient, SystemdSettings, settings_for
+from ..hostio.systemdclient import STOPPED, SystemdClient, client_for
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 from ..safety import selected
 
@@ -150,13 +150,7 @@ class SystemdUnit(Action[UnitParams]):
         write_json(self._file(root), got)
 
     def _client(self, ctx: ActionContext) -> SystemdClient:
-        p = self.params
-        if p.systemctl:
-            return SystemdClient(SystemdSettings("systemctl", tuple(p.systemctl),
-                                                 timeout=p.timeout))
-        s = settings_for(ctx.host.root)
-        return SystemdClient(SystemdSettings(s.transport, s.systemctl, s.bus_socket,
-                                             p.timeout))
+        return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
         p = self.params

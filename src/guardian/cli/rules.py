@@ -50,13 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except RuleError as exc:
         errors.extend(exc.diagnostics)
     if errors:
-        if args.json:
-            json_out("check", ok=False, errors=errors, warnings=warnings)
-        else:
-            for d in errors:
-                print(d)
-            print(f"{len(errors)} error(s)", file=sys.stderr)
-        return 1
+        return _failed(args, errors, warnings)
     assert rs is not None
     errors += [Diagnostic(r.path, r.line, 1, why) for r, why in _reboot_errors(rs, config)]
     if errors:

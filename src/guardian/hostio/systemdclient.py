@@ -63,6 +63,15 @@ def settings_for(root: Path) -> SystemdSettings:
         bus_socket=str(root / PRIVATE_SOCKET.lstrip("/")))
 
 
+def client_for(root: Path, systemctl: list[str] | None, timeout: float) -> SystemdClient:
+    """An action's client: its own ``systemctl`` argv when it names one, else the systemd
+    source's transport for the host at ``root``, with the action's timeout."""
+    if systemctl:
+        return SystemdClient(SystemdSettings("systemctl", tuple(systemctl), timeout=timeout))
+    s = settings_for(root)
+    return SystemdClient(SystemdSettings(s.transport, s.systemctl, s.bus_socket, timeout))
+
+
 class SystemdError(RuntimeError):
     """systemd could not be asked, or refused; the message says which and why."""
 

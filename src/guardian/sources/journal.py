@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..atomicfile import write_json
 from ..host import Host
 from ..plugins import SampleError, Source
-from ..regexsafety import backtracking_risk, cost_risk
+from ..regexsafety import named_pattern_problem
 from ..snapshot import Family, SignalSpec, labels_of
 
 SKIP_REASONS = ("flood", "too_long", "json")
@@ -73,16 +73,8 @@ class JournalConfig(BaseModel):
     @classmethod
     def _compile(cls, v: dict[str, str]) -> dict[str, str]:
         for name, rx in v.items():
-            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-                raise ValueError(f"pattern name {name!r} must be lower_snake_case")
-            try:
-                re.compile(rx)
-            except (re.error, RecursionError, OverflowError) as exc:
-                raise ValueError(f"pattern {name!r}: bad regular expression: {exc}") from None
-            if (why := backtracking_risk(rx)) is not None:
-                raise ValueError(f"pattern {name!r}: {why}")
-            if (why := cost_risk(rx)) is not None:
-                raise ValueError(f"pattern {name!r}: {why}")
+            if (why := named_pattern_problem(name, rx)) is not None:
+                raise ValueError(why)
         return v
 
     @field_validator("units")

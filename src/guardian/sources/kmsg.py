@@ -55,7 +55,7 @@ from ..durations import Duration
 from ..host import Host
 from ..hostio.procfs import system_unit_of
 from ..plugins import SampleError, Source
-from ..regexsafety import backtracking_risk, cost_risk
+from ..regexsafety import named_pattern_problem
 from ..snapshot import Family, SignalSpec, labels_of
 from .kernel_patterns import DEFAULT_PATTERNS, TASK_UNITS, XID_ACTION_NAMES, xid_of
 from .kernel_usertext import mask, named_task, spoofable
@@ -98,17 +98,8 @@ class KmsgConfig(BaseModel):
     @classmethod
     def _compile(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for name, rx in v.items():
-            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-                raise ValueError(f"pattern name {name!r} must be lower_snake_case")
-            try:
-                re.compile(rx)
-            except (re.error, RecursionError, OverflowError) as exc:
-                raise ValueError(f"pattern {name!r}: bad regular expression: {exc}") from None
-            if (why := backtracking_risk(rx)) is not None:
-                raise ValueError(f"pattern {name!r}: {why}; rewrite it without (e.g. "
-                                 "`a+` for `(a+)+`)")
-            if (why := cost_risk(rx)) is not None:
-                raise ValueError(f"pattern {name!r}: {why}")
+            if (why := named_pattern_problem(name, rx)) is not None:
+                raise ValueError(why)
             if _NUMBERED_GROUP_REF.search(rx):
                 raise ValueError(f"pattern {name!r}: numbered group references change "
                                  "meaning when the patterns are combined; name the group: "
