@@ -460,7 +460,17 @@ def test_holds_from_the_configmap_and_this_nodes_annotation(tmp_path: Path) -> N
         assert [h.author for h in a.read()] == ["sre", "dc-ops"]
         cm = store.objects["configmaps"][("kube-system", "guardian-holds")]
         cm["data"]["holds.toml"] = "[[hold]\nbroken"  # a typo must not lift the pause
-        assert [h.author for h in a.read()] == ["sre", "dc-ops"]
+        assert [h.author for h in a.read()] == ["guardian", "sre", "dc-ops"]
+        # review (ops) 1c: one bad entry beside a good one dropped the bad one's hold;
+        # now it holds every rule (until fixed) and the last good holds stay
+        node["metadata"]["annotations"]["guardian.io/hold"] = json.dumps([
+            {"rule": "other", "until": "2026-12-05T06:00:00Z", "reason": "r",
+             "author": "x"}, {"rule": "nic-stall", "reason": "typo", "author": "dc-ops"}])
+        cm["data"]["holds.toml"] = ""
+        held = a.read()
+        assert [(h.rule, h.author) for h in held] == \
+            [("other", "x"), ("*", "guardian"), ("nic-stall", "dc-ops")]
+        assert "until: Field required" in held[1].reason and held[1].broken
 
 
 def test_holds_without_credentials_report_and_keep_the_last_ones(tmp_path: Path) -> None:

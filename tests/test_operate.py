@@ -34,6 +34,8 @@ from guardian.plugins import (
 from guardian.why import links, text
 
 T0 = dt.datetime(2026, 12, 7, 0, 0, tzinfo=dt.timezone.utc).timestamp()  # a Monday
+# a hold's end in a month from now (holds may not last more than ten years from now)
+SOON = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Applied:
@@ -121,7 +123,9 @@ def test_holds_match_all_rules_a_name_or_labels_and_always_expire() -> None:
     assert not Hold(T0, "r", "a", rule="other").matches("leak", {})
     holds, problems = parse_holds('[[hold]]\nrule = "leak"\nreason = "r"\nauthor = "a"\n',
                                   "f")
-    assert holds == [] and "until: Field required" in problems[0]
+    # a hold without `until` is malformed: it holds every rule until fixed, never none
+    [broken] = holds
+    assert "until: Field required" in problems[0] and broken.broken and broken.rule == "*"
     holds, problems = parse_holds('[[hold]]\nuntil = 2026-12-07T01:00:00Z\nreason = "r"\n'
                                   'author = "a"\nlabels = { team = "net" }\n', "f")
     assert not problems and holds[0].until == T0 + 3600 and holds[0].matcher == \
@@ -299,7 +303,7 @@ def test_pause_resume_holds_cli_and_the_files_the_service_reads(
     # the service's per-tick link hands them to the engine; they survive a restart
     dropin = tmp_path / "holds.d"
     dropin.mkdir()
-    (dropin / "cm.toml").write_text('[[hold]]\nrule = "other"\nuntil = 2099-01-01T00:00:00Z\n'
+    (dropin / "cm.toml").write_text(f'[[hold]]\nrule = "other"\nuntil = {SOON}\n'
                                     'reason = "puppet"\nauthor = "cm"\n')
     engine = rules()
     ops = Operations(Config(), None, sources=[HoldFile(f), DropIn(dropin)])
@@ -392,3 +396,126 @@ def test_run_once_honours_the_holds(tmp_path: Path) -> None:
     kinds = [e["kind"] for e in map(json.loads, audit.read_text().splitlines())
              if e["type"] == "decision"]
     assert kinds == ["firing", "held"]
+
+
+def test_pause_refuses_a_blank_reason_and_keeps_the_hold_it_would_replace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review (ops) 1a: `--reason ""` replaced a pause with an entry the reader dropped,
+    so the pause lifted. It is a usage error now, and the file keeps the first pause."""
+    f = tmp_path / "holds.json"
+    assert main(["pause", "leak", "--for", "4h", "--reason", "rollout", "--author", "bob",
+                 "--holds-file", str(f)]) == 0
+    for blank in ("", " "):
+        assert main(["pause", "leak", "--for", "4h", "--reason", blank,
+                     "--holds-file", str(f)]) == 2
+        assert "--reason" in capsys.readouterr().err
+    assert main(["pause", "leak", "--for", "4h", "--reason", "r", "--author", " ",
+                 "--holds-file", str(f)]) == 2
+    [kept] = HoldFile(f).read()
+    assert (kept.rule, kept.reason, kept.broken) == ("leak", "rollout", False)
+
+
+def test_a_hold_source_that_cannot_be_parsed_holds_every_rule(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review (ops) 1b: a malformed entry, file or drop-in was dropped (the pause lifted).
+    Now each holds every rule until fixed, shown by `guardian holds` and the metrics."""
+    f = tmp_path / "holds.json"
+    good = {"rule": "leak", "until": SOON, "reason": "r", "author": "a"}
+    f.write_text(json.dumps([good, {**good, "reason": ""}]))
+    [leak, broken] = HoldFile(f).read()
+    assert leak.rule == "leak" and broken.broken and broken.rule == "*"
+    assert "reason" in broken.reason and broken.matches("other", {})
+    assert main(["pause", "--for", "1h", "--reason", "x", "--holds-file", str(f)]) == 1
+    assert "fix or remove" in capsys.readouterr().err  # rewriting would drop the entry
+    assert f.read_text() == json.dumps([good, {**good, "reason": ""}])
+    bad_dir = tmp_path / "dir.json"
+    bad_dir.mkdir()  # exists, cannot be read as a file
+    [unreadable] = HoldFile(bad_dir).read()
+    assert unreadable.broken and "cannot read" in unreadable.reason
+    dropin = tmp_path / "holds.d"
+    dropin.mkdir()
+    (dropin / "cm.toml").write_text('[[hold]]\nrule = "x"\nuntil = 2099-01-01\n')
+    [dropped] = DropIn(dropin).read()
+    assert dropped.broken and dropped.source == f"file {dropin / 'cm.toml'}"
+    assert DropIn(tmp_path / "none.d").read() == []  # a missing directory has none
+    engine = rules()
+    ops = Operations(Config(), None, sources=[DropIn(dropin)])
+    ops.before(engine)
+    assert [d.kind for d in engine.evaluate(Snapshot(0.0, {"memcg.dying": 50.0}))] == \
+        ["firing", "held"]
+    metrics = Metrics()
+    ops.after(engine, metrics)
+    assert metrics.registry.get_sample_value("guardian_rule_paused", {"rule": "leak"}) == 1
+    capsys.readouterr()
+    assert main(["holds", "--holds-file", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "No holds" not in out and "until fixed" in out
+
+
+def test_holds_end_within_ten_years_everywhere(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review (ops) 2: `--until 9999-12-31` was accepted while `--for` stops at ten
+    years; the model caps `until` for every source."""
+    f = tmp_path / "holds.json"
+    assert main(["pause", "--until", "9999-12-31T23:59:59Z", "--reason", "r",
+                 "--holds-file", str(f)]) == 2
+    assert "ten years" in capsys.readouterr().err and not f.exists()
+    holds, problems = parse_holds('[[hold]]\nuntil = 9999-12-31T23:59:59Z\nreason = "r"\n'
+                                  'author = "a"\n', "f")
+    assert "ten years" in problems[0] and holds[0].broken
+
+
+def test_pause_warns_when_no_loaded_rule_has_the_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review (ops) 4: a misspelt rule name is kept, with a warning."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\n'
+                                      'summary = "s"\nwhen = "processes.total > 0"\n'
+                                      '  [[rule.action]]\n  use = "log"\n')
+    config = tmp_path / "guardian.toml"
+    config.write_text(f'[service]\nrules = ["{rules_dir}"]\n'
+                      f'state_file = "{tmp_path / "state.json"}"\n')
+    assert main(["pause", "nosuchrule", "--for", "1h", "--reason", "r",
+                 "--config", str(config)]) == 0
+    assert "no loaded rule is named 'nosuchrule'" in capsys.readouterr().err
+    assert main(["pause", "always", "--for", "1h", "--reason", "r",
+                 "--config", str(config)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_forced(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review (ops) 3: `guardian act` applied while a pause on every rule was in force.
+    It refuses now (audited), as it does outside the maintenance window for a disruptive
+    action; --force acts, and the audit log says what it overrode."""
+    from guardian.cli.host import _act_rails
+    from guardian.config import load_config
+
+    config = tmp_path / "guardian.toml"
+    config.write_text(f'[service]\nstate_file = "{tmp_path / "state.json"}"\n')
+    audit = tmp_path / "audit.jsonl"
+    act = ["act", "log", "--set", "message=by hand", "--warmup", "0s", "--audit",
+           str(audit), "--config", str(config)]
+    assert main(["pause", "--for", "1h", "--reason", "freeze", "--author", "ops",
+                 "--config", str(config)]) == 0
+    assert main(act) == 1
+    assert "a hold on every rule is in force" in capsys.readouterr().err
+    assert [e["type"] for e in map(json.loads, audit.read_text().splitlines())] == \
+        ["refused"]
+    assert main([*act, "--force"]) == 0
+    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [e["type"] for e in entries] == ["refused", "forced", "decision", "plan",
+                                            "outcome"]
+    assert "freeze" in entries[1]["overrides"][0]
+    assert main(["resume", "--all", "--config", str(config)]) == 0
+    assert main([*act, "--dry-run"]) == 0
+    days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+    other = days[(dt.datetime.now(dt.timezone.utc).weekday() + 2) % 7]
+    config.write_text(f'[service]\nstate_file = "{tmp_path / "state.json"}"\n[engine]\n'
+                      f'window = {{ days = ["{other}"], start = "00:00", end = "00:01", '
+                      f'time_zone = "UTC" }}\n')
+    loaded = load_config(config, default_registry())
+    assert _act_rails(loaded, disruptive=False) == []
+    [closed] = _act_rails(loaded, disruptive=True)
+    assert closed.startswith("outside the maintenance window")

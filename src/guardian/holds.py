@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .atomicfile import write_json
-from .model.holds import Hold, parse_holds
+from .model.holds import Hold, broken_hold, parse_holds
 
 log = logging.getLogger("guardian.holds")
 
@@ -21,7 +21,8 @@ class HoldReader(Protocol):
 
 
 class HoldFile:
-    """`guardian pause`'s holds: a JSON list of holds, written atomically."""
+    """`guardian pause`'s holds: a JSON list of holds, written atomically. A file that
+    exists but cannot be read or parsed (in whole or in one entry) holds every rule."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -33,11 +34,12 @@ class HoldFile:
             return []
         except OSError as exc:
             log.error("holds: cannot read %s: %s", self.path, exc)
-            return []
+            return [broken_hold(f"cli {self.path}", f"cannot read {self.path}: {exc}")]
         holds, problems = parse_holds(text or "[]", str(self.path), "json")
         for p in problems:
             log.error("holds: %s", p)
-        return [Hold(h.until, h.reason, h.author, h.rule, h.labels, "cli") for h in holds]
+        return [Hold(h.until, h.reason, h.author, h.rule, h.labels,
+                     f"cli {self.path}" if h.broken else "cli") for h in holds]
 
     def write(self, holds: list[Hold]) -> None:
         """Replace the file's holds. Raises OSError."""
@@ -52,23 +54,29 @@ class HoldFile:
 
 class DropIn:
     """``*.toml`` files of ``[[hold]]`` tables in a directory (configuration management
-    drops them; a missing directory has none)."""
+    drops them; a missing directory has none). A file or directory that cannot be read,
+    and an entry that cannot be parsed, hold every rule until fixed."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.said: set[str] = set()
 
     def read(self) -> list[Hold]:
+        if not self.directory.exists():
+            return []
         try:
             files = sorted(self.directory.glob("*.toml"))
-        except OSError:
-            return []
+        except OSError as exc:
+            why = f"cannot list {self.directory}: {exc}"
+            self._say(why)
+            return [broken_hold(f"dir {self.directory}", why)]
         out: list[Hold] = []
         for f in files:
             try:
                 text = f.read_text()
             except OSError as exc:
                 self._say(f"cannot read {f}: {exc}")
+                out.append(broken_hold(f"file {f}", f"cannot read {f}: {exc}"))
                 continue
             holds, problems = parse_holds(text, f"file {f}", "toml")
             for p in problems:

@@ -214,6 +214,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--warmup", default="1s", type=duration(),
                    help="time between the two samples taken")
     a.add_argument("--audit", metavar="FILE", help="append the plan and outcome to FILE")
+    a.add_argument("--force", action="store_true", help="act despite a hold on every rule, "
+                   "a closed maintenance window or a configured fleet budget (audited)")
     a.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(a)
     a.set_defaults(func=_command("host", "cmd_act"))

@@ -11,11 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ..diagnostics import RuleError
 from ..durations import parse_duration
 from ..holds import HoldFile
-from ..model.holds import Hold, in_force
+from ..model.holds import Hold, HoldSpec, in_force
 from ..operate import holds_path, readers
+from ..policy.loader import load_rules
 from .common import cli_config, json_out, print_errors
 from .host import _service_paths
 
@@ -65,8 +68,21 @@ def cmd_pause(args: argparse.Namespace) -> int:
         print("guardian pause: the hold would have ended already", file=sys.stderr)
         return 2
     author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
-    hold = Hold(until, args.reason, author, args.rule, _labels(args.label), "cli")
-    holds = [h for h in in_force(f.read(), now)
+    try:  # the reader's own checks: never write an entry it would drop
+        spec = HoldSpec.model_validate({
+            "rule": args.rule, "labels": dict(_labels(args.label)), "reason": args.reason,
+            "author": author, "until": dt.datetime.fromtimestamp(until, dt.timezone.utc)})
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = "--" + ".".join(str(x) for x in err["loc"]) if err["loc"] else "hold"
+            print(f"guardian pause: {where}: {err['msg']}", file=sys.stderr)
+        return 2
+    hold = Hold.from_spec(spec, "cli")
+    current = f.read()
+    if _refuse_broken(current, "pause"):
+        return 1
+    _warn_unknown_rule(args, hold.rule)
+    holds = [h for h in in_force(current, now)
              if (h.rule, h.labels) != (hold.rule, hold.labels)]  # a new pause replaces
     f.write([*holds, hold])
     if args.json:
@@ -76,12 +92,38 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_broken(holds: list[Hold], verb: str) -> bool:
+    """Say so and return True when the pause file cannot be read or parsed: rewriting
+    it would drop what it holds (it holds every rule until fixed or removed)."""
+    broken = [h for h in holds if h.broken]
+    for h in broken:
+        print(f"guardian {verb}: {h.reason}; fix or remove the file first (it holds "
+              f"every rule until then)", file=sys.stderr)
+    return bool(broken)
+
+
+def _warn_unknown_rule(args: argparse.Namespace, rule: str) -> None:
+    """Warn (never fail) when ``rule`` names none of the configured rules."""
+    if rule == "*":
+        return
+    try:
+        names = {r.name for r in load_rules(cli_config(args).service.rules).rules}
+    except Exception:  # rules not here or broken: nothing known to compare with
+        return
+    if rule not in names:
+        print(f"guardian pause: warning: no loaded rule is named {rule!r} (known: "
+              f"{', '.join(sorted(names)) or 'none'}); the hold is kept", file=sys.stderr)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     """Remove `guardian pause` holds: those on RULE (and --label), or --all."""
     f = _file(args)
     if isinstance(f, int):
         return f
     current = in_force(f.read(), time.time())
+    if not args.all and _refuse_broken(current, "resume"):
+        return 1
+    current = [h for h in current if not h.broken]
     if args.all:
         gone, kept = current, []
     else:
@@ -110,7 +152,8 @@ def cmd_holds(args: argparse.Namespace) -> int:
     for src in readers(config, state):
         holds.extend(src.read())
     if args.holds_file:
-        holds = [h for h in holds if h.source != "cli"] + HoldFile(Path(args.holds_file)).read()
+        holds = [h for h in holds if not h.source.startswith("cli")] + \
+            HoldFile(Path(args.holds_file)).read()
     holds = sorted(in_force(holds, time.time()), key=lambda h: h.until)
     if args.json:
         json_out("holds", [h.to_dict() for h in holds])

@@ -6,6 +6,7 @@ import argparse
 import errno
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -262,6 +263,18 @@ def cmd_act(args: argparse.Namespace) -> int:
         if audit is None:
             return 2
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
+    rails = [] if args.dry_run else _act_rails(config, bool(cls.disruptive))
+    if rails and not args.force:
+        for why in rails:
+            executor.audit_entry({"type": "refused", "manual": True, "use": args.action,
+                                  "reason": why})
+            print(f"guardian act: {args.action}: refused: {why} (--force overrides, "
+                  f"audited)", file=sys.stderr)
+        coll.close()
+        return 1
+    if rails:
+        executor.audit_entry({"type": "forced", "manual": True, "use": args.action,
+                              "overrides": rails})
     ex = executor.act(args.action, cls(params), snap)
     coll.close()
     failed = bool(ex.error or (ex.outcome is not None and not ex.outcome.ok))
@@ -271,6 +284,26 @@ def cmd_act(args: argparse.Namespace) -> int:
     else:
         print_plan(ex.to_dict())
     return 1 if failed else 0
+
+
+def _act_rails(config: Config, disruptive: bool) -> list[str]:
+    """Why `guardian act` must not apply now, as the service would not: a hold on every
+    rule in force (from any source the config names; an unreadable one counts), and for a
+    disruptive action the config's maintenance window closed or a fleet budget (which
+    `act` does not take a slot of) configured."""
+    from ..operate import Operations  # the service's sources of holds
+
+    wall = time.time()
+    out = [f"a hold on every rule is in force ({h.describe()}) [{h.source}]"
+           for h in Operations(config, Path(_service_paths(config)[0])).holds(wall)
+           if h.rule == "*" and not h.labels]
+    window = config.engine.window
+    if disruptive and window is not None and not window.is_open(wall):
+        out.append(f"outside the maintenance window ({window.describe()})")
+    if disruptive and config.fleet is not None:
+        out.append("[fleet] is configured, and guardian act takes no slot of the fleet "
+                   "budget")
+    return out
 
 
 def open_audit(path: str) -> AuditLog | None:

@@ -7,7 +7,9 @@ kubectl annotate node n1 guardian.io/hold='{"until": "2026-12-05T06:00:00Z",
   "reason": "kernel rollout", "author": "alice"}'
 ```
 When the API cannot be read, the holds last read stay in force (until they expire): a
-pause must not lift because the API server is busy. The cost: one GET of the ConfigMap and
+pause must not lift because the API server is busy. A key or annotation that cannot be
+parsed, in whole or in one entry, holds every rule until it is fixed (the holds last
+read stay in force beside it). The cost: one GET of the ConfigMap and
 one of this node a tick (at 15 s ticks, a thousand nodes make ~130 requests a second;
 ``annotation = ""`` halves it).
 """
@@ -89,14 +91,16 @@ class KubeHolds:
         return [*self.last["configmap"], *self.last["annotation"]]
 
     def _parse(self, text: str, source: str, fmt: str, last: list[Hold]) -> list[Hold]:
-        """The holds in ``text``; ``last`` when none of it could be read (a typo must
-        not lift a pause)."""
+        """The holds in ``text``, with the last good ones kept and a hold on every rule
+        added where any of it cannot be parsed (a typo must not lift a pause)."""
         if not text.strip():
             return []
         holds, problems = parse_holds(text, source, fmt)
         for problem in problems:
             self._say(problem)
-        return last if problems and not holds else holds
+        if not problems:
+            return holds
+        return [*holds, *(h for h in last if not h.broken and h not in holds)]
 
     def _say(self, problem: str) -> None:
         if problem not in self.said:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..durations import MAX_DURATION
 from ..tomlread import TOMLDecodeError, loads
 
 
@@ -31,6 +34,20 @@ class HoldSpec(BaseModel):
                                  "every hold expires")
     reason: str = Field(min_length=1)
     author: str = Field(min_length=1)
+
+    @field_validator("reason", "author")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+    @field_validator("until")
+    @classmethod
+    def _bounded(cls, v: dt.datetime) -> dt.datetime:
+        if v.timestamp() > time.time() + MAX_DURATION:
+            raise ValueError("more than ten years ahead: a hold must really expire")
+        return v
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,14 @@ class Hold:
         return self.rule + (f"{{{sel}}}" if sel else "")
 
     @property
+    def broken(self) -> bool:
+        """A source that could not be read or parsed: it holds every rule until fixed."""
+        return math.isinf(self.until)
+
+    @property
     def until_text(self) -> str:
+        if self.broken:
+            return "fixed"
         return dt.datetime.fromtimestamp(self.until, dt.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
 
@@ -74,6 +98,13 @@ class Hold:
                 "reason": self.reason, "author": self.author, "source": self.source}
 
 
+def broken_hold(source: str, error: str) -> Hold:
+    """The hold that stands for a source of holds that exists but cannot be read or
+    parsed, in whole or in one entry: it holds every rule until the source is fixed (a
+    malformed pause must not lift itself)."""
+    return Hold(math.inf, f"hold source unreadable: {error}", "guardian", "*", (), source)
+
+
 def in_force(holds: list[Hold], wall: float) -> list[Hold]:
     """The holds that have not expired at Unix time ``wall``."""
     return [h for h in holds if h.until > wall]
@@ -81,17 +112,20 @@ def in_force(holds: list[Hold], wall: float) -> list[Hold]:
 
 def parse_holds(text: str, source: str, fmt: str = "toml") -> tuple[list[Hold], list[str]]:
     """Holds from ``[[hold]]`` tables (``fmt="toml"``) or JSON (one object, a list, or
-    ``{"hold": [...]}``); with the problems of the entries left out."""
+    ``{"hold": [...]}``); with the problems of the entries left out. Each problem also
+    yields a :func:`broken_hold` among the holds, so nothing malformed lifts a hold."""
     try:
         data: Any = loads(text) if fmt == "toml" else json.loads(text)
     except (TOMLDecodeError, ValueError) as exc:
-        return [], [f"{source}: not {fmt.upper()}: {exc}"]
+        why = f"{source}: not {fmt.upper()}: {exc}"
+        return [broken_hold(source, why)], [why]
     if isinstance(data, dict) and "hold" in data:
         data = data["hold"]
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
-        return [], [f"{source}: expected [[hold]] tables"]
+        why = f"{source}: expected [[hold]] tables"
+        return [broken_hold(source, why)], [why]
     out: list[Hold] = []
     problems: list[str] = []
     for i, raw in enumerate(data):
@@ -101,4 +135,5 @@ def parse_holds(text: str, source: str, fmt: str = "toml") -> tuple[list[Hold], 
             why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'hold'}: {e['msg']}"
                             for e in exc.errors())
             problems.append(f"{source}: hold {i + 1}: {why}")
+            out.append(broken_hold(source, problems[-1]))
     return out, problems
