@@ -519,3 +519,22 @@ def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_fo
     assert _act_rails(loaded, disruptive=False) == []
     [closed] = _act_rails(loaded, disruptive=True)
     assert closed.startswith("outside the maintenance window")
+
+
+def test_check_reports_the_drop_in_hold_files_that_would_hold_every_rule(
+        tmp_path: Path) -> None:
+    """Review (ops) 1b: `guardian check --config` never looked at the drop-ins; each
+    problem is reported at path:line:col."""
+    from guardian.holds import check_dropin
+
+    dropin = tmp_path / "holds.d"
+    dropin.mkdir()
+    (dropin / "a.toml").write_text(f'[[hold]]\nrule = "x"\nuntil = {SOON}\nreason = ""\n'
+                                   'author = "a"\n')
+    (dropin / "b.toml").write_text("[[hold]\nx")
+    (dropin / "c.toml").write_text(f'[[hold]]\nuntil = {SOON}\nreason = "r"\nauthor = "a"\n')
+    found = [(Path(d.path).name, d.line, d.col, d.message) for d in check_dropin(dropin)]
+    assert found[0][:3] == ("a.toml", 4, 10) and "reason" in found[0][3]
+    assert found[1][:2] == ("b.toml", 1) and "TOML syntax" in found[1][3]
+    assert len(found) == 2  # c.toml is fine
+    assert check_dropin(tmp_path / "none.d") == []

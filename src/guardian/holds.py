@@ -10,8 +10,11 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from .atomicfile import write_json
-from .model.holds import Hold, broken_hold, parse_holds
+from .diagnostics import Diagnostic, Reporter, RuleError, read_toml
+from .model.holds import Hold, HoldSpec, broken_hold, parse_holds
 
 log = logging.getLogger("guardian.holds")
 
@@ -88,6 +91,35 @@ class DropIn:
         if problem not in self.said:
             self.said.add(problem)
             log.error("holds: %s", problem)
+
+
+def check_dropin(directory: Path) -> list[Diagnostic]:
+    """Every problem of the drop-in directory's hold files, as path:line:col (for
+    `guardian check --config`): each of them holds every rule while the service runs."""
+    if not directory.exists():
+        return []
+    try:
+        files = sorted(directory.glob("*.toml"))
+    except OSError as exc:
+        return [Diagnostic(str(directory), 1, 1, f"cannot list the hold drop-ins: {exc}")]
+    out: list[Diagnostic] = []
+    for f in files:
+        try:
+            text, data = read_toml(f, "a hold drop-in")
+        except RuleError as exc:
+            out.extend(exc.diagnostics)
+            continue
+        report = Reporter(str(f), text, out)
+        entries = data.get("hold")
+        if not isinstance(entries, list) or set(data) - {"hold"}:
+            report((), "expected only [[hold]] tables")
+            continue
+        for i, raw in enumerate(entries):
+            try:
+                HoldSpec.model_validate(raw)
+            except ValidationError as exc:
+                report.validation(exc, ("hold", i), HoldSpec, "hold: ")
+    return out
 
 
 def holds_json(holds: list[Hold]) -> str:
