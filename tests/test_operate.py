@@ -501,13 +501,15 @@ def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_fo
                  "--config", str(config)]) == 0
     assert main(act) == 1
     assert "a hold on every rule is in force" in capsys.readouterr().err
+    assert main([*act, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["ok"] is False
     assert [e["type"] for e in map(json.loads, audit.read_text().splitlines())] == \
-        ["refused"]
+        ["refused", "refused"]
     assert main([*act, "--force"]) == 0
     entries = [json.loads(line) for line in audit.read_text().splitlines()]
-    assert [e["type"] for e in entries] == ["refused", "forced", "decision", "plan",
-                                            "outcome"]
-    assert "freeze" in entries[1]["overrides"][0]
+    assert [e["type"] for e in entries] == ["refused", "refused", "forced", "decision",
+                                            "plan", "outcome"]
+    assert "freeze" in entries[2]["overrides"][0]
     assert main(["resume", "--all", "--config", str(config)]) == 0
     assert main([*act, "--dry-run"]) == 0
     days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]

@@ -271,6 +271,8 @@ def cmd_act(args: argparse.Namespace) -> int:
             print(f"guardian act: {args.action}: refused: {why} (--force overrides, "
                   f"audited)", file=sys.stderr)
         coll.close()
+        if args.json:
+            json_out("act", {"refused": rails}, ok=False, errors=rails)
         return 1
     if rails:
         executor.audit_entry({"type": "forced", "manual": True, "use": args.action,
