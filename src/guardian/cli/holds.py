@@ -75,7 +75,8 @@ def cmd_pause(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         for err in exc.errors():
             where = "--" + ".".join(str(x) for x in err["loc"]) if err["loc"] else "hold"
-            print(f"guardian pause: {where}: {err['msg']}", file=sys.stderr)
+            msg = err["msg"].removeprefix("Value error, ")
+            print(f"guardian pause: {where}: {msg}", file=sys.stderr)
         return 2
     hold = Hold.from_spec(spec, "cli")
     current = f.read()
