@@ -194,3 +194,53 @@ when = "memcg.dying > 10"
         first = next(e for e in entries if e["type"] == "outcome")["outcome"]
         assert {pod for _, pod, what in first["data"]["progress"] if what == "gone"} == {
             "default/web-1", "default/batch-1", "default/done-1"}
+
+
+DRAIN_RULE = '''version = 1
+[[rule]]
+name = "drain-it"
+summary = "drain"
+fleet = false
+when = "memcg.dying > 10"
+  [[rule.action]]
+  use = "kube.drain"
+  {waits}
+'''
+
+
+@pytest.mark.parametrize("service, waits, ok", [
+    ("", "wait = 240", True),
+    ("", "wait = 240\n  force = true\n  force_wait = 45", True),  # 285 s < 300 s
+    ("", "wait = 240\n  force = true\n  force_wait = 90", False),  # 330 s
+    ("", "wait = 300", False),
+    ("[service]\napply_timeout = \"10m\"\n", "wait = 500\n  force = true", True),
+    ("[service]\napply_timeout = \"2m\"\n", "wait = 240", False),
+])
+def test_check_refuses_a_drain_longer_than_the_apply_timeout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], service: str, waits: str,
+        ok: bool) -> None:
+    """The executor gives an apply up after [service] apply_timeout (300 s by default)
+    while the drain's worker goes on evicting, then force-deleting: `guardian check`
+    says so up front."""
+    from guardian.cli import main
+
+    rules = tmp_path / "drain.toml"
+    rules.write_text(DRAIN_RULE.format(waits=waits))
+    config = tmp_path / "guardian.toml"
+    config.write_text(service)
+    assert main(["check", "--config", str(config), str(rules)]) == (0 if ok else 1)
+    out = capsys.readouterr().out
+    assert ("is not below [service] apply_timeout" in out) is not ok, out
+    if not ok:
+        assert out.startswith(f"{rules}:2:") and "'drain-it': kube.drain: wait" in out
+
+
+def test_check_counts_node_reboots_drain_too() -> None:
+    from guardian.kube.drain import check
+
+    rs = load_text(DRAIN_RULE.replace("kube.drain", "node.reboot").format(
+        waits='drain = { wait = 200, force = true, force_wait = 100 }'))
+    [(rule, why)] = check(rs.rules, 300.0)
+    assert rule.spec.name == "drain-it"
+    assert "node.reboot: wait 200s + force_wait 100s = 300s" in why
+    assert check(rs.rules, 301.0) == []

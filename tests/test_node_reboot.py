@@ -74,7 +74,9 @@ def test_reboot_plan_apply_and_the_new_boot(tmp_path: Path) -> None:
     assert [(s.target, s.change) for s in plan.steps] == [
         (str(record), "record reboot 1 of 1 within 86400s, asked in boot 1111aaaa"),
         ("node", f"{argv[0]}: StartUnit reboot.target (replace-irreversibly)")]
-    assert "held across the reboot" in plan.note
+    # fleet = false here: the plan does not claim a fleet slot is held
+    assert "verified once the node is back in a new boot" in plan.note
+    assert "is held across" not in plan.note
     out = act.apply(plan, ctx(h))
     assert out.ok and out.verified is None  # only the new boot can verify it
     assert calls(tmp_path) == ["start --job-mode=replace-irreversibly --no-block -- "
@@ -85,6 +87,8 @@ def test_reboot_plan_apply_and_the_new_boot(tmp_path: Path) -> None:
     # the rule fires again before the node went down: no second request
     again = act.plan(ctx(h))
     assert not again.steps and "already asked for in this boot" in again.note
+    pending = act.apply(again, ctx(h))
+    assert pending.ok and pending.verified is None  # not verified until the new boot
     # resolved in the same boot: not back yet
     assert "has not rebooted yet" in act.plan(ctx(h, "resolved")).note
     # the new boot
@@ -98,6 +102,24 @@ def test_reboot_plan_apply_and_the_new_boot(tmp_path: Path) -> None:
     assert refused.refused == ["reboot budget spent: 1 reboot(s) within 86400s "
                                "(max_reboots 1)"]
     assert len(calls(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"reboots": 3}', '{"reboots": ["x"]}',
+                                  '{"reboots": [{"at": "soon"}]}', "[]"])
+def test_an_unreadable_reboot_record_refuses_the_reboot(tmp_path: Path, text: str) -> None:
+    argv = fake_systemctl(tmp_path)
+    act = NodeReboot(RebootParams(systemctl=argv))
+    h = host(tmp_path)
+    record = h.root / "var/lib/guardian/reboots.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(text)
+    plan = act.plan(ctx(h))
+    assert not plan.steps and len(plan.refused) == 1
+    assert f"the reboot record {record} cannot be read" in plan.refused[0]
+    assert act.plan(ctx(h, "resolved")).refused
+    record.unlink()  # a missing record is an empty history
+    assert act.plan(ctx(h)).steps and not act.plan(ctx(h)).refused
+    assert calls(tmp_path) == []
 
 
 def test_the_sentinel_is_found_through_the_hosts_own_var_run_link(tmp_path: Path) -> None:

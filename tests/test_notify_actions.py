@@ -15,9 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.actions.webhook import Webhook, WebhookParams
+from guardian.actions.webhook import (
+    Alertmanager,
+    AlertmanagerParams,
+    Webhook,
+    WebhookParams,
+    alerts_url,
+)
 from guardian.audit import AuditLog
 from guardian.plugins import ActionContext
 
@@ -49,6 +56,7 @@ class Receiver:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.answers: list[int] = []  # status codes to answer with, then 200
+        self.location = ""  # sent with a 3xx answer
 
 
 @contextlib.contextmanager
@@ -64,6 +72,14 @@ def receiver() -> Iterator[tuple[str, Receiver]]:
             got.requests.append((self.path, dict(self.headers), json.loads(body)))
             code = got.answers.pop(0) if got.answers else 200
             self.send_response(code)
+            if got.location and 300 <= code < 400:
+                self.send_header("Location", got.location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:  # where a followed 302 would go
+            got.requests.append((self.path, dict(self.headers), None))
+            self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -168,3 +184,50 @@ def test_webhook_retries_within_its_budget_and_never_on_a_client_error() -> None
     assert not out.ok and "unreachable" in out.error and "127.0.0.1" in out.error
     bad = Webhook(WebhookParams.model_validate({"url": url, "body": '{"text": $rule}'}))
     assert bad.plan(ctx).refused  # "r" unquoted is not JSON: refused, never sent
+
+
+def test_a_redirect_is_a_failed_delivery_and_never_followed() -> None:
+    """A 3xx is not followed (urllib would resend the Authorization header to wherever it
+    points, as a GET): a failed delivery reported with its status, not retried."""
+    ctx = ActionContext("r", Snapshot(0.0, {}), Host(), dry_run=False, kind="firing",
+                        summary="s", severity="warning")
+    with receiver() as (url, got), receiver() as (elsewhere, other):
+        got.location = f"{elsewhere}/steal"
+        for code in (301, 302, 307, 308):
+            for act in (Webhook(WebhookParams.model_validate(
+                            {"url": url, "headers": {"Authorization": "Bearer s3cret"},
+                             "attempts": 3, "backoff": 0})),
+                        Alertmanager(AlertmanagerParams.model_validate(
+                            {"url": url, "headers": {"Authorization": "Bearer s3cret"},
+                             "attempts": 3, "backoff": 0}))):
+                got.requests.clear()
+                got.answers = [code] * 3
+                out = act.apply(act.plan(ctx), ctx)
+                assert not out.ok and f"HTTP {code}" in out.error, out
+                assert "redirect" in out.error and "1 attempt(s)" in out.error
+                assert len(got.requests) == 1
+    assert other.requests == []
+
+
+def test_alertmanager_url_keeps_its_query_and_joins_the_path() -> None:
+    """The API path goes on the URL's path, not after its query string."""
+    ctx = ActionContext("r", Snapshot(0.0, {}), Host(), dry_run=False, kind="firing")
+    assert alerts_url("http://h/am?token=X") == "http://h/am/api/v2/alerts?token=X"
+    assert alerts_url("http://h:9093/") == "http://h:9093/api/v2/alerts"
+    with receiver() as (url, got):
+        am = Alertmanager(AlertmanagerParams.model_validate(
+            {"url": f"{url}/am/?token=X", "attempts": 1}))
+        assert am.apply(am.plan(ctx), ctx).ok
+        assert [path for path, _, _ in got.requests] == ["/am/api/v2/alerts?token=X"]
+
+
+def test_webhook_backoff_and_budget_take_durations() -> None:
+    p = WebhookParams.model_validate({"url": "http://h/", "backoff": "500ms",
+                                      "budget": "1m"})
+    assert (p.backoff, p.budget) == (0.5, 60.0)
+    q = AlertmanagerParams.model_validate({"url": "http://h/", "backoff": "1s",
+                                           "budget": 30})
+    assert (q.backoff, q.budget) == (1.0, 30.0)
+    for bad in ({"backoff": "2m"}, {"budget": "0s"}, {"budget": "6m"}, {"backoff": "x"}):
+        with pytest.raises(ValueError):
+            WebhookParams.model_validate({"url": "http://h/", **bad})

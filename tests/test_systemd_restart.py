@@ -83,6 +83,24 @@ def test_restart_waits_for_a_new_start_and_spends_the_budget(tmp_path: Path,
         "web.service"]
 
 
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"web.service": 3}',
+                                  '{"web.service": ["soon"]}'])
+def test_an_unreadable_restart_record_refuses_restarts(tmp_path: Path, state: str,
+                                                       text: str) -> None:
+    argv = fake_systemctl(tmp_path, up_for=600)
+    act = SystemdUnit(params(state, allow=["web*"], units=["web.service"],
+                             verbs=["restart"], systemctl=argv, restart_budget=2,
+                             cooldown=120))
+    record = Path(state) / "unit-restarts.json"
+    record.write_text(text)
+    plan = act.plan(ctx())
+    assert not plan.steps and len(plan.refused) == 1
+    assert f"the restart budget's record {record} cannot be read" in plan.refused[0]
+    record.unlink()  # a missing record is an empty budget
+    assert act.plan(ctx()).data["units"] == ["web.service"]
+    assert "restart" not in (tmp_path / "calls").read_text().split()
+
+
 def test_a_unit_up_less_than_the_cooldown_is_not_restarted(tmp_path: Path,
                                                            state: str) -> None:
     argv = fake_systemctl(tmp_path, up_for=30)

@@ -95,11 +95,21 @@ class NodeReboot(Action[RebootParams]):
         return under(ctx.host.root, self.params.state_dir) / "reboots.json"
 
     def _history(self, ctx: ActionContext) -> list[dict[str, Any]]:
+        """The recorded reboots; none if the record does not exist. A record that exists
+        but cannot be read or parsed raises ValueError: an empty history would reboot in
+        a loop (fail closed)."""
+        path = self._file(ctx)
         try:
-            got = json.loads(self._file(ctx).read_text()).get("reboots", [])
-        except (OSError, ValueError, AttributeError):
+            got = json.loads(path.read_text())["reboots"]
+            if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
+                raise ValueError("`reboots` is not a list of records")
+            for r in got:
+                float(r.get("at", 0))
+        except FileNotFoundError:
             return []
-        return [r for r in got if isinstance(r, dict)]
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"the reboot record {path} cannot be read: {exc!s}") from None
+        return got
 
     def _boot(self, ctx: ActionContext) -> str:
         try:
@@ -119,7 +129,12 @@ class NodeReboot(Action[RebootParams]):
         p = self.params
         boot = self._boot(ctx)
         plan = Plan(self.name, ctx.rule, data={"boot": boot})
-        history = self._history(ctx)
+        try:
+            history = self._history(ctx)
+        except ValueError as exc:
+            plan.refused.append(f"{exc}: no reboot (nor undoing one) until it is fixed or "
+                                f"removed")
+            return plan
         mine = [r for r in history if r.get("rule") == ctx.rule]
         if ctx.kind == "resolved":
             return self._plan_back(ctx, plan, boot, mine)
@@ -130,6 +145,7 @@ class NodeReboot(Action[RebootParams]):
         if any(r.get("boot") == boot for r in history):
             plan.note = (f"a reboot was already asked for in this boot ({boot[:8]}): "
                          f"waiting for it")
+            plan.data["pending"] = True
             return plan
         if p.sentinel and not under(ctx.host.root, p.sentinel).exists():
             plan.note = f"no reboot required ({p.sentinel} is absent): nothing to do"
@@ -154,8 +170,9 @@ class NodeReboot(Action[RebootParams]):
                                f"{p.max_reboots} within {p.window:g}s, asked in boot "
                                f"{boot[:8]}"))
         plan.steps.append(Step(node, f"{via}: StartUnit {TARGET} ({MODE})"))
-        plan.note = ("the rule's fleet slot (fleet = true) is held across the reboot and "
-                     "given back once the rule resolves in a new boot" +
+        plan.note = ("verified once the node is back in a new boot; a fleet slot the "
+                     "rule holds (fleet = true) is kept across the reboot and given back "
+                     "when the rule resolves there" +
                      ("; then guardian's cordon is undone (on = \"both\")"
                       if p.drain is not None else ""))
         return plan
@@ -181,9 +198,15 @@ class NodeReboot(Action[RebootParams]):
         if ctx.kind == "resolved":
             return self._back(plan, ctx)
         if not plan.steps:
-            return Outcome(ok=True, verified=True, detail=plan.note)
+            # a reboot asked for in this boot is verified only in the next one
+            return Outcome(ok=True, verified=None if plan.data.get("pending") else True,
+                           detail=plan.note)
         p = self.params
         data: dict[str, Any] = {"boot": plan.data["boot"]}
+        try:
+            history = self._history(ctx)
+        except ValueError as exc:
+            return Outcome(ok=False, data=data, error=f"not rebooted: {exc}")
         if p.drain is not None:
             drain = self._drain()
             out = drain.apply(drain.plan(ctx), ctx)
@@ -191,7 +214,6 @@ class NodeReboot(Action[RebootParams]):
             if not out.ok:
                 return Outcome(ok=False, verified=False, data=data,
                                error=f"not rebooted: the drain failed: {out.error}")
-        history = self._history(ctx)
         history.append({"at": time.time(), "boot": plan.data["boot"], "rule": ctx.rule})
         try:
             write_json(self._file(ctx), {"reboots": history[-100:]})

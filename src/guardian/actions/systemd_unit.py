@@ -90,6 +90,12 @@ class SystemdUnit(Action[UnitParams]):
         via = " ".join(p.systemctl) if p.systemctl else (
             " ".join(client.settings.systemctl) if client.transport == "systemctl"
             else "systemd (bus)")
+        if set(p.verbs) & set(RESTARTS):
+            try:
+                self._restarts(ctx.host.root)
+            except ValueError as exc:
+                plan.refused.append(f"{exc}: no restart until it is fixed or removed")
+                return plan
         for unit, restarts in sorted(candidates.items()):
             if not selected(unit, p.allow, p.deny):
                 continue
@@ -135,11 +141,18 @@ class SystemdUnit(Action[UnitParams]):
         return root / self.params.state_dir.lstrip("/") / RESTARTS_FILE
 
     def _restarts(self, root: Path) -> dict[str, list[float]]:
+        """The recorded restarts; none if the record does not exist. A record that
+        exists but cannot be read raises ValueError: an empty budget would restart in a
+        loop (fail closed)."""
+        path = self._file(root)
         try:
-            got = json.loads(self._file(root).read_text())
-            return {u: [float(t) for t in ts] for u, ts in got.items()}
-        except (OSError, ValueError, TypeError, AttributeError):
+            got = json.loads(path.read_text())
+            return {str(u): [float(t) for t in ts] for u, ts in got.items()}
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"the restart budget's record {path} cannot be read: "
+                             f"{exc}") from None
 
     def _count_restart(self, root: Path, unit: str) -> None:
         """Recorded before the restart is asked for: an attempt counts."""
@@ -170,7 +183,7 @@ class SystemdUnit(Action[UnitParams]):
                     if verb in RESTARTS:
                         try:
                             self._count_restart(ctx.host.root, unit)
-                        except OSError as exc:
+                        except (OSError, ValueError) as exc:
                             error = f"{verb} {unit}: not done: the restart budget cannot " \
                                     f"be recorded in {p.state_dir}: {exc}"
                     error = error or client.verb(verb, unit)

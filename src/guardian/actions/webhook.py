@@ -4,8 +4,10 @@
 firing while the rule fires and resolved (``endsAt`` now) when it resolves.
 
 Both retry a failed POST (a connection error, 429 or 5xx) with doubling waits, within
-``budget`` seconds in all; URLs and headers are secrets, never shown in plans, the
-audit log or decisions (a chat webhook's URL is its credential).
+``budget`` seconds in all. Neither follows a redirect: a 3xx answer is a failed delivery,
+not retried (following it would send the secret headers wherever it points). URLs and
+headers are secrets, never shown in plans, the audit log or decisions (a chat webhook's
+URL is its credential).
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import urllib.error
 import urllib.request
 from string import Template
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from ..durations import PositiveDuration
+from ..durations import Duration, PositiveDuration
 from ..plugins import Action, ActionContext, Outcome, Plan, Step
 
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
@@ -42,10 +44,11 @@ class PostParams(BaseModel):
     timeout: float = Field(5.0, gt=0, le=60, description="seconds per attempt")
     attempts: int = Field(3, ge=1, le=10, description="tries on a connection error, 429 "
                           "or 5xx")
-    backoff: float = Field(1.0, ge=0, le=60, description="first wait between tries "
-                           "(doubles)")
-    budget: float = Field(20.0, gt=0, le=300, description="seconds for all tries "
-                          "together: no try starts that could not end within it")
+    backoff: Duration = Field(1.0, ge=0, le=60, description="first wait between tries "
+                              "(doubles)")
+    budget: PositiveDuration = Field(20.0, le=300, description="time for all tries "
+                                     "together: no try starts that could not end within "
+                                     "it")
 
     @field_validator("url")
     @classmethod
@@ -62,6 +65,17 @@ def _where(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse every redirect: urllib then raises the 3xx as an HTTPError."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def post(url: str, body: bytes, p: PostParams) -> tuple[bool, str, int]:
     """POST ``body`` as JSON with bounded retries: (ok, what happened, attempts made)."""
     deadline = time.monotonic() + p.budget
@@ -75,10 +89,12 @@ def post(url: str, body: bytes, p: PostParams) -> tuple[bool, str, int]:
             break
         req = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=min(p.timeout, left)) as resp:
+            with _OPENER.open(req, timeout=min(p.timeout, left)) as resp:
                 return True, f"HTTP {resp.status}", attempt
         except urllib.error.HTTPError as exc:
             why = f"HTTP {exc.code}"
+            if 300 <= exc.code < 400:
+                return False, f"{why}: a redirect, not followed", attempt
             if exc.code != 429 and exc.code < 500:
                 return False, why, attempt  # the request is wrong: again would not help
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
@@ -90,6 +106,12 @@ def post(url: str, body: bytes, p: PostParams) -> tuple[bool, str, int]:
         else:
             return False, why, attempt
     return False, why or "no time left in the budget", p.attempts
+
+
+def alerts_url(base: str) -> str:
+    """Alertmanager's ``/api/v2/alerts`` under ``base``'s path, its query kept."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/api/v2/alerts"))
 
 
 def _node() -> str:
@@ -191,16 +213,15 @@ class Alertmanager(Action[AlertmanagerParams]):
         if p.generator_url:
             alert["generatorURL"] = p.generator_url
         body = json.dumps([alert], sort_keys=True)
-        base = p.url.get_secret_value().rstrip("/")
+        base = p.url.get_secret_value()
         return Plan(self.name, ctx.rule,
                     [Step(f"alertmanager {_where(base)}",
                           f"{'resolve' if resolved else 'fire'} alert {ctx.rule}")],
                     data={"body": body})
 
     def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
-        base = self.params.url.get_secret_value().rstrip("/")
-        ok, what, tries = post(base + "/api/v2/alerts", plan.data["body"].encode(),
-                               self.params)
+        base = self.params.url.get_secret_value()
+        ok, what, tries = post(alerts_url(base), plan.data["body"].encode(), self.params)
         data = {"attempts": tries}
         if ok:
             return Outcome(ok=True, verified=True, detail=f"{_where(base)}: {what}", data=data)

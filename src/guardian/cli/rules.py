@@ -53,6 +53,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return _failed(args, errors, warnings)
     assert rs is not None
     errors += [Diagnostic(r.path, r.line, 1, why) for r, why in _reboot_errors(rs, config)]
+    errors += [Diagnostic(r.path, r.line, 1, why) for r, why in _drain_errors(rs, config)]
     if errors:
         return _failed(args, errors, warnings)
     warnings += sandbox_warnings(rs)
@@ -89,6 +90,17 @@ def _reboot_errors(rs: Any, config: Config) -> list[tuple[Any, str]]:
     kubernetes = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or \
         Path("/var/lib/kubelet").is_dir()
     return check(rs.rules, config.fleet is not None, kubernetes)
+
+
+def _drain_errors(rs: Any, config: Config) -> list[tuple[Any, str]]:
+    """A drain that may outlast the executor's apply_timeout."""
+    drains = any(a.use == "kube.drain" or (a.use == "node.reboot" and a.params.get("drain"))
+                 for r in rs.rules for a in [*r.actions, *r.escalate])
+    if not drains:
+        return []
+    from ..kube.drain import check
+
+    return check(rs.rules, config.service.apply_timeout)
 
 
 def cmd_test(args: argparse.Namespace) -> int:

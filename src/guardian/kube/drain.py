@@ -264,3 +264,33 @@ class KubeDrain(OwnedNodeAction[DrainParams]):
                 break
             time.sleep(min(self.params.interval, max(0.0, deadline - time.monotonic())))
         return left
+
+
+def drain_seconds(p: DrainParams) -> float:
+    """The longest a drain may wait: ``wait``, plus ``force_wait`` with ``force``."""
+    return p.wait + (p.force_wait if p.force else 0.0)
+
+
+def check(rules: list[Any], apply_timeout: float) -> list[tuple[Any, str]]:
+    """``guardian check``'s errors: a drain (kube.drain, or node.reboot's ``drain``) whose
+    waits reach the service's ``apply_timeout``: the executor would give up on it while
+    it goes on evicting and, with ``force``, later deletes pods unseen."""
+    out = []
+    for rule in rules:
+        for a in [*rule.actions, *rule.escalate]:
+            if a.use == "kube.drain":
+                p = a.action.params
+            elif a.use == "node.reboot" and a.action.params.drain is not None:
+                p = DrainParams.model_validate(a.action.params.drain)
+            else:
+                continue
+            took = drain_seconds(p)
+            if took >= apply_timeout:
+                waits = f"wait {p.wait:g}s" + (f" + force_wait {p.force_wait:g}s"
+                                               if p.force else "")
+                out.append((rule, f"rule {rule.spec.name!r}: {a.use}: {waits} = {took:g}s "
+                                  f"is not below [service] apply_timeout "
+                                  f"({apply_timeout:g}s): the apply would be given up "
+                                  f"while the drain goes on; shorten the waits or raise "
+                                  f"apply_timeout"))
+    return out
