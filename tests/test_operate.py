@@ -540,3 +540,23 @@ def test_check_reports_the_drop_in_hold_files_that_would_hold_every_rule(
     assert found[1][:2] == ("b.toml", 1) and "TOML syntax" in found[1][3]
     assert len(found) == 2  # c.toml is fine
     assert check_dropin(tmp_path / "none.d") == []
+
+
+def test_check_config_fails_on_a_drop_in_hold_file_it_cannot_parse(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review (ops) 1b: `guardian check --config` passed while a drop-in held every rule."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\n'
+                                      'summary = "s"\nwhen = "processes.total > 0"\n'
+                                      '  [[rule.action]]\n  use = "log"\n')
+    dropin = tmp_path / "holds.d"
+    dropin.mkdir()
+    config = tmp_path / "guardian.toml"
+    config.write_text(f'[service]\nrules = ["{rules_dir}"]\n[holds]\ndropin = "{dropin}"\n')
+    assert main(["check", "--config", str(config)]) == 0
+    (dropin / "cm.toml").write_text('[[hold]]\nrule = "x"\nreason = "r"\nauthor = "a"\n')
+    capsys.readouterr()
+    assert main(["check", "--config", str(config)]) != 0
+    assert f"{dropin / 'cm.toml'}:1:1: hold: missing required key 'until'" in \
+        capsys.readouterr().out

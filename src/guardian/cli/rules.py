@@ -12,6 +12,7 @@ from typing import Any
 from ..config import Config, load_config
 from ..defaults import DEFAULT_CONFIG
 from ..diagnostics import Diagnostic, RuleError
+from ..holds import check_dropin
 from ..model.ruleset import Ruleset
 from ..plugins import default_registry
 from ..policy.loader import TEST_SUFFIX, load_rules
@@ -39,6 +40,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             config = load_config(args.config, default_registry())
         except RuleError as exc:
             errors.extend(exc.diagnostics)
+        else:  # a drop-in hold file the service cannot parse holds every rule
+            if config.holds.dropin:
+                errors.extend(check_dropin(Path(config.holds.dropin)))
     for name, cls in sorted(default_registry().sources.items()):
         where = f"{args.config}: [sources.{name}]" if name in config.sources else \
             f"source {name} (defaults)"
