@@ -521,6 +521,13 @@ def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_fo
     assert _act_rails(loaded, disruptive=False) == []
     [closed] = _act_rails(loaded, disruptive=True)
     assert closed.startswith("outside the maintenance window")
+    # act takes no slot of the fleet budget: with [fleet], a disruptive action waits
+    config.write_text(f'[service]\nstate_file = "{tmp_path / "state.json"}"\n'
+                      '[fleet]\nmax_nodes = 1\n')
+    loaded = load_config(config, default_registry())
+    assert _act_rails(loaded, disruptive=False) == []
+    [fleet] = _act_rails(loaded, disruptive=True)
+    assert "fleet budget" in fleet
 
 
 def test_check_reports_the_drop_in_hold_files_that_would_hold_every_rule(
