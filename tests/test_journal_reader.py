@@ -50,8 +50,10 @@ def _fake(tmp: Path, entries: list[dict[str, object]], mode: str = "hang") -> li
     return [sys.executable, str(tmp / "fake.py")]
 
 
-def _entry(i: int, message: str, unit: str = "kubelet.service") -> dict[str, object]:
-    return {"__CURSOR": f"s=1;i={i}", "MESSAGE": message, "_SYSTEMD_UNIT": unit}
+def _entry(i: int, message: str, unit: str = "kubelet.service",
+           uid: str = "0") -> dict[str, object]:
+    return {"__CURSOR": f"s=1;i={i}", "MESSAGE": message, "_SYSTEMD_UNIT": unit,
+            "_PID": "4242", "_UID": uid}
 
 
 def _wait(pred: object, timeout: float = 5.0) -> None:
@@ -63,11 +65,17 @@ def _wait(pred: object, timeout: float = 5.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-def _source(argv: list[str], **kw: object) -> JournalSource:
+def _source(argv: list[str], host: Host | None = None, **kw: object) -> JournalSource:
     cfg = JournalConfig.model_validate({
         "journalctl": argv, "units": ["kubelet.service", "containerd.service"],
         "patterns": {"pleg": r"PLEG is not healthy", "oom": r"out of memory"}, **kw})
-    return JournalSource(Host(), cfg)
+    return JournalSource(host or Host(), cfg)
+
+
+def _journald_host(tmp: Path) -> Host:
+    (tmp / "host" / "run" / "systemd" / "journal").mkdir(parents=True)
+    (tmp / "host" / "run" / "systemd" / "journal" / "socket").touch()
+    return Host(root=tmp / "host")
 
 
 def test_matches_by_pattern_and_unit_wake_the_loop_and_count_from_zero(tmp_path: Path) -> None:
@@ -75,8 +83,8 @@ def test_matches_by_pattern_and_unit_wake_the_loop_and_count_from_zero(tmp_path:
                _entry(2, 'E0101 kubelet.go:2412] "Skipping pod synchronization" '
                          'err="PLEG is not healthy: pleg was last seen active 3m0s ago"'),
                {"__CURSOR": "s=1;i=3", "MESSAGE": list(b"out of memory \xff"),
-                "_SYSTEMD_UNIT": "containerd.service"}]
-    src = _source(_fake(tmp_path, entries))
+                "_SYSTEMD_UNIT": "containerd.service", "_UID": "0"}]
+    src = _source(_fake(tmp_path, entries), _journald_host(tmp_path))
     woken: list[str] = []
     try:
         assert src.unavailable() is None
@@ -101,10 +109,54 @@ def test_matches_by_pattern_and_unit_wake_the_loop_and_count_from_zero(tmp_path:
 
 def test_systemds_own_words_about_a_unit_count_as_that_units() -> None:
     # PID 1 logs "X.service: Main process exited" with UNIT=X.service (src/core/unit.c)
-    assert entry_unit({"_SYSTEMD_UNIT": "init.scope", "UNIT": "crashy.service"}) == \
-        "crashy.service"
+    assert entry_unit({"_SYSTEMD_UNIT": "init.scope", "UNIT": "crashy.service",
+                       "_PID": "1"}) == "crashy.service"
     assert entry_unit({"_SYSTEMD_UNIT": "kubelet.service"}) == "kubelet.service"
     assert entry_unit({}) == ""
+
+
+def test_a_unit_field_from_any_sender_but_pid_1_is_not_trusted() -> None:
+    # journald sets the underscore fields from the sender's credentials; UNIT= is the
+    # sender's own (systemd.journal-fields(7)): `logger --journald` can set it
+    assert entry_unit({"UNIT": "kubelet.service", "_PID": "4242"}) == ""
+    assert entry_unit({"UNIT": "kubelet.service", "_PID": "4242",
+                       "_SYSTEMD_UNIT": "session-3.scope"}) == "session-3.scope"
+
+
+def test_entries_of_senders_outside_uids_are_skipped_not_matched(tmp_path: Path) -> None:
+    # any user can `logger 'PLEG is not healthy'`; journald's _UID is the sender's
+    entries: list[dict[str, object]] = [_entry(1, "PLEG is not healthy", uid="1000"),
+               {"__CURSOR": "s=1;i=2", "MESSAGE": "PLEG is not healthy"},  # no _UID
+               _entry(3, "PLEG is not healthy")]
+    src = _source(_fake(tmp_path, entries), units=[])
+    try:
+        src.follow(lambda _: None)
+        _wait(lambda: src.lines == 3)
+        out = src.collect(1.0)
+        m, skipped = out["journal.matches"], out["journal.skipped"]
+        assert isinstance(m, dict) and isinstance(skipped, dict)
+        assert m == {labels_of({"pattern": "pleg", "unit": "kubelet.service"}): 1}
+        assert skipped[labels_of({"reason": "uid"})] == 2
+    finally:
+        src.close()
+    assert JournalConfig.model_validate({"uids": []}).uids == []
+
+
+def test_no_journald_on_the_host_is_unavailable_not_healthy_zeros(tmp_path: Path) -> None:
+    # journald's socket and journal directories (systemd-journald.service(8))
+    root = tmp_path / "host"
+    root.mkdir()
+    src = _source(["journalctl"], Host(root=root))
+    assert "no journald" in (src.unavailable() or "")
+    for path in ("run/systemd/journal/socket", "run/log/journal", "var/log/journal"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).touch()
+        assert src.unavailable() is None
+        (root / path).unlink()
+    other = _source(["journalctl"], Host(root=root), directory="/srv/journal")
+    assert "does not exist" in (other.unavailable() or "")
+    (root / "srv" / "journal").mkdir(parents=True)
+    assert other.unavailable() is None
 
 
 def test_a_flood_is_bounded_per_tick_and_the_rest_counted(tmp_path: Path) -> None:

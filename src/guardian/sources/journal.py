@@ -13,6 +13,13 @@ rest of a flood is read (so journalctl never blocks and the cursor moves on) but
 counted, in ``journal.skipped{reason="flood"}``. A line longer than ``max_line_bytes`` is
 skipped (``reason="too_long"``), one that is not a JSON object ``reason="json"``.
 
+Trust: an entry is matched only when journald's ``_UID`` (set from the sender's
+credentials, never from what it sends) is one of ``uids`` (default root only): any user can
+``logger 'PLEG is not healthy'``; the rest are counted as ``reason="uid"``. An entry's unit
+is journald's ``_SYSTEMD_UNIT``; the ``UNIT`` field (which any sender may set) names it only
+in PID 1's own messages about a unit. Without journald (no socket and no journal directory
+under the host root) the source says so instead of reading healthy zeros.
+
 A journalctl that exits (or cannot start) is started again after a backoff (1 s doubling
 to a minute); until it runs the source gives no value, which the collector counts in
 ``guardian.source_errors{source="journal"}``: a missing reader never reads as a quiet log.
@@ -43,11 +50,12 @@ from ..plugins import SampleError, Source
 from ..regexsafety import named_pattern_problem
 from ..snapshot import Family, SignalSpec, labels_of
 
-SKIP_REASONS = ("flood", "too_long", "json")
+SKIP_REASONS = ("flood", "too_long", "json", "uid")
 _COALESCE = 0.05           # at most ~20 wake-ups a second
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 60.0
 _STABLE = 30.0             # a child that ran this long resets the backoff
-_FIELDS = "MESSAGE,_SYSTEMD_UNIT,UNIT,_SYSTEMD_USER_UNIT"
+_FIELDS = "MESSAGE,_SYSTEMD_UNIT,UNIT,_SYSTEMD_USER_UNIT,_PID,_UID"
+_JOURNALD = ("run/systemd/journal/socket", "run/log/journal", "var/log/journal")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@*?\[\]-]+$")
 
 
@@ -68,6 +76,10 @@ class JournalConfig(BaseModel):
     max_entries_per_tick: int = Field(5_000, gt=0, description="entries matched between "
                                       "two collections; the rest of a flood is counted")
     max_line_bytes: int = Field(65_536, gt=0, description="a longer entry is skipped")
+    uids: list[int] = Field(
+        default_factory=lambda: [0], description="match only entries whose sender's uid "
+        "(journald's _UID) is one of these; others are counted as skipped (reason uid); "
+        "empty: every sender")
 
     @field_validator("patterns")
     @classmethod
@@ -87,13 +99,25 @@ class JournalConfig(BaseModel):
 
 
 def entry_unit(entry: dict[str, Any]) -> str:
-    """The unit an entry is about: the unit that logged it, or for systemd's own messages
-    about a unit (logged by PID 1, ``init.scope``) the unit named in ``UNIT``."""
-    own = entry.get("_SYSTEMD_UNIT")
-    about = entry.get("UNIT") or entry.get("_SYSTEMD_USER_UNIT")
-    if isinstance(about, str) and (not isinstance(own, str) or own == "init.scope"):
+    """The unit an entry is about: the unit that logged it (journald's ``_SYSTEMD_UNIT``,
+    or ``_SYSTEMD_USER_UNIT``), or for systemd's own messages about a unit (``_PID`` 1)
+    the unit named in ``UNIT``, a field any other sender can set too."""
+    about = entry.get("UNIT")
+    if entry.get("_PID") == "1" and isinstance(about, str) and about:
         return about
-    return own if isinstance(own, str) else ""
+    for key in ("_SYSTEMD_UNIT", "_SYSTEMD_USER_UNIT"):
+        own = entry.get(key)
+        if isinstance(own, str) and own:
+            return own
+    return ""
+
+
+def entry_uid(entry: dict[str, Any]) -> int | None:
+    """The sender's uid as journald recorded it, or None (a kernel message has none)."""
+    uid = entry.get("_UID")
+    if isinstance(uid, str) and uid.isdigit():
+        return int(uid)
+    return None
 
 
 def entry_message(entry: dict[str, Any]) -> str:
@@ -117,7 +141,7 @@ class JournalSource(Source[JournalConfig]):
         SignalSpec("journal.lines", "journal entries read since start", "entries",
                    counter=True),
         SignalSpec("journal.skipped", "entries read but not matched, by reason (flood, "
-                   "too_long, json)", "entries", labels=("reason",), counter=True),
+                   "too_long, json, uid)", "entries", labels=("reason",), counter=True),
         SignalSpec("journal.restarts", "times journalctl was started again after it "
                    "exited", "restarts", counter=True),
     )
@@ -149,6 +173,13 @@ class JournalSource(Source[JournalConfig]):
     def unavailable(self) -> str | None:
         if not self.patterns:
             return "no journal patterns configured ([sources.journal] patterns)"
+        root = self.host.root
+        if self.cfg.directory:
+            if not (root / self.cfg.directory.lstrip("/")).is_dir():
+                return f"journal directory {self.cfg.directory} does not exist"
+        elif not any((root / p).exists() for p in _JOURNALD):
+            return ("no journald on this host (none of /" + ", /".join(_JOURNALD) +
+                    " exists)")
         return None
 
     def keep_state(self, directory: Path) -> None:
@@ -292,6 +323,9 @@ class JournalSource(Source[JournalConfig]):
         cursor = entry.get("__CURSOR")
         if isinstance(cursor, str):
             self.cursor, self.last_skipped = cursor, None
+        if self.cfg.uids and entry_uid(entry) not in self.cfg.uids:
+            self.skipped["uid"] += 1
+            return
         message = entry_message(entry)
         unit = None
         for name, rx in self.patterns.items():
