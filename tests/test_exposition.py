@@ -152,17 +152,108 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path:
     assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 1.0,
                               labels_of({"target": "file:fifo.prom"}): 0.0,
                               labels_of({"target": "file:big.prom"}): 0.0}
-    assert out["prom.sample"] is None  # two files cannot be read
+    node = {labels_of({"target": "file:node.prom", "metric": "reboot_required",
+                       "series": ""}): 1.0}
+    # files are judged one by one (node_exporter's textfile collector): the two that
+    # cannot be read contribute nothing, and are faults
+    assert out["prom.sample"] == node
+    assert src.faults() == ["file:big.prom: ValueError: larger than 1000 bytes",
+                            "file:fifo.prom: ValueError: not a regular file"]
     (d / "fifo.prom").unlink()
     (d / "big.prom").unlink()
     src.refresh()
-    fam = src.collect(0.0)["prom.sample"]
-    assert fam == {labels_of({"target": "file:node.prom", "metric": "reboot_required",
-                              "series": ""}): 1.0}
+    assert src.collect(0.0)["prom.sample"] == node
+    assert src.faults() == []
     old = time.time() - 120  # a writer that stopped: its numbers are no value
     os.utime(d / "node.prom", (old, old))
     src.refresh()
-    assert src.collect(0.0)["prom.sample"] is None
+    out = src.collect(0.0)
+    assert out["prom.sample"] == {}
+    assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 0.0}
+    assert src.faults() == ["file:node.prom: last modified over max_age (60 s) ago"]
+
+
+def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
+        tmp_path: Path, page_server: list[http.server.ThreadingHTTPServer],
+        caplog: pytest.LogCaptureFixture) -> None:
+    srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
+    page_server.append(srv)
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "bad.prom").write_text("this is { not exposition\n")
+    (d / "old.prom").write_text("x 1\n")
+    old = time.time() - 120
+    os.utime(d / "old.prom", (old, old))
+    gone = str(tmp_path / "missing")
+    src = _source(endpoints={"dcgm": url}, textfile_directories=[str(d), gone],
+                  max_age=60, interval=3600)
+    assert ExpositionSource.config_warnings(src.cfg) == [
+        f"textfile directory {gone} does not exist"]
+    collector = Collector(Host(), [src])
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    caplog.set_level("INFO", logger="guardian.sources.exposition")
+    try:
+        src.refresh()
+        for t in (0.0, 15.0):
+            snap = collector.collect(t)
+            engine.evaluate(snap)
+        # the GPU rules still see dcgm: the bad files are faults of the source instead
+        assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
+        assert [f.split(":")[0:2] for f in src.faults()] == [
+            ["dir", gone], ["file", "bad.prom"], ["file", "old.prom"]]
+        assert "bad.prom" in snap.errors["exposition"]
+        assert collector.error_counts["exposition"] == 2
+        up = snap.get("prom.up")
+        assert isinstance(up, dict) and up[labels_of({"target": "dcgm"})] == 1.0
+        assert up[labels_of({"target": "file:bad.prom"})] == 0.0
+        # logged once when a target starts failing and once when it ends, not every tick
+        warned = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 3
+        (d / "bad.prom").unlink()
+        src.refresh()
+        collector.collect(30.0)
+        collector.collect(45.0)
+        assert len([r for r in caplog.records if "bad.prom" in r.getMessage()]) == 2
+        assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 3
+    finally:
+        src.close()
+
+
+def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
+    # anyone who can write a .prom file would fire the shipped GPU rules
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "ok.prom").write_text("x 1\n")
+    (d / "nobody.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
+    os.chown(d / "nobody.prom", 65534, 65534)  # nobody (the tests run as root)
+    (d / "open.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
+    os.chmod(d / "open.prom", 0o666)
+    src = _source(textfile_directories=[str(d)], interval=3600)
+    src.refresh()
+    out = src.collect(0.0)
+    assert out["prom.sample"] == {labels_of({"target": "file:ok.prom", "metric": "x",
+                                             "series": ""}): 1.0}
+    assert src.faults() == [
+        "file:nobody.prom: ValueError: owned by uid 65534, neither root nor guardian's",
+        "file:open.prom: ValueError: writable by group or others (mode 0666)"]
+    os.chmod(d, 0o1777)  # a directory anyone may add files to is refused whole
+    src.refresh()
+    assert src.collect(0.0)["prom.sample"] == {}
+    assert src.faults() == [f"dir:{d}: ValueError: writable by group or others "
+                            "(mode 1777)"]
+    src.close()
+
+
+def test_a_targets_samples_are_capped_in_all_and_a_huge_page_bounded() -> None:
+    # 150,000 distinct names, each under max_series: capped by max_samples in all
+    text = "".join(f"m{i} 1\n" for i in range(150_000))
+    t0 = time.perf_counter()
+    fam, dropped = parse(text, "t", 2_000, ["*"], max_samples=10_000)
+    took = time.perf_counter() - t0
+    assert len(fam) == 10_000 and dropped >= 10_000
+    assert took < 0.5, took  # parsing stops at twice max_samples
+    cfg = ExpositionConfig.model_validate({"textfile_directories": ["/x"]})
+    assert cfg.max_samples == 10_000
 
 
 def test_no_targets_no_source_and_remote_endpoints_warned() -> None:

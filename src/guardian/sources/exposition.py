@@ -15,18 +15,26 @@ select with a glob, ``series="*gpu=0*"``), ``target`` the
 endpoint's configured name or ``file:NAME.prom``. (guardian's signal names are lower case
 and declared before any rule loads, so exposed names are label values, not signal names.)
 A family with more than ``max_series`` members keeps the first ones and counts the rest
-in ``prom.dropped{target}``.
+in ``prom.dropped{target}``; so does a target with more than ``max_samples`` samples in all,
+and parsing stops once a page exceeds that by as much again (a huge page costs bounded CPU,
+and the count is then a lower bound).
 
-Staleness is no value: while any target has failed its last read, or was last read longer
-than ``max_age`` ago (a file: last modified), ``prom.sample`` has no value at all, so a
-rule over it neither fires nor resolves on part of the data; ``prom.up{target}`` says which
-target it is (1 fresh, 0 not) and ``prom.errors{target}`` counts failed reads.
+An endpoint's staleness is no value: while an endpoint has failed its last read, or was
+last read longer than ``max_age`` ago, ``prom.sample`` has no value at all, so a rule over
+it neither fires nor resolves on part of the data. Textfiles are judged per file, as
+node_exporter does: a file that cannot be read, is malformed, was last modified longer than
+``max_age`` ago, or that someone other than root (or guardian's own user) owns or may write
+(group- or world-writable; its directory too) contributes no members, and the endpoints'
+samples stand. ``prom.up{target}`` says which target (1 fresh, 0 not; ``dir:DIR`` for a
+directory), ``prom.errors{target}`` counts failed reads, and each failing target is a fault
+of the source (``guardian.source_errors``, /healthz), logged when it starts and ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import logging
 import os
 import stat
 import threading
@@ -45,6 +53,8 @@ from ..host import Host
 from ..plugins import Source
 from ..snapshot import Family, Labels, SignalSpec, labels_of
 
+log = logging.getLogger("guardian.sources.exposition")
+
 
 class ExpositionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -61,6 +71,9 @@ class ExpositionConfig(BaseModel):
                               "gives no value")
     max_bytes: int = Field(4 << 20, gt=0, description="a larger page or file is an error")
     max_series: int = Field(2_000, gt=0, description="members kept per metric and target")
+    max_samples: int = Field(10_000, gt=0, description="samples kept per target in all; "
+                             "the rest are counted in prom.dropped, and parsing stops at "
+                             "twice as many")
     metrics: list[str] = Field(default_factory=lambda: ["*"], description="sample names "
                                "kept (globs); the rest are not turned into signals")
 
@@ -86,9 +99,11 @@ class Reading:
     modified: float | None = None  # a file's mtime (wall clock)
 
 
-def parse(text: str, target: str, max_series: int, keep: list[str]) -> tuple[Family, int]:
+def parse(text: str, target: str, max_series: int, keep: list[str],
+          max_samples: int = 10_000) -> tuple[Family, int]:
     """The samples of an exposition page as members of ``prom.sample``, and how many were
-    dropped over ``max_series`` per metric. Raises ValueError on a malformed page."""
+    dropped over ``max_series`` per metric or ``max_samples`` in all (parsing stops once
+    twice ``max_samples`` were seen). Raises ValueError on a malformed page."""
     # imported here: `guardian check` loads every source's module and needs no parser
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -96,12 +111,16 @@ def parse(text: str, target: str, max_series: int, keep: list[str]) -> tuple[Fam
     per_metric: dict[str, int] = {}
     dropped = 0
     everything = keep == ["*"]
+    seen = 0
     for fam in text_string_to_metric_families(text):
+        seen += len(fam.samples)
+        if seen > 2 * max_samples:  # the rest is not even parsed
+            return out, dropped + len(fam.samples)
         for s in fam.samples:
             if not everything and not any(fnmatch.fnmatchcase(s.name, k) for k in keep):
                 continue
             n = per_metric.get(s.name, 0)
-            if n >= max_series:
+            if n >= max_series or len(out) >= max_samples:
                 dropped += 1
                 continue
             per_metric[s.name] = n + 1
@@ -111,14 +130,26 @@ def parse(text: str, target: str, max_series: int, keep: list[str]) -> tuple[Fam
     return out, dropped
 
 
+def untrusted(st: os.stat_result) -> str | None:
+    """Why a file or directory others could write is refused, or None: it must be owned by
+    root or guardian's own user and writable by neither group nor others."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, neither root nor guardian's"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def read_capped(path: Path, max_bytes: int) -> tuple[str, float]:
     """A regular file's text (opened without blocking, at most ``max_bytes``) and its
-    mtime. Raises OSError or ValueError."""
+    mtime; a file others could write is refused. Raises OSError or ValueError."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("not a regular file")
+        if (why := untrusted(st)) is not None:
+            raise ValueError(why)
         if st.st_size > max_bytes:
             raise ValueError(f"larger than {max_bytes} bytes")
         chunks, size = [], 0
@@ -161,14 +192,15 @@ class ExpositionSource(Source[ExpositionConfig]):
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("prom.sample", "samples of local Prometheus endpoints and textfile "
                    "*.prom files, by target, sample name (metric) and its other labels "
-                   "(series); no value while any target is failing or stale",
+                   "(series); no value while any endpoint is failing or stale (a "
+                   "failing or stale textfile only contributes no members)",
                    labels=("metric", "series", "target")),
         SignalSpec("prom.up", "1 when a target's last read succeeded within max_age, "
                    "else 0", labels=("target",)),
         SignalSpec("prom.errors", "failed reads of a target, since start", "reads",
                    labels=("target",), counter=True),
-        SignalSpec("prom.dropped", "samples over max_series dropped at a target's last "
-                   "read", "samples", labels=("target",)),
+        SignalSpec("prom.dropped", "samples over max_series or max_samples dropped at a "
+                   "target's last read", "samples", labels=("target",)),
     )
 
     def __init__(self, host: Host, config: ExpositionConfig | None = None,
@@ -181,14 +213,20 @@ class ExpositionSource(Source[ExpositionConfig]):
         self.errors: dict[str, int] = dict.fromkeys(self.cfg.endpoints, 0)
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
+        self.rounds = 0              # whole rounds of the worker
+        self.failing: set[str] = set()  # targets logged as failing
+        self._faults: list[str] = []
 
     @classmethod
     def config_warnings(cls, config: ExpositionConfig) -> list[str]:
-        """Endpoints off this node: a network's delays and failures become no value."""
+        """Endpoints off this node (a network's delays and failures become no value), and
+        textfile directories that do not exist."""
         local = ("127.", "localhost", "[::1]")
-        return [f"endpoint {name!r} ({url}) is not on this node's loopback"
-                for name, url in config.endpoints.items()
-                if not url.split("//", 1)[1].startswith(local)]
+        return [*(f"endpoint {name!r} ({url}) is not on this node's loopback"
+                  for name, url in config.endpoints.items()
+                  if not url.split("//", 1)[1].startswith(local)),
+                *(f"textfile directory {d} does not exist"
+                  for d in config.textfile_directories if not os.path.isdir(d))]
 
     def unavailable(self) -> str | None:
         if not self.cfg.endpoints and not self.cfg.textfile_directories:
@@ -200,7 +238,8 @@ class ExpositionSource(Source[ExpositionConfig]):
         for name, url in self.cfg.endpoints.items():
             try:
                 text = scrape(url, self.cfg.timeout, self.cfg.max_bytes)
-                samples, dropped = parse(text, name, self.cfg.max_series, self.cfg.metrics)
+                samples, dropped = parse(text, name, self.cfg.max_series, self.cfg.metrics,
+                                         self.cfg.max_samples)
                 reading = Reading(self.clock(), samples, dropped)
             except (OSError, ValueError, urllib.error.URLError) as exc:
                 reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
@@ -209,18 +248,22 @@ class ExpositionSource(Source[ExpositionConfig]):
         for directory in self.cfg.textfile_directories:
             base = self.host.root / directory.lstrip("/")
             try:
+                if (why := untrusted(os.stat(base))) is not None:
+                    raise ValueError(why)
                 names = sorted(n for n in os.listdir(base) if n.endswith(".prom"))
-            except OSError as exc:
-                self._keep(f"dir:{directory}", Reading(self.clock(), error=str(exc)))
+            except (OSError, ValueError) as exc:
+                self._keep(f"dir:{directory}",
+                           Reading(self.clock(), error=f"{type(exc).__name__}: {exc}"))
                 continue
-            self.readings.pop(f"dir:{directory}", None)
+            with self.lock:
+                self.readings.pop(f"dir:{directory}", None)
             for n in names:
                 target = f"file:{n}"
                 seen.add(target)
                 try:
                     text, mtime = read_capped(base / n, self.cfg.max_bytes)
                     samples, dropped = parse(text, target, self.cfg.max_series,
-                                             self.cfg.metrics)
+                                             self.cfg.metrics, self.cfg.max_samples)
                     reading = Reading(self.clock(), samples, dropped, modified=mtime)
                 except (OSError, ValueError) as exc:
                     reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
@@ -228,6 +271,7 @@ class ExpositionSource(Source[ExpositionConfig]):
         with self.lock:  # a file that was removed is no target any more
             for gone in [t for t in self.readings if t.startswith("file:") and t not in seen]:
                 del self.readings[gone]
+            self.rounds += 1
 
     def _keep(self, target: str, reading: Reading) -> None:
         with self.lock:
@@ -248,10 +292,15 @@ class ExpositionSource(Source[ExpositionConfig]):
         self.thread = threading.Thread(target=loop, name="guardian-exposition", daemon=True)
         self.thread.start()
 
-    def _fresh(self, r: Reading, now: float) -> bool:
-        if r.error or now - r.at > self.cfg.max_age:
-            return False
-        return r.modified is None or time.time() - r.modified <= self.cfg.max_age
+    def _problem(self, r: Reading, now: float) -> str | None:
+        """Why a reading gives no value (failed, or older than max_age), or None."""
+        if r.error:
+            return r.error
+        if now - r.at > self.cfg.max_age:
+            return f"not read for over max_age ({self.cfg.max_age:g} s)"
+        if r.modified is not None and time.time() - r.modified > self.cfg.max_age:
+            return f"last modified over max_age ({self.cfg.max_age:g} s) ago"
+        return None
 
     def collect(self, now: float) -> dict[str, object]:
         self._start()
@@ -259,23 +308,43 @@ class ExpositionSource(Source[ExpositionConfig]):
         with self.lock:
             readings = dict(self.readings)
             errors = dict(self.errors)
+            rounds = self.rounds
         up: Family = {}
         samples: Family = {}
         dropped: Family = {}
-        stale = not readings or any(t not in readings for t in self.cfg.endpoints)
+        problems: dict[str, str] = {}
+        stale = (not rounds and not readings) or any(
+            t not in readings for t in self.cfg.endpoints)
         for target, r in readings.items():
-            fresh = self._fresh(r, mono)
+            why = self._problem(r, mono)
             key: Labels = labels_of({"target": target})
-            up[key] = 1.0 if fresh else 0.0
+            up[key] = 0.0 if why else 1.0
             dropped[key] = float(r.dropped)
-            stale = stale or not fresh
-            samples.update(r.samples)
+            if why is None:
+                samples.update(r.samples)
+                continue
+            problems[target] = why
+            if target in self.cfg.endpoints:  # a textfile only contributes nothing
+                stale = True
         for target in self.cfg.endpoints:
             up.setdefault(labels_of({"target": target}), 0.0)
+        self._report(problems)
         return {"prom.sample": None if stale else samples, "prom.up": up,
                 "prom.dropped": dropped,
                 "prom.errors": {labels_of({"target": t}): float(n)
                                 for t, n in errors.items()}}
+
+    def _report(self, problems: dict[str, str]) -> None:
+        """Keep the faults, and log a target's failure when it starts and when it ends."""
+        self._faults = [f"{t}: {why}" for t, why in sorted(problems.items())]
+        for t in sorted(problems.keys() - self.failing):
+            log.warning("exposition: target %s gives no value: %s", t, problems[t])
+        for t in sorted(self.failing - problems.keys()):
+            log.info("exposition: target %s is read again (or gone)", t)
+        self.failing = set(problems)
+
+    def faults(self) -> list[str]:
+        return list(self._faults)
 
     def close(self) -> None:
         self.stop.set()
