@@ -44,6 +44,7 @@ while True:
     for _ in range(50):
         n += 1
         e = {"__CURSOR": "s=bench;i=%x" % n, "_SYSTEMD_UNIT": "kubelet.service",
+             "_UID": "0", "_PID": "1234",
              "MESSAGE": 'I1204 08:00:00.000000 1 kubelet.go:2400] "SyncLoop UPDATE" '
                         'source="api" pods=["default/web-%d"]' % (n % 300)}
         sys.stdout.write(json.dumps(e) + "\n")

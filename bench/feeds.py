@@ -128,6 +128,7 @@ import time; time.sleep(3600)
 
 def journal_flood(n: int = 50_000) -> tuple[float, float]:
     line = json.dumps({"__CURSOR": "s=abc;i=%x", "_SYSTEMD_UNIT": "kubelet.service",
+                       "_UID": "0", "_PID": "1234",
                        "MESSAGE": 'E0101 12:00:00.000000 1 kubelet.go:2412] "Skipping pod '
                                   'synchronization" err="container runtime is down"'})
     line = line.replace("%x", "%d") + "\n"
