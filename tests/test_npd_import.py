@@ -85,6 +85,42 @@ def test_a_permanent_rule_without_a_default_condition_is_refused(tmp_path: Path)
         import_npd(bad)
 
 
+def test_health_checker_repair_is_turned_off_and_its_monitor_has_its_own_pool() -> None:
+    """NPD's health-checker-kubelet.json runs health-checker --enable-repair=true, which
+    restarts kubelet itself (cmd/healthchecker/options): a check runs in a dry run too,
+    so the import turns the repair off and says so. NPD runs each monitor on its own
+    workers (pluginConfig.concurrency, 1 here; 3 unless set: types.go)."""
+    got = import_npd(NPD / "config" / "health-checker-kubelet.json")
+    script = _toml(got.config)["sources"]["script"]
+    ((_, check),) = script["checks"].items()
+    assert "--enable-repair=false" in check["argv"]
+    assert not any(a.startswith("--enable-repair=t") for a in check["argv"])
+    assert "# --enable-repair=true rewritten to --enable-repair=false" in got.config
+    assert any("--enable-repair=false" in n for n in got.notes)
+    assert script["pools"] == {check["pool"]: {"concurrency": 1}}
+    ntp = _toml(import_npd(NPD / "config" / "custom-plugin-monitor.json").config)
+    assert list(ntp["sources"]["script"]["pools"].values()) == [{"concurrency": 3}]
+
+
+def test_a_reason_with_a_space_is_made_valid_and_dropped_settings_are_said(
+        tmp_path: Path) -> None:
+    # a kube action's reason must match ^[A-Za-z][A-Za-z0-9]*$ (`guardian check`)
+    own = tmp_path / "config" / "own.json"
+    own.parent.mkdir()
+    own.write_text('{"plugin": "custom", "source": "own", "pluginConfig": '
+                   '{"skip_initial_status": true}, "conditions": [{"type": "DiskBad", '
+                   '"reason": "DiskOK"}], "rules": [{"type": "permanent", "condition": '
+                   '"DiskBad", "reason": "disk full-ish", "path": "/bin/true"}]}')
+    out = tmp_path / "out"
+    got = guardian("import", "npd", str(own), "-o", str(out))
+    assert got.returncode == 0, got.stderr
+    assert "'disk full-ish' is written 'DiskFullIsh'" in got.stderr
+    assert "skip_initial_status" in got.stderr
+    checked = guardian("check", "--config", str(out / "npd-own.guardian.toml"),
+                       str(out / "rules"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_the_kernel_monitor_reads_the_shipped_patterns() -> None:
     got = import_npd(NPD / "config" / "kernel-monitor.json")
     rules = {r["labels"]["npd_reason"]: r for r in _toml(got.rules)["rule"]}

@@ -134,12 +134,20 @@ def _environ_has(pid: str, text: str) -> bool:
         return False
 
 
-def test_a_flood_keeps_only_the_capped_output() -> None:
-    ran = run_bounded(["/bin/sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; exit 1"],
-                      timeout=1, keep=4096)
-    # 1 MiB is read and dropped past the kept 4 KiB; then the pipe fills, the writer
-    # blocks, and the run ends at its timeout
-    assert len(ran.stdout) == 4096 and ran.timed_out and ran.seconds < 1.5
+def test_a_flood_is_read_to_its_end_and_the_exit_status_decides(
+        sources: list[ScriptSource]) -> None:
+    # node-problem-detector reads a plugin's whole output and drops what is past its
+    # buffer (plugin.go run(): io.Copy to io.Discard), so the exit status decides
+    ran = run_bounded(["/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; exit 1"],
+                      timeout=5, keep=4096)
+    assert (ran.status, len(ran.stdout), ran.timed_out) == (1, 4096, False)
+    src = source({"flood": {"argv": ["/bin/sh", "-c",
+                                     "head -c 3000000 /dev/zero | tr '\\0' x; exit 1"]}})
+    sources.append(src)
+    out = wait_for(src, lambda o: bool(o["script.status"]))
+    assert out["script.status"] == {check("flood"): 1.0}
+    ((said, value),) = out["script.problem"].items()
+    assert value == 1.0 and dict(said)["message"] == "x" * 80
 
 
 def test_checks_run_on_their_own_interval_and_never_twice_at_once(
@@ -172,6 +180,25 @@ def test_concurrency_is_bounded(tmp_path: Path, sources: list[ScriptSource]) -> 
     assert len(times) == 6
     most = max(sum(1 for a, b in times if a <= t < b) for t, _ in times)
     assert most == 2
+
+
+def test_checks_hanging_in_one_pool_never_delay_another_pool(
+        tmp_path: Path, sources: list[ScriptSource]) -> None:
+    # node-problem-detector gives each monitor its own workers (custom_plugin_monitor.go:
+    # plugin.NewPlugin per config, its concurrency); three checks hanging to a long timeout
+    # fill their pool, and a check of another pool still runs at once and again
+    hang = {f"h{i}": {"argv": ["/bin/sleep", "30"], "timeout": "30s", "pool": "slow"}
+            for i in range(3)}
+    src = source({**hang, "quick": {"argv": ["/bin/true"], "interval": "0.1s"},
+                  "queued": {"argv": ["/bin/true"], "pool": "slow"}},
+                 pools={"slow": {"concurrency": 3}})
+    sources.append(src)
+    started = time.monotonic()
+    out = wait_for(src, lambda o: check("quick") in o["script.status"], limit=5)
+    assert out["script.status"][check("quick")] == 0.0
+    assert time.monotonic() - started < 2
+    assert check("queued") not in out["script.status"]  # its own pool is full
+    assert set(src.pools) == {"default", "slow"}
 
 
 def test_argv_is_never_a_shell(tmp_path: Path, sources: list[ScriptSource]) -> None:
@@ -224,7 +251,7 @@ def test_close_stops_the_scheduler(tmp_path: Path) -> None:
     src = source({"t": {"argv": ["/bin/true"], "interval": "0.05s"}})
     src.collect(0.0)
     src.close()
-    assert src.periodic.thread is not None and not src.periodic.thread.is_alive()
+    assert all(p.thread is not None and not p.thread.is_alive() for p in src.pools.values())
 
 
 def test_run_once_reads_the_checks_and_ends_without_waiting_for_a_hanging_one(

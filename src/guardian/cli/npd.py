@@ -20,6 +20,20 @@ the ``kmsg`` source. Temporary rules log and emit an event while a line matched 
 last 10 minutes; permanent ones set the condition from the first match until guardian
 restarts, as node-problem-detector holds it until it restarts.
 
+Each imported custom-plugin monitor gets a script pool of its own (named after the
+file) with node-problem-detector's ``concurrency`` for it (3 unless set), as
+node-problem-detector runs each monitor on its own workers: checks hanging in one monitor
+never delay another's.
+
+Checks run in a dry run too (they are how guardian observes), so a check must not change
+the host: node-problem-detector's ``health-checker --enable-repair=true`` (which restarts
+kubelet or the runtime itself) is written with ``--enable-repair=false``; guardian
+repairs through its rules and actions (e.g. ``systemd.unit`` restart), within its rails.
+
+A reason that is not a valid Kubernetes reason for guardian (``^[A-Za-z][A-Za-z0-9]*$``)
+is written CamelCase with its other characters dropped (``"Disk full"`` ->
+``DiskFull``), and the importer says so.
+
 Kubernetes actions need the ``k8s`` extra; ``--log-only`` writes log actions only.
 """
 
@@ -73,6 +87,18 @@ def lit(text: str) -> str:
     return f"'{text}'"
 
 
+REASON = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")  # as guardian's kube actions check a reason
+REPAIR_ON = ("--enable-repair=true", "--enable-repair")  # health-checker's flag (pflag bool)
+
+
+def camel(reason: str) -> str:
+    """A valid reason from ``reason``: its alphanumeric words, each capitalised, joined."""
+    words = re.findall(r"[A-Za-z0-9]+", reason)
+    out = "".join(w[:1].upper() + w[1:] for w in words)
+    out = out.lstrip("0123456789")
+    return out or "PluginProblem"
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
@@ -113,6 +139,16 @@ def import_npd(path: Path, base: Path | None = None, log_only: bool = False) -> 
                        "the kmsg log monitor are imported")
 
 
+def _reason(reason: str, i: int, notes: list[str]) -> str:
+    """``reason`` as a valid one (CamelCase, other characters dropped), with a note."""
+    if REASON.match(reason):
+        return reason
+    fixed = camel(reason)
+    notes.append(f"rules[{i}]: reason {reason!r} is written {fixed!r} (a reason is "
+                 "letters and digits, starting with a letter)")
+    return fixed
+
+
 def _header(data: dict[str, Any], kind: str) -> str:
     return (f"# Imported from node-problem-detector's {kind} {q(data.get('source', ''))} by "
             "`guardian import npd`.\n")
@@ -129,6 +165,10 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Im
     g_timeout = go_duration(g["timeout"]) if "timeout" in g else NPD_TIMEOUT
     g_interval = go_duration(g["invoke_interval"]) if "invoke_interval" in g else NPD_INTERVAL
     notes: list[str] = []
+    if "skip_initial_status" in g:
+        notes.append("skip_initial_status: not imported (guardian sets a condition from "
+                     "the first run of its check, and sets no initial status)")
+    repaired: set[str] = set()
     checks: dict[tuple[str, tuple[str, ...], float, float], str] = {}
     names: set[str] = set()
     conditions = _conditions(data)
@@ -139,6 +179,9 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Im
             raise ImportError_(f"rules[{i}] has no path")
         program = Path(rpath) if rpath.startswith("/") else (base / rpath).resolve()
         args = tuple(str(a) for a in rule.get("args") or [])
+        if any(a in REPAIR_ON for a in args):
+            args = tuple("--enable-repair=false" if a in REPAIR_ON else a for a in args)
+            repaired.add(program.name)
         # the rule's timeout only when shorter than the global one (plugin.go run())
         timeout = g_timeout
         if rule.get("timeout") and go_duration(rule["timeout"]) < g_timeout:
@@ -155,7 +198,7 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Im
             checks[key] = name
         check = checks[key]
         kind = rule.get("type", "temporary")
-        reason = str(rule.get("reason", "")) or "PluginProblem"
+        reason = _reason(str(rule.get("reason", "")) or "PluginProblem", i, notes)
         rname = f"npd-{prefix}-{slug(reason)}-{kind}-{i}"
         if kind == "permanent":
             ctype = str(rule.get("condition", ""))
@@ -174,18 +217,25 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Im
                 cooldown=interval))
     cfg = [_header(data, "custom-plugin monitor")]
     # no [sources.script] table: the fragments of several monitors append into one file
-    concurrency = int(g.get("concurrency", NPD_CONCURRENCY))
-    if concurrency != NPD_CONCURRENCY:
-        cfg.append(f"# node-problem-detector ran {concurrency} of these at once; guardian's "
-                   "[sources.script] concurrency (3) is for every check")
-        notes.append(f"concurrency {concurrency}: [sources.script] concurrency is one "
-                     "setting for every check (3 unless set)")
+    # node-problem-detector runs each monitor on its own workers: a pool of its own
+    concurrency = int(g.get("concurrency") or NPD_CONCURRENCY)
+    pool = f"npd-{prefix}"
+    cfg += [f"[sources.script.pools.{q(pool)}]", f"concurrency = {concurrency}", ""]
+    if repaired:
+        cfg.append("# --enable-repair=true rewritten to --enable-repair=false: checks run "
+                   "in a dry run too and must not change the host; repair with guardian's "
+                   "rules and actions (e.g. systemd.unit restart)")
+        notes.append(f"{', '.join(sorted(repaired))}: --enable-repair=true rewritten to "
+                     "--enable-repair=false (a check must not change the host: it runs in "
+                     "a dry run too); repair with guardian's rules and actions, e.g. a "
+                     "systemd.unit restart")
     limit = int(g.get("max_output_length", NPD_MAX_OUTPUT))
     for (exe, args, interval, timeout), name in checks.items():
         cfg += [f"[sources.script.checks.{q(name)}]",
                 f"argv = [{', '.join(q(a) for a in (exe, *args))}]",
                 f"interval = {q(format_duration(interval))}",
                 f"timeout = {q(format_duration(timeout))}",
+                f"pool = {q(pool)}",
                 *([f"max_output_length = {limit}"] if limit != NPD_MAX_OUTPUT else []), ""]
     if g.get("enable_message_change_based_condition_update"):
         notes.append("enable_message_change_based_condition_update: a condition is set "
@@ -209,12 +259,13 @@ def _kmsg(data: dict[str, Any], log_only: bool, prefix: str) -> Imported:
     for i, rule in enumerate(data.get("rules", [])):
         kind = str(rule.get("type", "temporary"))
         reason = str(rule.get("reason", ""))
+        shipped = by_reason.get(reason)
+        reason = _reason(reason, i, notes)
         ctype = str(rule.get("condition", "")) if kind == "permanent" else ""
         if kind == "permanent" and ctype not in conditions:
             raise ImportError_(f"rules[{i}]: permanent problem {ctype!r} has no preset "
                                "default condition")
         patterns = groups.setdefault((kind, reason, ctype), [])
-        shipped = by_reason.get(reason)
         if shipped:
             patterns.extend(p for p in shipped if p not in patterns)
             continue

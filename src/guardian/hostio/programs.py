@@ -1,6 +1,8 @@
 """Run a program bounded in time and output: its own session, an argv list (no shell),
-stdout and stderr read without blocking up to a cap, the whole process group killed at
-the deadline and when the program ends (whatever it left running in the background).
+stdout and stderr read without blocking, a capped part of each kept and the rest read and
+dropped until EOF (as node-problem-detector does, so a program that says too much still
+ends with its exit status), the whole process group killed at the deadline and when the
+program ends (whatever it left running in the background).
 
 The program's exit is seen through a pidfd (or polled where there is none) without
 reaping it, so the group is killed while its leader's PID cannot have been reused.
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 MINIMAL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-DRAIN_LIMIT = 1 << 20  # bytes read (and dropped past the kept part); then the pipe fills
+DRAIN_CHUNK = 1 << 20  # bytes a read takes once past the kept part (few reads per flood)
 _AFTER_EXIT = 0.2      # how long output is still read after the program itself exits
 
 
@@ -80,7 +82,7 @@ def run_bounded(argv: list[str], timeout: float, keep: int = 4096,
                 if fd == pidfd:
                     continue
                 try:
-                    chunk = os.read(fd, 65536)
+                    chunk = os.read(fd, 65536 if len(bufs[fd]) < keep else DRAIN_CHUNK)
                 except BlockingIOError:
                     continue
                 if not chunk:
@@ -91,9 +93,6 @@ def run_bounded(argv: list[str], timeout: float, keep: int = 4096,
                 if len(buf) < keep:
                     buf += chunk[:keep - len(buf)]
                 read[fd] += len(chunk)
-                if read[fd] >= DRAIN_LIMIT:  # a flood: stop reading; the writer blocks
-                    sel.unregister(fd)
-                    read[fd] = -2
     finally:
         # kill the group while the leader is unreaped: its PID (the group's id) is ours
         with contextlib.suppress(ProcessLookupError, PermissionError):

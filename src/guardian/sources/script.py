@@ -6,8 +6,11 @@ The protocol (node-problem-detector's ``pkg/custompluginmonitor/plugin/plugin.go
 message is the program's stdout with surrounding white space trimmed, cut at
 ``max_output_length`` bytes (80 by default); at most 4 KiB of each stream is read.
 
-Checks run on a small pool of worker threads, scheduled by a thread of their own, never
-on the loop's thread: ``collect`` only reads the latest results. A check still running
+Checks run on pools of worker threads, each pool scheduled by a thread of its own, never
+on the loop's thread: ``collect`` only reads the latest results. A check names its pool
+(``default`` unless set); each pool runs at most its ``concurrency`` checks at once, so
+checks hanging to their timeout in one pool never delay those of another (as
+node-problem-detector gives each monitor its own). A check still running
 when it is due again is not started again. Each run is an argv list (no shell) in its own
 session; at its timeout, and when it ends, its whole process group is killed. A run that
 timed out or could not start has no value (node-problem-detector calls it Unknown): it is
@@ -58,6 +61,9 @@ class Check(BaseModel):
     max_output_length: int | None = Field(None, ge=1, le=4096, description="bytes of "
                                           "trimmed stdout kept as the message (default: "
                                           "the source's)")
+    pool: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
+                      description="the pool of workers it runs on: checks hanging in one "
+                      "pool never delay those of another")
 
     @field_validator("argv")
     @classmethod
@@ -69,6 +75,14 @@ class Check(BaseModel):
         return argv
 
 
+class Pool(BaseModel):
+    """A pool of workers running checks."""
+
+    model_config = ConfigDict(extra="forbid")
+    concurrency: int | None = Field(None, ge=1, le=32, description="checks of this pool "
+                                    "run at once (default: the source's concurrency)")
+
+
 class ScriptConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     checks: dict[str, Check] = Field(default_factory=dict, description="checks by name "
@@ -78,7 +92,11 @@ class ScriptConfig(BaseModel):
     timeout: PositiveDuration = Field(5.0, description="default timeout of a run")
     max_output_length: int = Field(80, ge=1, le=KEEP, description="bytes of trimmed "
                                    "stdout kept as the message (node-problem-detector's)")
-    concurrency: int = Field(3, ge=1, le=32, description="checks run at once")
+    concurrency: int = Field(3, ge=1, le=32, description="checks of one pool run at "
+                             "once (each pool has its own workers)")
+    pools: dict[str, Pool] = Field(default_factory=dict, description="pools by name, "
+                                   "each with its own concurrency (a pool a check names "
+                                   "and not listed here has the source's)")
 
     @field_validator("checks")
     @classmethod
@@ -153,20 +171,27 @@ class ScriptSource(Source[ScriptConfig]):
         self.results: dict[str, Result] = {}
         self.errors: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
-        self.periodic = Periodic({n: c.interval or self.cfg.interval
-                                  for n, c in self.cfg.checks.items()}, self._run,
-                                 self.cfg.concurrency, "guardian-script")
+        by_pool: dict[str, dict[str, float]] = {}
+        for n, c in self.cfg.checks.items():
+            by_pool.setdefault(c.pool, {})[n] = c.interval or self.cfg.interval
+        self.pools = {
+            pool: Periodic(intervals, self._run, (p.concurrency if (p := self.cfg.pools.get(
+                pool)) and p.concurrency else self.cfg.concurrency),
+                f"guardian-script-{pool}"[:40])
+            for pool, intervals in sorted(by_pool.items())}
         self._wake: Callable[[str], None] | None = None
         self._faults: list[str] = []
 
     def follow(self, wake: Callable[[str], None]) -> bool:
         """Start the checks now, and wake the loop when one's status changes."""
         self._wake = wake
-        self.periodic.start()
+        for periodic in self.pools.values():
+            periodic.start()
         return bool(self.cfg.checks)
 
     def collect(self, now: float) -> dict[str, object]:
-        self.periodic.start()
+        for periodic in self.pools.values():
+            periodic.start()
         status: Family = {}
         problem: Family = {}
         result: Family = {}
@@ -199,14 +224,15 @@ class ScriptSource(Source[ScriptConfig]):
 
     def close(self) -> None:
         """Stop scheduling and kill the checks still running (their process groups)."""
-        self.periodic.close()
+        for periodic in self.pools.values():
+            periodic.close()
 
     def _run(self, name: str) -> None:
         check = self.cfg.checks[name]
         timeout = check.timeout or self.cfg.timeout
         try:
             ran = run_bounded(check.argv, timeout, KEEP, {**MINIMAL_ENV, **check.env},
-                              check.cwd, stop=self.periodic.stop)
+                              check.cwd, stop=self.pools[check.pool].stop)
         except Exception as exc:  # a worker must never die with the check marked running
             ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
         result = self._result(ran, check.max_output_length or self.cfg.max_output_length)
