@@ -86,6 +86,16 @@ def rules(extra: str = "") -> Engine:
     return Engine(load_text(RULE.format(extra=extra), registry=registry()))
 
 
+def always_rules_dir(tmp_path: Path) -> Path:
+    """A rules directory with one rule that always holds and only logs."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\n'
+                                      'summary = "s"\nwhen = "processes.total > 0"\n'
+                                      '  [[rule.action]]\n  use = "log"\n')
+    return rules_dir
+
+
 def tick(engine: Engine, ex: Executor, t: float, v: float = 50.0) -> list[str]:
     """One evaluation at wall time T0 + t; the kinds of the decisions and what ran."""
     Applied.calls.clear()
@@ -382,11 +392,7 @@ def test_the_daemonset_reads_fleet_wide_holds_in_its_namespace_by_name(
 
 def test_run_once_honours_the_holds(tmp_path: Path) -> None:
     """A cron-style `guardian run --once` sees `guardian pause` as the service does."""
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir()
-    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\nsummary = "s"\n'
-                                      'when = "processes.total > 0"\n  [[rule.action]]\n'
-                                      '  use = "log"\n')
+    rules_dir = always_rules_dir(tmp_path)
     state = tmp_path / "state.json"
     assert main(["pause", "--for", "1h", "--reason", "maint", "--author", "ops",
                  "--holds-file", str(tmp_path / "holds.json")]) == 0
@@ -468,11 +474,7 @@ def test_holds_end_within_ten_years_everywhere(
 def test_pause_warns_when_no_loaded_rule_has_the_name(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Review (ops) 4: a misspelt rule name is kept, with a warning."""
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir()
-    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\n'
-                                      'summary = "s"\nwhen = "processes.total > 0"\n'
-                                      '  [[rule.action]]\n  use = "log"\n')
+    rules_dir = always_rules_dir(tmp_path)
     config = tmp_path / "guardian.toml"
     config.write_text(f'[service]\nrules = ["{rules_dir}"]\n'
                       f'state_file = "{tmp_path / "state.json"}"\n')
@@ -552,11 +554,7 @@ def test_check_reports_the_drop_in_hold_files_that_would_hold_every_rule(
 def test_check_config_fails_on_a_drop_in_hold_file_it_cannot_parse(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Review (ops) 1b: `guardian check --config` passed while a drop-in held every rule."""
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir()
-    (rules_dir / "r.toml").write_text('version = 1\n[[rule]]\nname = "always"\n'
-                                      'summary = "s"\nwhen = "processes.total > 0"\n'
-                                      '  [[rule.action]]\n  use = "log"\n')
+    rules_dir = always_rules_dir(tmp_path)
     dropin = tmp_path / "holds.d"
     dropin.mkdir()
     config = tmp_path / "guardian.toml"
