@@ -23,10 +23,10 @@ from typing import Any
 
 from common import REPO, figure
 
-from guardian.engine import Engine
-from guardian.plugins import Registry, default_registry
+from guardian.core.snapshot import SignalSpec, Snapshot, labels_of
+from guardian.engine.engine import Engine
+from guardian.plugin.registry import Registry, default_registry
 from guardian.policy.loader import load_rules, load_text
-from guardian.snapshot import SignalSpec, Snapshot, labels_of
 from guardian.testing import SyntheticNode, snapshot
 
 N_CORES = 64

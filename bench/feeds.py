@@ -25,7 +25,7 @@ from typing import Any
 
 from common import cpu_seconds, figure, interleaved, node_exporter
 
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.sources.exposition import ExpositionConfig, ExpositionSource
 from guardian.sources.journal import JournalConfig, JournalSource
 

@@ -26,9 +26,9 @@ from typing import Any
 import psutil
 from common import figure, interleaved
 
-from guardian.collector import Collector
-from guardian.host import Host
-from guardian.plugins import default_registry
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.runtime.collector import Collector
 from guardian.sources.processes import ProcessesSource
 
 ROUNDS = 40

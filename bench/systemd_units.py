@@ -18,7 +18,7 @@ ROUNDS = 200
 
 PROBE = r"""
 import sys, time
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.sources.systemd import SystemdSource
 src = SystemdSource(Host(), SystemdSource.Config(transport="dbus", bus_socket=sys.argv[1]))
 assert src.unavailable() is None

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.plugins import default_registry
-from guardian.snapshot import SignalSpec
+from guardian.core.snapshot import SignalSpec
+from guardian.plugin.registry import default_registry
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "rules"

@@ -104,7 +104,7 @@ def config_for(c: Container, path: Path) -> Path:
 def cap_leak(spill: Path, at: int) -> threading.Thread:
     """Stop making cgroups once ``at`` are dying (the unit keeps crash-looping), so the
     host's kernel memory stays bounded however long the recording runs."""
-    from guardian.host import Host
+    from guardian.hostio.host import Host
     from guardian.sources.cgroups import CgroupsSource
 
     def watch() -> None:

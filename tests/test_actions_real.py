@@ -22,10 +22,10 @@ from guardian.actions.irq import IrqMove, IrqParams, interface_irqs, parse_cpu_l
 from guardian.actions.memcg import MemcgParams, MemcgRelease
 from guardian.actions.reap import LadderStep, ReapParams, ReapZombies
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
-from guardian.executor import Executor
-from guardian.host import Host
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot, Value
+from guardian.core.snapshot import Snapshot, Value
+from guardian.hostio.host import Host
+from guardian.plugin.contract import ActionContext
+from guardian.runtime.executor import Executor
 from guardian.sources.systemd import SystemdSource
 from guardian.testing import FakeHost, family
 
@@ -486,10 +486,10 @@ OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.plugin.contract import ActionContext
+from guardian.core.snapshot import Snapshot
 
 # what the systemd source registers when it talks to systemd over its bus
 configure(Path("/"), SystemdSettings("dbus", ("no-such-systemctl",), sys.argv[1], 30.0))
@@ -541,7 +541,7 @@ def test_a_systemctl_that_cannot_run_is_named() -> None:
 
 
 def test_units_guardian_must_never_touch_are_refused() -> None:
-    from guardian.snapshot import labels_of
+    from guardian.core.snapshot import labels_of
     fam = {labels_of({"unit": u}): 50.0 for u in
            ("systemd-journald.service", "kubelet.service", "guardian.service", "ecs.service")}
     act = SystemdUnit(UnitParams(allow=["*"]))

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.host import Host
 from guardian.hostio.cgroupfs import cgroup_mounts, detect_layout, locate, memcg_counts
+from guardian.hostio.host import Host
 from guardian.sources.cgroups import CgroupsSource
 from guardian.testing import MEMCG_V1
 

@@ -24,7 +24,7 @@ DROP_CACHES = r"""
 import sys
 from pathlib import Path
 from guardian.actions.memcg import MemcgParams, MemcgRelease
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.sources.cgroups import CgroupsSource
 from tests.uml_guest import *
 

@@ -22,8 +22,9 @@ from guardian import (
     Step,
     load_text,
 )
-from guardian.audit import AuditLog, TornLine, read_audit
-from guardian.plugins import NoParams, Registry, default_registry
+from guardian.core.audit import AuditLog, TornLine, read_audit
+from guardian.plugin.contract import NoParams
+from guardian.plugin.registry import Registry, default_registry
 
 from .conftest import RULES, write
 

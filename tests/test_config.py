@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.config import load_config
-from guardian.diagnostics import RuleError
-from guardian.host import Host
-from guardian.plugins import default_registry
+from guardian.core.diagnostics import RuleError
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.runtime.collector import Collector
+from guardian.runtime.config import load_config
 
 from .conftest import REPO, write
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from guardian.audit import TornLine, read_audit
+from guardian.core.audit import TornLine, read_audit
 
 RULE = '''version = 1
 [[rule]]

@@ -120,7 +120,7 @@ def test_leases_only_in_guardians_namespace_and_only_its_slots() -> None:
 
     config = next(d for d in _docs("configmap.yaml")
                   if d["metadata"]["name"] == "guardian-config")["data"]["guardian.toml"]
-    from guardian.diagnostics import parse_toml
+    from guardian.core.diagnostics import parse_toml
     fleet = FleetParams.model_validate(parse_toml("guardian.toml", config)["fleet"])
     ns = _one("DaemonSet")["metadata"]["namespace"]
     assert fleet.namespace == ns != "kube-system"

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from guardian.engine import Engine
+from guardian.core.snapshot import Family, labels_of
+from guardian.engine.engine import Engine
 from guardian.policy.loader import load_rules
-from guardian.snapshot import Family, labels_of
 from guardian.sources.ethtool import GAUGES, EthtoolSource, NicInfo
 from guardian.testing import ENA_GENERATIONS, ena_stat_names, snapshot
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guardian import Budget, Engine, Snapshot, load_text
-from guardian.snapshot import Value
+from guardian.core.snapshot import Value
 
 RULES = '''version = 1
 

@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 import guardian
-from guardian import tomlread
+from guardian.core import tomlread
 
 from .conftest import REPO
 

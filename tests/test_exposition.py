@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.engine import Engine
-from guardian.host import Host
+from guardian.core.snapshot import labels_of
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
 from guardian.policy.loader import load_rules
-from guardian.snapshot import labels_of
+from guardian.runtime.collector import Collector
 from guardian.sources.exposition import ExpositionConfig, ExpositionSource, parse
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from guardian.history import History
+from guardian.core.snapshot import SignalSpec, labels_of
+from guardian.engine.history import History
 from guardian.policy.expr import ExprError, compile_condition
-from guardian.snapshot import SignalSpec, labels_of
 
 CAT = {s.name: s for s in (
     SignalSpec("a.x", "x"), SignalSpec("a.y", "y"), SignalSpec("a.z", "z"),

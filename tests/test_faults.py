@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.host import Host
+from guardian.hostio.host import Host
+from guardian.runtime.collector import Collector
 from guardian.sources.processes import ProcessesSource
 from guardian.sources.systemd import SystemdSource
 
@@ -203,9 +203,9 @@ def test_a_crashed_action_worker_is_reported_as_a_crash_not_a_timeout(
     """Before: an exception in the worker that carries out a tick's decisions (Python
     3.10's missing ``datetime.UTC`` in the fleet budget) was logged as "actions did not
     finish within 360s"; now the exception itself is logged and audited."""
-    from guardian.config import Config
-    from guardian.notify import Notifier
-    from guardian.service import Daemon, ServiceOptions
+    from guardian.runtime.config import Config
+    from guardian.service.daemon import Daemon, ServiceOptions
+    from guardian.service.notify import Notifier
 
     rules = tmp_path / "rules"
     rules.mkdir()

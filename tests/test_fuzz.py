@@ -14,16 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardian.actions.irq import parse_cpu_list
-from guardian.diagnostics import RuleError
-from guardian.durations import parse_duration
-from guardian.history import History
+from guardian.core.diagnostics import RuleError
+from guardian.core.durations import parse_duration
+from guardian.core.positions import key_positions
+from guardian.core.snapshot import SignalSpec, labels_of, parse_series_key
+from guardian.engine.history import History
 from guardian.hostio.procfs import parse_proc_stat
 from guardian.hostio.systemctl import parse_show
 from guardian.policy.expr import ExprError, compile_condition
 from guardian.policy.loader import load_text
 from guardian.policy.ruletest import parse_series
-from guardian.positions import key_positions
-from guardian.snapshot import SignalSpec, labels_of, parse_series_key
 from guardian.sources.cpu import parse_proc_stat_cpus
 from guardian.sources.ethtool import parse_gstats, parse_gstrings
 from guardian.sources.kmsg import parse_record

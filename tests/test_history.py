@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardian.history import History
+from guardian.core.snapshot import labels_of
+from guardian.engine.history import History
 from guardian.model.runtime import Lookback, Matcher, matches
-from guardian.snapshot import labels_of
 
 FUNCS = ["rate", "increase", "delta", "max_over_time", "min_over_time", "avg_over_time"]
 KEYS = [labels_of({"q": str(i), "stat": s}) for i in range(4) for s in ("tx", "rx")]
@@ -170,7 +170,7 @@ def test_shipped_rules_on_an_ena_sized_node_do_not_slow_down_as_history_fills() 
     import statistics
     import time
 
-    from guardian.engine import Engine
+    from guardian.engine.engine import Engine
     from guardian.policy.loader import load_rules
     from guardian.testing import SyntheticNode, snapshot
 

@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 import pytest
 
 from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
-from guardian.audit import TornLine, read_audit
-from guardian.plugins import NoParams, default_registry
+from guardian.core.audit import TornLine, read_audit
+from guardian.plugin.contract import NoParams
+from guardian.plugin.registry import default_registry
 from guardian.testing import snapshot
 
 from .conftest import write
@@ -161,9 +162,9 @@ PID_REUSE = r"""
 import ctypes, json, os, signal, subprocess, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from guardian.actions.reap import ReapParams, ReapZombies
-from guardian.host import Host
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.hostio.host import Host
+from guardian.plugin.contract import ActionContext
+from guardian.core.snapshot import Snapshot
 from tests.kernel import ZOMBIE_PARENT, is_zombie_of
 
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to us
@@ -240,9 +241,9 @@ def test_a_live_process_whose_main_thread_exited_is_not_a_zombie() -> None:
     other threads run; it was counted as a zombie and its parent was sent SIGCHLD, SIGTERM
     and SIGKILL."""
     from guardian.actions.reap import ReapParams, ReapZombies
+    from guardian.core.snapshot import Snapshot
     from guardian.hostio.procfs import read_proc_stat
-    from guardian.plugins import ActionContext
-    from guardian.snapshot import Snapshot
+    from guardian.plugin.contract import ActionContext
     from guardian.sources.processes import ProcessesSource
 
     from .kernel import need_root
@@ -283,8 +284,8 @@ time.sleep(30)
 
 def test_a_parent_whose_zombies_belong_to_another_user_is_left_alone() -> None:
     from guardian.actions.reap import ReapParams, ReapZombies
-    from guardian.plugins import ActionContext
-    from guardian.snapshot import Snapshot
+    from guardian.core.snapshot import Snapshot
+    from guardian.plugin.contract import ActionContext
 
     from .kernel import is_zombie_of, need_root
     need_root()
@@ -366,9 +367,9 @@ limit = {{ runs = 1, within = "1d" }}
 
 
 def _service(tmp_path: Path, state_dir: Path, audit_dir: Path) -> Any:
-    from guardian.config import Config
-    from guardian.notify import Notifier
-    from guardian.service import Daemon, ServiceOptions
+    from guardian.runtime.config import Config
+    from guardian.service.daemon import Daemon, ServiceOptions
+    from guardian.service.notify import Notifier
 
     rules = tmp_path / "rules"
     rules.mkdir(exist_ok=True)
@@ -430,7 +431,7 @@ def test_nothing_is_applied_unless_state_and_audit_are_durable(tmp_path: Path,
 def test_invalid_state_entries_are_dropped_not_fatal(tmp_path: Path) -> None:
     """Before: valid JSON of the wrong shape crashed start-up into a restart loop, and a
     NaN last_run bypassed cooldown and limit."""
-    from guardian import state as state_file
+    from guardian.runtime import state as state_file
 
     text = RULE.format(name="good") + RULE.format(name="bad").replace("version = 1\n", "")
     for n in ("nan", "str", "null", "nosince"):
@@ -456,7 +457,7 @@ def test_a_wrong_wall_clock_never_suppresses_actions_for_good(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: persisted times were wall-clock; a clock one year behind at start-up put
     every last run a year into the future, and no cooldown ever ended."""
-    from guardian import state as state_file
+    from guardian.runtime import state as state_file
 
     rules = load_text(RULE.format(name="r"))  # cooldown 1h
     engine = Engine(rules)
@@ -522,7 +523,7 @@ def test_no_retry_while_an_overrunning_apply_lives_and_its_late_outcome_is_audit
         tmp_path: Path) -> None:
     """Before: an apply that outlived apply_timeout was reported failed while its thread
     went on, and the retry started a second worker beside it."""
-    from guardian.audit import AuditLog
+    from guardian.core.audit import AuditLog
 
     reg = default_registry().copy()
     reg.add_action(Slow)
@@ -769,8 +770,8 @@ def test_the_command_burning_a_core_in_the_kernel_is_named() -> None:
     import shutil
     import tempfile
 
+    from guardian.core.snapshot import labels_of
     from guardian.hostio.procfs import cgroup_of
-    from guardian.snapshot import labels_of
     from guardian.sources.processes import ProcessesConfig, ProcessesSource
 
     home = Path(tempfile.mkdtemp(prefix="guardian-burn-"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.sources.cgroups import CgroupsSource
 
 from .incident import config_for, crash_loop

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.host import Host
-from guardian.snapshot import labels_of
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.sources.journal import JournalConfig, JournalSource, entry_unit
 
 # the stand-in: prints the entries of a JSON file (a list), logs its argv, then acts

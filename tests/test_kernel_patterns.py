@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.engine import Engine
-from guardian.host import Host
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
 from guardian.policy.loader import load_rules
+from guardian.runtime.collector import Collector
 from guardian.sources.kernel_patterns import SHIPPED, xid_of
 from guardian.sources.kernel_usertext import MASK, mask
 from guardian.sources.kmsg import KmsgSource

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from guardian.host import Host
-from guardian.regexsafety import example_match
-from guardian.snapshot import labels_of
+from guardian.core.regexsafety import example_match
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.sources.kernel_patterns import SHIPPED
 from guardian.sources.kernel_usertext import (
     MASK,
@@ -268,7 +268,7 @@ def test_a_hung_runtime_is_known_by_its_service_not_its_name() -> None:
 def test_every_shipped_pattern_and_template_is_cheap_on_crafted_lines() -> None:
     """What runs on every line (shipped patterns, the masking templates) passes the cost
     check configured patterns must pass."""
-    from guardian.regexsafety import cost_risk
+    from guardian.core.regexsafety import cost_risk
     costly = {n: why for n, p in SHIPPED.items() if (why := cost_risk(p.regex))}
     costly |= {t.name: why for t in TEMPLATES if (why := cost_risk(t.regex))}
     assert costly == {}

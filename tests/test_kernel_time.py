@@ -8,9 +8,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from guardian.host import Host
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.hostio.procfs import CLK_TCK, parse_proc_stat
-from guardian.snapshot import labels_of
 from guardian.sources.processes import ProcessesSource
 
 FIX = Path(__file__).parent / "fixtures" / "kthreads"

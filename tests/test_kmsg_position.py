@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.sources.kmsg import KmsgConfig, KmsgSource
 
 from .kernel import inject_kmsg

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guardian.host import Host
-from guardian.snapshot import labels_of
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.sources.kmsg import BadRecord, KmsgSource, parse_record
 
 from .kernel import drop_caches, inject_kmsg, need_root

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.audit import AuditLog
+from guardian.core.audit import AuditLog
 from guardian.kube.actions import (
     ConditionParams,
     CordonParams,
@@ -24,7 +24,7 @@ from guardian.kube.actions import (
     KubeEvict,
     KubeUncordon,
 )
-from guardian.plugins import ActionContext
+from guardian.plugin.contract import ActionContext
 
 from .kube_standin import Store, serve
 from .test_kube_standin import kubeconfig
@@ -298,7 +298,7 @@ def test_api_down_slow_or_5xx_means_no_action_and_a_reported_failure(tmp_path: P
 
 
 def test_the_token_never_reaches_the_audit_log(tmp_path: Path) -> None:
-    from guardian.audit import AuditLog
+    from guardian.core.audit import AuditLog
     with serve() as (url, store):
         cluster(store)
         kc = kubeconfig(tmp_path, url)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.audit import AuditLog
-from guardian.diagnostics import RuleError
+from guardian.core.audit import AuditLog
+from guardian.core.diagnostics import RuleError
 from guardian.kube.drain import DrainParams, KubeDrain
-from guardian.plugins import ActionContext
+from guardian.plugin.contract import ActionContext
 
 from .kube_standin import Store, serve
 from .test_kube_standin import kubeconfig

@@ -14,15 +14,8 @@ from typing import Any, ClassVar
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.kube.fleet import FleetBudget, FleetParams
-from guardian.plugins import (
-    Action,
-    ActionContext,
-    NoParams,
-    Outcome,
-    Plan,
-    Registry,
-    default_registry,
-)
+from guardian.plugin.contract import Action, ActionContext, NoParams, Outcome, Plan
+from guardian.plugin.registry import Registry, default_registry
 
 from .kube_standin import serve
 from .test_kube_standin import kubeconfig

@@ -17,9 +17,9 @@ import pytest
 from pydantic import ValidationError
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.audit import AuditLog
+from guardian.core.audit import AuditLog
 from guardian.kube.marks import KubeLabel, KubeTaint, KubeUntaint, LabelParams, TaintParams
-from guardian.plugins import ActionContext
+from guardian.plugin.contract import ActionContext
 
 from .kube_standin import Store, serve
 from .test_kube_standin import kubeconfig, kubectl

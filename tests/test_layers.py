@@ -1,6 +1,7 @@
-"""The structure follows the data flow: each module imports only from its own layer or
-the layers below (the README's design section names them, bottom first), and actions get
-typed evidence, not its rendering."""
+"""The tree shows the design: every module lives in a package of one layer, and imports
+only from its own layer or the layers below (docs/design.md's layer table, bottom first,
+says the same and is checked against this one); actions get typed evidence, not its
+rendering."""
 
 from __future__ import annotations
 
@@ -10,25 +11,27 @@ from pathlib import Path
 from typing import ClassVar
 
 from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
-from guardian.plugins import NoParams
+from guardian.plugin.contract import NoParams
 from guardian.testing import family, snapshot
 
 from .conftest import REPO
 
 SRC = REPO / "src" / "guardian"
 
-
-def _layers() -> list[tuple[str, list[str]]]:
-    """The layer table of the README's design section: `| layer | modules |` rows."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### Layers"):]
-    section = section[:section.index("\n\n", section.index("|"))]
-    rows = []
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 2 and cells[0] and not set(cells[0]) <= {"-"} and cells[0] != "layer":
-            rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
-    return rows
+# Bottom first; a package's modules may import their own layer and those below.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("core",)),
+    ("host", ("hostio",)),
+    ("model", ("plugin", "model")),
+    ("plugins", ("sources", "actions", "kube")),
+    ("engine", ("engine",)),
+    ("policy", ("policy",)),
+    ("runtime", ("runtime", "testing")),
+    ("service", ("service",)),
+    ("entry", ("cli",)),
+]
+# The only modules outside a layer's package: the public names and `python -m guardian`.
+ENTRY_MODULES = {"guardian", "guardian.__main__"}
 
 
 def _module(path: Path) -> str:
@@ -39,17 +42,14 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
-def _layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int:
-    for i, (_, patterns) in enumerate(layers):
-        for pat in patterns:
-            name = "guardian" if pat == "guardian" else "guardian." + pat.removesuffix(".py")
-            if pat.endswith("/"):
-                name = "guardian." + pat.rstrip("/")
-                if module == name or module.startswith(name + "."):
-                    return i
-            elif module == name:
-                return i
-    raise AssertionError(f"{module} is in no layer of the README's table")
+def _layer_of(module: str) -> int:
+    if module in ENTRY_MODULES:
+        return len(LAYERS) - 1
+    package = module.split(".")[1]
+    for i, (_, packages) in enumerate(LAYERS):
+        if package in packages:
+            return i
+    raise AssertionError(f"{module} is in no layer's package")
 
 
 def _imports(path: Path, module: str) -> list[str]:
@@ -77,21 +77,44 @@ def _resolve(target: str, known: set[str]) -> str:
     return target
 
 
+def test_every_module_lives_in_a_layers_package() -> None:
+    """A new loose module (src/guardian/x.py) or a package no layer names fails here."""
+    loose = [p.name for p in SRC.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert not loose, f"loose modules: {loose}; put each in its layer's package"
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+    named = {pkg for _, pkgs in LAYERS for pkg in pkgs}
+    assert packages == named, f"packages no layer names: {packages - named}; " \
+        f"named but missing: {named - packages}"
+    for f in SRC.rglob("*.py"):
+        _layer_of(_module(f))
+
+
 def test_no_module_imports_from_a_layer_above_it() -> None:
-    layers = _layers()
-    assert [name for name, _ in layers][:3] == ["base", "host", "model"]
     files = sorted(SRC.rglob("*.py"))
     known = {_module(f) for f in files}
     wrong = []
     for f in files:
         mod = _module(f)
-        mine = _layer_of(mod, layers)
+        mine = _layer_of(mod)
         for target in _imports(f, mod):
             dep = _resolve(target, known)
-            theirs = _layer_of(dep, layers)
+            theirs = _layer_of(dep)
             if theirs > mine:
-                wrong.append(f"{mod} ({layers[mine][0]}) imports {dep} ({layers[theirs][0]})")
+                wrong.append(f"{mod} ({LAYERS[mine][0]}) imports {dep} ({LAYERS[theirs][0]})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_design_docs_layer_table_is_this_one() -> None:
+    text = (REPO / "docs" / "design.md").read_text()
+    section = text[text.index("### Layers"):]
+    section = section[:section.index("\n\n", section.index("|"))]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] and not set(cells[0]) <= {"-"} and cells[0] != "layer":
+            rows.append((cells[0], tuple(p.rstrip("/") for p in re.findall(r"`([^`]+)/`",
+                                                                              cells[1]))))
+    assert rows == LAYERS
 
 
 class Remember(Action[NoParams]):
@@ -112,7 +135,7 @@ class Remember(Action[NoParams]):
 def test_actions_get_the_typed_matched_family() -> None:
     """Before: the context held the audit rendering ('{cpu="3"}', rounded, '+Inf'), so an
     action could not tell which core matched."""
-    from guardian.plugins import default_registry
+    from guardian.plugin.registry import default_registry
     reg = default_registry().copy()
     reg.add_action(Remember)
     rules = load_text('''version = 1

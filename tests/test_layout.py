@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.layout import SHIPPED_RECORD, init
+from guardian.runtime.layout import SHIPPED_RECORD, init
 
 from .conftest import REPO, RULES, copy_checkout
 
@@ -93,7 +93,7 @@ def test_the_readme_installs_this_project() -> None:
     guardian` installed an unrelated project)."""
     import re
 
-    from guardian.diagnostics import parse_toml
+    from guardian.core.diagnostics import parse_toml
     name = parse_toml("pyproject.toml", (REPO / "pyproject.toml").read_text())[
         "project"]["name"]
     readme = (REPO / "README.md").read_text()

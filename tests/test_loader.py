@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from guardian.diagnostics import RuleError
+from guardian.core.diagnostics import RuleError
 from guardian.policy.loader import load_rules
-from guardian.schemas import rule_file_schema
+from guardian.runtime.schemas import rule_file_schema
 
 from .conftest import RULES, write
 

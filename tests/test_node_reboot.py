@@ -19,10 +19,10 @@ import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.actions.reboot import NodeReboot, RebootParams, under
-from guardian.audit import AuditLog
-from guardian.diagnostics import RuleError
+from guardian.core.audit import AuditLog
+from guardian.core.diagnostics import RuleError
 from guardian.kube.fleet import FleetBudget, FleetParams
-from guardian.plugins import ActionContext
+from guardian.plugin.contract import ActionContext
 
 from .kube_standin import serve
 from .test_kube_standin import kubeconfig
@@ -240,10 +240,10 @@ REBOOT_OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
 from guardian.actions.reboot import NodeReboot, RebootParams, under
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.plugin.contract import ActionContext
+from guardian.core.snapshot import Snapshot
 
 root = Path(sys.argv[1])
 configure(root, SystemdSettings("dbus", ("no-such-systemctl",), sys.argv[2], 30.0))

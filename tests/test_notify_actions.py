@@ -25,8 +25,8 @@ from guardian.actions.webhook import (
     WebhookParams,
     alerts_url,
 )
-from guardian.audit import AuditLog
-from guardian.plugins import ActionContext
+from guardian.core.audit import AuditLog
+from guardian.plugin.contract import ActionContext
 
 # Alertmanager's v2 API, POST /api/v2/alerts takes `postableAlerts`: transcribed from
 # prometheus/alertmanager api/v2/openapi.yaml (commit 07d03b6c2c7e747335198f07d382060721dd2831,

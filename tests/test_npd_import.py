@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from guardian.cli.npd import ImportError_, go_duration, import_npd
-from guardian.config import load_config
-from guardian.engine import Engine
-from guardian.host import Host
-from guardian.plugins import default_registry
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
-from guardian.snapshot import Snapshot
+from guardian.runtime.config import load_config
 from guardian.sources.script import ScriptConfig, ScriptSource
 
 NPD = Path(__file__).parent / "fixtures" / "npd"

@@ -13,25 +13,18 @@ from typing import ClassVar
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.audit import AuditLog
 from guardian.cli import main
-from guardian.config import Config
-from guardian.diagnostics import RuleError
-from guardian.holds import DropIn, HoldFile
-from guardian.metrics import Metrics
+from guardian.core.audit import AuditLog
+from guardian.core.diagnostics import RuleError
 from guardian.model.holds import Hold, parse_holds
 from guardian.model.window import Window
-from guardian.operate import Operations
-from guardian.plugins import (
-    Action,
-    ActionContext,
-    NoParams,
-    Outcome,
-    Plan,
-    Registry,
-    default_registry,
-)
-from guardian.why import links, text
+from guardian.plugin.contract import Action, ActionContext, NoParams, Outcome, Plan
+from guardian.plugin.registry import Registry, default_registry
+from guardian.runtime.config import Config
+from guardian.runtime.holds import DropIn, HoldFile
+from guardian.runtime.metrics import Metrics
+from guardian.runtime.operate import Operations
+from guardian.runtime.why import links, text
 
 T0 = dt.datetime(2026, 12, 7, 0, 0, tzinfo=dt.timezone.utc).timestamp()  # a Monday
 # a hold's end in a month from now (holds may not last more than ten years from now)
@@ -228,7 +221,7 @@ mode = "observe"
     assert metrics.registry.get_sample_value(
         "guardian_actions_total", {"rule": "new", "action": "test.explode",
                                    "outcome": "would_act"}) == 4.0
-    from guardian.replay import Replay, decisions_json, timeline
+    from guardian.runtime.replay import Replay, decisions_json, timeline
     r = Replay(Engine(ruleset))
     for at in (0.0, 60.0):
         r.decisions += r.engine.evaluate(Snapshot(at, {"memcg.dying": 50.0}))
@@ -368,8 +361,8 @@ def test_the_daemonset_reads_fleet_wide_holds_in_its_namespace_by_name(
     else of ConfigMaps."""
     import yaml
 
-    from guardian.config import load_config
     from guardian.kube.holds import KubeHoldsParams
+    from guardian.runtime.config import load_config
 
     from .conftest import REPO
 
@@ -492,7 +485,7 @@ def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_fo
     It refuses now (audited), as it does outside the maintenance window for a disruptive
     action; --force acts, and the audit log says what it overrode."""
     from guardian.cli.host import _act_rails
-    from guardian.config import load_config
+    from guardian.runtime.config import load_config
 
     config = tmp_path / "guardian.toml"
     config.write_text(f'[service]\nstate_file = "{tmp_path / "state.json"}"\n')
@@ -536,7 +529,7 @@ def test_check_reports_the_drop_in_hold_files_that_would_hold_every_rule(
         tmp_path: Path) -> None:
     """Review (ops) 1b: `guardian check --config` never looked at the drop-ins; each
     problem is reported at path:line:col."""
-    from guardian.holds import check_dropin
+    from guardian.runtime.holds import check_dropin
 
     dropin = tmp_path / "holds.d"
     dropin.mkdir()

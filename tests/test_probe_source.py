@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from guardian.host import Host
-from guardian.snapshot import labels_of
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.sources.probe import Probe, ProbeConfig, ProbeSource, run_probe
 
 
@@ -194,9 +194,9 @@ def test_a_probe_names_exactly_one_target() -> None:
 def test_a_probe_and_a_check_feed_the_shipped_rules(http: str, tmp_path: Path) -> None:
     """kubelet's /healthz answering 500 and a check saying NonOK, read for real, fire
     rules/health.toml's kubelet-unhealthy (after its 2 minutes) and script-check-problem."""
-    from guardian.engine import Engine
+    from guardian.core.snapshot import Snapshot
+    from guardian.engine.engine import Engine
     from guardian.policy.loader import load_rules
-    from guardian.snapshot import Snapshot
     from guardian.sources.script import ScriptConfig, ScriptSource
 
     from .conftest import RULES

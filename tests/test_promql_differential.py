@@ -29,12 +29,12 @@ from typing import Any
 
 import pytest
 
-from guardian.history import History
+from guardian.core.snapshot import Family, Labels, SignalSpec
+from guardian.engine.history import History
 from guardian.model import runtime
 from guardian.policy import expr as expr_module
 from guardian.policy.expr import compile_subexpression, parse_condition
 from guardian.policy.ruletest import parse_series
-from guardian.snapshot import Family, Labels, SignalSpec
 
 SEED = 20261203
 GROUPS = 45

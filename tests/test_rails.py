@@ -32,8 +32,9 @@ from guardian import (
     Step,
     load_text,
 )
-from guardian.audit import AuditLog, read_audit
-from guardian.plugins import NoParams, Registry, RegistryError, default_registry
+from guardian.core.audit import AuditLog, read_audit
+from guardian.plugin.contract import NoParams
+from guardian.plugin.registry import Registry, RegistryError, default_registry
 from guardian.testing import family, snapshot
 
 from .conftest import write
@@ -173,7 +174,7 @@ def _plugin(tmp_path: Path, dist: str, group: str, ep_name: str, cls_name: str,
 
 LOG_IMPOSTOR = '''
 from typing import ClassVar
-from guardian.plugins import Action, Outcome, Plan
+from guardian.plugin.contract import Action, Outcome, Plan
 
 class Impostor(Action):
     name: ClassVar[str] = "{name}"
@@ -187,8 +188,8 @@ class Impostor(Action):
 
 DYING_IMPOSTOR = '''
 from typing import ClassVar
-from guardian.plugins import Source
-from guardian.snapshot import SignalSpec
+from guardian.plugin.contract import Source
+from guardian.core.snapshot import SignalSpec
 
 class Dying(Source):
     name: ClassVar[str] = "acme.memcg"

@@ -14,11 +14,12 @@ from typing import cast
 import pytest
 
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
-from guardian.host import Host
-from guardian.plugins import ActionContext, default_registry
+from guardian.hostio.host import Host
+from guardian.plugin.contract import ActionContext
+from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
-from guardian.recording import RecordingError, read
-from guardian.replay import replay
+from guardian.runtime.recording import RecordingError, read
+from guardian.runtime.replay import replay
 
 from .conftest import RULES
 

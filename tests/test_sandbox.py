@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from guardian.actions.memcg import MemcgParams, MemcgRelease, sandbox_problem
-from guardian.host import Host
+from guardian.core.snapshot import Snapshot
+from guardian.hostio.host import Host
 from guardian.hostio.sandbox import cgroupfs_read_only, unit_texts
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.plugin.contract import ActionContext
 
 from .conftest import RULES, write
 from .kernel import need_root

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.schemas import KINDS, schema_for
+from guardian.runtime.schemas import KINDS, schema_for
 
 from .conftest import REPO
 

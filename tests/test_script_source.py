@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.host import Host
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.hostio.programs import run_bounded
-from guardian.snapshot import labels_of
+from guardian.runtime.collector import Collector
 from guardian.sources.script import ScriptConfig, ScriptSource
 
 NPD = Path(__file__).parent / "fixtures" / "npd"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.notify import Notifier
+from guardian.service.notify import Notifier
 
 from .conftest import RULES, shipped_rule_count, write
 
@@ -313,9 +313,9 @@ def test_healthz_and_guardian_health(tmp_path: Path) -> None:
 
 
 def test_healthz_says_stuck_when_ticks_stop_completing() -> None:
-    from guardian.config import Config
-    from guardian.metrics import _with_health
-    from guardian.service import Daemon, ServiceOptions
+    from guardian.runtime.config import Config
+    from guardian.runtime.metrics import _with_health
+    from guardian.service.daemon import Daemon, ServiceOptions
 
     d = Daemon(ServiceOptions(rules=[str(RULES)], interval=1.0, metrics_port=None), Config())
     d.last_tick_done = time.monotonic() - 120  # the loop hangs in a tick

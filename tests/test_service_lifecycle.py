@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.config import Config
-from guardian.service import Daemon, ServiceOptions
+from guardian.runtime.config import Config
+from guardian.service.daemon import Daemon, ServiceOptions
 
 from .conftest import write
 from .test_service import RULE, daemon

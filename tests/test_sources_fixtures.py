@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.host import Host
+from guardian.core.snapshot import labels_of
 from guardian.hostio.cgroupfs import detect_layout
+from guardian.hostio.host import Host
 from guardian.hostio.procfs import ProcessTable, parse_proc_stat
 from guardian.hostio.systemctl import parse_show
-from guardian.plugins import Source
-from guardian.snapshot import labels_of
+from guardian.plugin.contract import Source
+from guardian.runtime.collector import Collector
 from guardian.sources.cgroups import CgroupsSource
 from guardian.sources.cpu import CpuSource
 from guardian.sources.ethtool import ETH_GSTRING_LEN, parse_gstats, parse_gstrings

@@ -14,10 +14,10 @@ from typing import cast
 
 import pytest
 
-from guardian.collector import Collector
-from guardian.host import Host
-from guardian.plugins import default_registry
-from guardian.snapshot import labels_of
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.runtime.collector import Collector
 from guardian.sources.cgroups import CgroupsSource
 from guardian.sources.cpu import CpuSource
 from guardian.sources.kmsg import KmsgSource

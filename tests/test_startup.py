@@ -11,8 +11,8 @@ from pathlib import Path
 
 from .conftest import REPO, RULES
 
-HEAVY = ("lightkube", "httpx2", "prometheus_client", "watchdog", "guardian.service",
-         "guardian.kube.actions", "guardian.metrics")
+HEAVY = ("lightkube", "httpx2", "prometheus_client", "watchdog", "guardian.service.daemon",
+         "guardian.kube.actions", "guardian.runtime.metrics")
 
 PROBE = """
 import json, sys
@@ -47,7 +47,7 @@ def test_a_rule_that_uses_a_kubernetes_action_imports_it(tmp_path: Path) -> None
 
 
 def test_listing_actions_imports_none_of_them() -> None:
-    code = ("import sys\nfrom guardian.plugins import Registry\nreg = Registry.from_entry_points()"
+    code = ("import sys\nfrom guardian.plugin.registry import Registry\nreg = Registry.from_entry_points()"
             "\nassert 'kube.cordon' in reg.actions and len(reg.actions) >= 11\n"
             "print(sorted(m for m in sys.modules if m.startswith('guardian.actions.') or "
             "m.startswith('guardian.kube')))")
@@ -58,7 +58,7 @@ def test_listing_actions_imports_none_of_them() -> None:
 
 def test_importing_guardian_imports_nothing_else_of_it() -> None:
     code = ("import sys, guardian\nprint(sorted(m for m in sys.modules if m.startswith("
-            "'guardian.')))\nguardian.Engine\nprint('guardian.engine' in sys.modules)")
+            "'guardian.')))\nguardian.Engine\nprint('guardian.engine.engine' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert proc.stdout.split() == ["[]", "True"]
@@ -77,7 +77,7 @@ def test_a_base_install_is_quiet_and_names_the_missing_extra() -> None:
         capture_output=True, text=True, timeout=60)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     told = subprocess.run(
-        [sys.executable, "-c", WITHOUT_K8S + "from guardian.plugins import Registry\n"
+        [sys.executable, "-c", WITHOUT_K8S + "from guardian.plugin.registry import Registry\n"
                                              "reg = Registry.from_entry_points()\n"
                                              "assert reg.actions.get('kube.cordon') is None\n"
                                              "print(reg.action_failure('kube.cordon'))"],

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from guardian.host import Host
-from guardian.snapshot import labels_of
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
 from guardian.sources.systemd import SystemdSource
 
 from .nspawn import booted
@@ -51,7 +51,7 @@ def test_a_crash_looping_unit_is_visible() -> None:
 
 PROBE = r"""
 import json, sys, time
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.sources.systemd import SystemdSource
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
-from guardian.host import Host
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.core.snapshot import Snapshot
+from guardian.hostio.host import Host
+from guardian.plugin.contract import ActionContext
 
 from .nspawn import booted
 
@@ -192,10 +192,10 @@ OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
 from guardian.actions.systemd_unit import SystemdUnit, UnitParams
-from guardian.host import Host
+from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
-from guardian.plugins import ActionContext
-from guardian.snapshot import Snapshot
+from guardian.plugin.contract import ActionContext
+from guardian.core.snapshot import Snapshot
 
 configure(Path("/"), SystemdSettings("dbus", ("no-such-systemctl",), sys.argv[1], 30.0))
 act = SystemdUnit(UnitParams(allow=["*"], units=[sys.argv[2]], verbs=["restart"],

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from guardian.actions.memcg import MemcgRelease
-from guardian.host import Host
-from guardian.plugins import ActionContext, Outcome
+from guardian.core.snapshot import Snapshot
+from guardian.hostio.host import Host
+from guardian.plugin.contract import ActionContext, Outcome
 from guardian.policy.loader import load_rules
-from guardian.snapshot import Snapshot
 
 CG = Path("/sys/fs/cgroup")
 RULES = Path(__file__).resolve().parent.parent / "rules"

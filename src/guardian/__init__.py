@@ -14,40 +14,37 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .collector import Collector
-    from .diagnostics import Diagnostic, RuleError
-    from .engine import Budget, Decision, Engine
-    from .executor import Executor
-    from .host import Host
-    from .model.ruleset import Ruleset
-    from .plugins import (
-        Action,
-        ActionContext,
-        Outcome,
-        Plan,
+    from guardian.core.diagnostics import Diagnostic, RuleError
+    from guardian.core.snapshot import SignalSpec, Snapshot, labels_of
+    from guardian.core.version import __version__ as __version__
+    from guardian.engine.engine import Budget, Decision, Engine
+    from guardian.hostio.host import Host
+    from guardian.model.ruleset import Ruleset
+    from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Source, Step
+    from guardian.plugin.registry import (
         Registry,
         RegistryError,
-        Source,
-        Step,
         default_registry,
         register_action,
         register_source,
     )
-    from .policy.loader import load_rules, load_text
-    from .snapshot import SignalSpec, Snapshot, labels_of
-    from .version import __version__ as __version__
+    from guardian.policy.loader import load_rules, load_text
+    from guardian.runtime.collector import Collector
+    from guardian.runtime.executor import Executor
 
 # Imported on first use, so that `import guardian.cli` (every command) loads only what the
 # command needs.
 _WHERE = {
-    "Collector": "collector", "Diagnostic": "diagnostics", "RuleError": "diagnostics",
-    "Budget": "engine", "Decision": "engine", "Engine": "engine", "Executor": "executor",
-    "Host": "host", "Ruleset": "model.ruleset", "load_rules": "policy.loader",
-    "load_text": "policy.loader", "SignalSpec": "snapshot", "Snapshot": "snapshot",
-    "labels_of": "snapshot", "__version__": "version",
-    **dict.fromkeys(["Action", "ActionContext", "Outcome", "Plan", "Registry",
-                     "RegistryError", "Source", "Step", "default_registry",
-                     "register_action", "register_source"], "plugins"),
+    "Collector": "runtime.collector", "Diagnostic": "core.diagnostics",
+    "RuleError": "core.diagnostics", "Budget": "engine.engine", "Decision": "engine.engine",
+    "Engine": "engine.engine", "Executor": "runtime.executor", "Host": "hostio.host",
+    "Ruleset": "model.ruleset", "load_rules": "policy.loader", "load_text": "policy.loader",
+    "SignalSpec": "core.snapshot", "Snapshot": "core.snapshot", "labels_of": "core.snapshot",
+    "__version__": "core.version",
+    **dict.fromkeys(["Action", "ActionContext", "Outcome", "Plan", "Source", "Step"],
+                    "plugin.contract"),
+    **dict.fromkeys(["Registry", "RegistryError", "default_registry", "register_action",
+                     "register_source"], "plugin.registry"),
 }
 
 __all__ = [

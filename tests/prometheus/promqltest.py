@@ -16,11 +16,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from guardian.durations import parse_duration
-from guardian.history import History
+from guardian.core.durations import parse_duration
+from guardian.core.snapshot import Family, Labels, SignalSpec
+from guardian.engine.history import History
 from guardian.policy.expr import ExprError, compile_subexpression, parse_condition
 from guardian.policy.ruletest import parse_series
-from guardian.snapshot import Family, Labels, SignalSpec
 
 ABSENT = "(absent)"  # a condition's true, beside PromQL's `{labels} 1`
 LOOKBACK = 300.0  # PromQL's lookback delta: an instant selector's newest sample within 5m

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..durations import Duration
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from guardian.core.durations import Duration
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 OUTPUT_LIMIT = 16_384  # bytes of stdout and of stderr kept in the audit log
 MINIMAL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}

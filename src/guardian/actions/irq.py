@@ -16,10 +16,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..atomicfile import write_json
-from ..host import Host
-from ..hostio.procfs import all_stats, real_uid
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from guardian.core.atomicfile import write_json
+from guardian.hostio.host import Host
+from guardian.hostio.procfs import all_stats, real_uid
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
 _MANAGEMENT = ("config", "mgmnt", "mgmt")

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 logger = logging.getLogger("guardian.action.log")
 

@@ -38,10 +38,16 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..durations import Duration
-from ..hostio.cgroupfs import Layout, dying_memcgs, layout_problem, leaking_cgroup, locate
-from ..hostio.sandbox import cgroupfs_read_only
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from guardian.core.durations import Duration
+from guardian.hostio.cgroupfs import (
+    Layout,
+    dying_memcgs,
+    layout_problem,
+    leaking_cgroup,
+    locate,
+)
+from guardian.hostio.sandbox import cgroupfs_read_only
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

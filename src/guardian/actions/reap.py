@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..durations import Duration
-from ..hostio.procfs import (
+from guardian.core.durations import Duration
+from guardian.hostio.procfs import (
     CLK_TCK,
     ProcStat,
     all_stats,
@@ -27,8 +27,8 @@ from ..hostio.procfs import (
     uptime,
     zombies_by_parent,
 )
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..safety import DEFAULT_PROTECTED_COMMS, protected_reason, selected
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+from guardian.plugin.safety import DEFAULT_PROTECTED_COMMS, protected_reason, selected
 
 SignalName = Literal["SIGCHLD", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                      "SIGTERM", "SIGKILL"]

@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..atomicfile import write_json
-from ..durations import Duration
-from ..hostio.systemdclient import SystemdClient, client_for
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from guardian.core.atomicfile import write_json
+from guardian.core.durations import Duration
+from guardian.hostio.systemdclient import SystemdClient, client_for
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 TARGET, MODE = "reboot.target", "replace-irreversibly"
 
@@ -54,7 +54,7 @@ class RebootParams(BaseModel):
     def _drain(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
             try:
-                from ..kube.drain import DrainParams
+                from guardian.kube.drain import DrainParams
             except ImportError as exc:
                 raise ValueError(f"drain needs the Kubernetes extra: {exc}") from None
             DrainParams.model_validate(v)
@@ -121,7 +121,7 @@ class NodeReboot(Action[RebootParams]):
         return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)
 
     def _drain(self) -> Any:
-        from ..kube.drain import DrainParams, KubeDrain
+        from guardian.kube.drain import DrainParams, KubeDrain
         return KubeDrain(DrainParams.model_validate(self.params.drain))
 
     # -- plan ----------------------------------------------------------------------------

@@ -19,11 +19,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..atomicfile import write_json
-from ..durations import Duration
-from ..hostio.systemdclient import STOPPED, SystemdClient, client_for
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from ..safety import selected
+from guardian.core.atomicfile import write_json
+from guardian.core.durations import Duration
+from guardian.hostio.systemdclient import STOPPED, SystemdClient, client_for
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+from guardian.plugin.safety import selected
 
 Verb = Literal["stop", "disable", "mask", "reset-failed", "restart", "try-restart", "reload"]
 # Units whose loss takes the node (or guardian) down; never touched, whatever the allow-list.

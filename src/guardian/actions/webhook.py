@@ -26,8 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from ..durations import Duration, PositiveDuration
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
+from guardian.core.durations import Duration, PositiveDuration
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
 

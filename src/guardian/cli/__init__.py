@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NoReturn
 
-from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
-from ..version import __version__
+from guardian.core.defaults import DEFAULT_CONFIG, DEFAULT_RULES
+from guardian.core.version import __version__
 
 __all__ = ["main"]
 
@@ -54,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from ..plugins import RegistryError  # imported here: --version needs no plugins
+        from guardian.plugin.registry import (
+            RegistryError,  # imported here: --version needs no plugins
+        )
 
         if not isinstance(exc, RegistryError):
             raise
@@ -108,7 +110,7 @@ def duration(positive: bool = False) -> Callable[[str], str]:
     """An argparse type: a duration such as "90s" (kept as text; a bad one is a usage
     error, not a traceback)."""
     def check(text: str) -> str:
-        from ..durations import parse_duration
+        from guardian.core.durations import parse_duration
         try:
             seconds = parse_duration(text)
         except ValueError as exc:

@@ -11,15 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..collector import Collector
-from ..config import Config, load_config
-from ..defaults import DEFAULT_CONFIG, DEFAULT_RULES
-from ..diagnostics import Diagnostic, RuleError
-from ..durations import parse_duration
-from ..engine import Engine
-from ..host import Host
-from ..plugins import default_registry
-from ..snapshot import Snapshot
+from guardian.core.defaults import DEFAULT_CONFIG, DEFAULT_RULES
+from guardian.core.diagnostics import Diagnostic, RuleError
+from guardian.core.durations import parse_duration
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.runtime.collector import Collector
+from guardian.runtime.config import Config, load_config
 
 __all__ = ["DEFAULT_RULES"]
 

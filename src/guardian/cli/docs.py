@@ -12,7 +12,7 @@ SHELLS = ("bash", "zsh", "tcsh")
 def cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
-    from . import _parser
+    from guardian.cli import _parser
     print(shtab.complete(_parser(), args.shell))
     return 0
 
@@ -20,8 +20,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_man(args: argparse.Namespace) -> int:
     from argparse_manpage.manpage import Manpage
 
-    from ..version import __version__
-    from . import _parser
+    from guardian.cli import _parser
+    from guardian.core.version import __version__
     parser = _parser()
     page = Manpage(parser, _data={"version": __version__, "project_name": "guardian",
                                   "description": parser.description,

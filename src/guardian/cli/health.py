@@ -7,9 +7,9 @@ import sys
 import urllib.error
 import urllib.request
 
-from ..diagnostics import RuleError
-from ..durations import parse_duration
-from .common import cli_config, json_out, listen_override, print_errors
+from guardian.cli.common import cli_config, json_out, listen_override, print_errors
+from guardian.core.diagnostics import RuleError
+from guardian.core.durations import parse_duration
 
 
 def cmd_health(args: argparse.Namespace) -> int:

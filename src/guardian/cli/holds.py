@@ -13,14 +13,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..diagnostics import RuleError
-from ..durations import parse_duration
-from ..holds import HoldFile
-from ..model.holds import Hold, HoldSpec, in_force
-from ..operate import holds_path, readers
-from ..policy.loader import load_rules
-from .common import cli_config, json_out, print_errors
-from .host import _service_paths
+from guardian.cli.common import cli_config, json_out, print_errors
+from guardian.cli.host import _service_paths
+from guardian.core.diagnostics import RuleError
+from guardian.core.durations import parse_duration
+from guardian.model.holds import Hold, HoldSpec, in_force
+from guardian.policy.loader import load_rules
+from guardian.runtime.holds import HoldFile
+from guardian.runtime.operate import holds_path, readers
 
 
 def _file(args: argparse.Namespace) -> HoldFile | int:

@@ -12,23 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import state as state_file
-from .. import tomlread
-from ..actions import irq as irq_action
-from ..audit import AuditLog
-from ..collector import Collector
-from ..config import Config
-from ..diagnostics import RuleError
-from ..durations import parse_duration
-from ..engine import Budget, Decision, Engine, RuleState, render_values, short
-from ..executor import Executor
-from ..host import Host
-from ..model.ruleset import CompiledRule, Ruleset
-from ..plugins import default_registry
-from ..policy.loader import load_rules
-from ..service import EX_CONFIG, Daemon, ServiceOptions
-from ..snapshot import format_labels
-from .common import (
+from guardian.actions import irq as irq_action
+from guardian.cli.common import (
     cli_config,
     host_collector,
     json_out,
@@ -39,6 +24,21 @@ from .common import (
     report_sources,
     warm_snapshot,
 )
+from guardian.core import tomlread
+from guardian.core.audit import AuditLog
+from guardian.core.diagnostics import RuleError
+from guardian.core.durations import parse_duration
+from guardian.core.snapshot import format_labels
+from guardian.engine.engine import Budget, Decision, Engine, RuleState, render_values, short
+from guardian.hostio.host import Host
+from guardian.model.ruleset import CompiledRule, Ruleset
+from guardian.plugin.registry import default_registry
+from guardian.policy.loader import load_rules
+from guardian.runtime import state as state_file
+from guardian.runtime.collector import Collector
+from guardian.runtime.config import Config
+from guardian.runtime.executor import Executor
+from guardian.service.daemon import EX_CONFIG, Daemon, ServiceOptions
 
 
 def cmd_signals(args: argparse.Namespace) -> int:
@@ -106,7 +106,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     state_path = None if args.dry_run else Path(args.state or _service_paths(config)[0])
     if state_path is not None:
         state_file.load(engine, state_path)
-    from ..operate import Operations  # the holds and the default window, as the service
+    from guardian.runtime.operate import (
+        Operations,  # the holds and the default window, as the service
+    )
     Operations(config, Path(args.state or _service_paths(config)[0])).before(engine)
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     try:
@@ -293,7 +295,7 @@ def _act_rails(config: Config, disruptive: bool) -> list[str]:
     rule in force (from any source the config names; an unreadable one counts), and for a
     disruptive action the config's maintenance window closed or a fleet budget (which
     `act` does not take a slot of) configured."""
-    from ..operate import Operations  # the service's sources of holds
+    from guardian.runtime.operate import Operations  # the service's sources of holds
 
     wall = time.time()
     out = [f"a hold on every rule is in force ({h.describe()}) [{h.source}]"

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..durations import format_duration
+from guardian.core.durations import format_duration
 
 GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
@@ -245,7 +245,7 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Im
 
 
 def _kmsg(data: dict[str, Any], log_only: bool, prefix: str) -> Imported:
-    from ..sources.kernel_patterns import SHIPPED
+    from guardian.sources.kernel_patterns import SHIPPED
 
     source = str(data.get("source") or "kernel-monitor")
     by_reason: dict[str, list[str]] = {}

@@ -9,20 +9,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import Config
-from ..diagnostics import RuleError
-from ..durations import parse_duration
-from ..engine import Decision, Engine
-from ..executor import Executor
-from ..host import Host
-from ..model.ruleset import Ruleset
-from ..plugins import default_registry
-from ..policy.loader import load_rules
-from ..snapshot import SignalSpec
+from guardian.core.diagnostics import RuleError
+from guardian.core.durations import parse_duration
+from guardian.core.snapshot import SignalSpec
+from guardian.engine.engine import Decision, Engine
+from guardian.hostio.host import Host
+from guardian.model.ruleset import Ruleset
+from guardian.plugin.registry import default_registry
+from guardian.policy.loader import load_rules
+from guardian.runtime.config import Config
+from guardian.runtime.executor import Executor
 
 if TYPE_CHECKING:
-    from ..recording import Recording
-from .common import (
+    from guardian.runtime.recording import Recording
+from guardian.cli.common import (
     cli_config,
     host_collector,
     json_out,
@@ -34,7 +34,7 @@ from .common import (
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from ..recording import Writer, header
+    from guardian.runtime.recording import Writer, header
     try:
         config = cli_config(args)
         interval, duration = parse_duration(args.interval), parse_duration(args.duration)
@@ -80,7 +80,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def _load_recording(path: str) -> Any:
-    from ..recording import RecordingError, read
+    from guardian.runtime.recording import RecordingError, read
     try:
         rec = read(path)
     except RecordingError as exc:
@@ -93,7 +93,7 @@ def _load_recording(path: str) -> Any:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from ..replay import decisions_json, replay, timeline
+    from guardian.runtime.replay import decisions_json, replay, timeline
     rec = _load_recording(args.recording)
     if rec is None:
         return 2
@@ -114,7 +114,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for line in timeline(r):
             print(line)
     if args.plot:
-        from ..plot import plot
+        from guardian.runtime.plot import plot
         try:
             plot(rec, rules, r, Path(args.plot))
         except RuntimeError as exc:
@@ -147,7 +147,7 @@ def _rules_and_recording(args: argparse.Namespace
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ..policy.explain import explain_condition, missing_signals
+    from guardian.policy.explain import explain_condition, missing_signals
     loaded = _rules_and_recording(args)
     if isinstance(loaded, int):
         return loaded
@@ -159,7 +159,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return 2
     engine = Engine(rules)
     if rec is not None:
-        from ..replay import replay
+        from guardian.runtime.replay import replay
         r = replay(rec, rules, parse_duration(args.at) if args.at else None)
         engine = r.engine
         snap = r.last
@@ -227,26 +227,26 @@ def _state_words(rule: Any, st: Any, now: float, missing: list[str],
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    """The pending and firing rules as chains, root cause first (see guardian.why)."""
-    from .. import why
+    """The pending and firing rules as chains, root cause first (see guardian.runtime.why)."""
+    from guardian.runtime import why
     loaded = _rules_and_recording(args)
     if isinstance(loaded, int):
         return loaded
     config, rec, rules, _ = loaded
     if rec is not None:
-        from ..replay import replay
+        from guardian.runtime.replay import replay
         r = replay(rec, rules, parse_duration(args.at) if args.at else None)
         engine, snap, decisions = r.engine, r.last, r.decisions
         if snap is None:
             print("guardian why: no snapshot at or before --at", file=sys.stderr)
             return 2
     else:
-        from .. import state as state_file
+        from guardian.runtime import state as state_file
         engine = Engine(rules)
         if args.state and Path(args.state).exists():
             state_file.load(engine, Path(args.state))
-        from ..operate import Operations
-        from .host import _service_paths
+        from guardian.cli.host import _service_paths
+        from guardian.runtime.operate import Operations
         # the holds the service sees now (guardian pause's beside the state file)
         Operations(config, Path(args.state or _service_paths(config)[0])).before(engine)
         snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
@@ -259,7 +259,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         for line in why.text(chain, snap.time, "would act" if rec is not None else "acted"):
             print(line)
     if args.plot:
-        from ..plot import plot_why
+        from guardian.runtime.plot import plot_why
         try:
             plot_why(chain, snap.time, Path(args.plot))
         except RuntimeError as exc:

@@ -9,20 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config
-from ..defaults import DEFAULT_CONFIG
-from ..diagnostics import Diagnostic, RuleError
-from ..holds import check_dropin
-from ..model.ruleset import Ruleset
-from ..plugins import default_registry
-from ..policy.loader import TEST_SUFFIX, load_rules
-from ..policy.ruletest import run_test_file
-from .common import (
-    cli_config,
-    json_out,
-    print_errors,
-    registry_warnings,
-)
+from guardian.cli.common import cli_config, json_out, print_errors, registry_warnings
+from guardian.core.defaults import DEFAULT_CONFIG
+from guardian.core.diagnostics import Diagnostic, RuleError
+from guardian.model.ruleset import Ruleset
+from guardian.plugin.registry import default_registry
+from guardian.policy.loader import TEST_SUFFIX, load_rules
+from guardian.policy.ruletest import run_test_file
+from guardian.runtime.config import Config, load_config
+from guardian.runtime.holds import check_dropin
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -89,7 +84,7 @@ def _reboot_errors(rs: Any, config: Config) -> list[tuple[Any, str]]:
     the fleet budget could take every node down at once."""
     if not any(a.use == "node.reboot" for r in rs.rules for a in [*r.actions, *r.escalate]):
         return []
-    from ..actions.reboot import check
+    from guardian.actions.reboot import check
 
     kubernetes = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or \
         Path("/var/lib/kubelet").is_dir()
@@ -102,7 +97,7 @@ def _drain_errors(rs: Any, config: Config) -> list[tuple[Any, str]]:
                  for r in rs.rules for a in [*r.actions, *r.escalate])
     if not drains:
         return []
-    from ..kube.drain import check
+    from guardian.kube.drain import check
 
     return check(rs.rules, config.service.apply_timeout)
 
@@ -143,7 +138,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from ..schemas import schema_for
+    from guardian.runtime.schemas import schema_for
     print(json.dumps(schema_for(args.kind), indent=2))
     return 0
 
@@ -151,8 +146,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def sandbox_warnings(rs: Ruleset) -> list[str]:
     """Actions that the systemd unit's sandbox would make fail when the unit runs them:
     a dry run, outside the unit, cannot show it."""
-    from ..actions.memcg import MemcgRelease, sandbox_problem
-    from ..hostio.sandbox import unit_texts
+    from guardian.actions.memcg import MemcgRelease, sandbox_problem
+    from guardian.hostio.sandbox import unit_texts
     unit = unit_texts()
     out = []
     for rule in rs.rules:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import json_out
+from guardian.cli.common import json_out
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from ..layout import init
+    from guardian.runtime.layout import init
     try:
         changes = init(Path(args.root), args.exec_path)
     except OSError as exc:

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host import Host, read_kernel_file
+from guardian.hostio.host import Host, read_kernel_file
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from jeepney import DBusAddress, Message, MessageType, Parser, new_method_call
 from jeepney.io.blocking import prep_socket
 from jeepney.low_level import HeaderFields
 
-from . import systemctl as systemctl_cli
-from .systemdbus import NUDGE, PRIVATE_SOCKET, SYSTEMD
+from guardian.hostio import systemctl as systemctl_cli
+from guardian.hostio.systemdbus import NUDGE, PRIVATE_SOCKET, SYSTEMD
 
 Transport = Literal["auto", "dbus", "systemctl"]
 MANAGER = DBusAddress("/org/freedesktop/systemd1", SYSTEMD, f"{SYSTEMD}.Manager")

@@ -15,9 +15,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 from pydantic import Field
 
-from ..plugins import Action, ActionContext, Outcome, Plan, Step
-from . import owned
-from .client import KubeParams, make_client, node_name
+from guardian.kube import owned
+from guardian.kube.client import KubeParams, make_client, node_name
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
 # ValueError: a reply that does not decode as the resource (msgspec raises ValueError)
 API_ERRORS = (ApiError, httpx2.HTTPError, OSError, ValueError)

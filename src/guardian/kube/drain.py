@@ -13,10 +13,10 @@ from lightkube.models.meta_v1 import DeleteOptions, ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from pydantic import Field
 
-from ..plugins import ActionContext, Outcome, Plan, Step
-from . import owned
-from .actions import API_ERRORS, Cordon, OwnedNodeAction, _why
-from .client import KubeParams, node_name
+from guardian.kube import owned
+from guardian.kube.actions import API_ERRORS, Cordon, OwnedNodeAction, _why
+from guardian.kube.client import KubeParams, node_name
+from guardian.plugin.contract import ActionContext, Outcome, Plan, Step
 
 MIRROR = "kubernetes.io/config.mirror"  # corev1.MirrorPodAnnotationKey
 EVENTS_KEPT = 200  # progress entries kept in the outcome

@@ -30,8 +30,8 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 from pydantic import Field, field_validator
 
-from .actions import API_ERRORS, _why
-from .client import KubeParams, make_client, node_name
+from guardian.kube.actions import API_ERRORS, _why
+from guardian.kube.client import KubeParams, make_client, node_name
 
 log = logging.getLogger("guardian.fleet")
 

@@ -22,9 +22,9 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import ConfigMap, Node
 from pydantic import Field
 
-from ..model.holds import Hold, parse_holds
-from .actions import API_ERRORS, _why
-from .client import KubeParams, make_client, node_name
+from guardian.kube.actions import API_ERRORS, _why
+from guardian.kube.client import KubeParams, make_client, node_name
+from guardian.model.holds import Hold, parse_holds
 
 log = logging.getLogger("guardian.holds")
 

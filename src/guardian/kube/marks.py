@@ -14,10 +14,10 @@ from typing import Any, ClassVar, Literal
 from lightkube.resources.core_v1 import Node
 from pydantic import Field, field_validator
 
-from ..plugins import ActionContext
-from . import owned
-from .actions import OwnedNodeAction
-from .client import KubeParams
+from guardian.kube import owned
+from guardian.kube.actions import OwnedNodeAction
+from guardian.kube.client import KubeParams
+from guardian.plugin.contract import ActionContext
 
 # a qualified name's name part (k8s.io/apimachinery validation IsQualifiedName)
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")

@@ -7,13 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..snapshot import Family
-from . import runtime
-from .runtime import Lookback, Matcher
+from guardian.core.snapshot import Family
+from guardian.model import runtime
+from guardian.model.runtime import Lookback, Matcher
 
 
 class TimeFunctions(Protocol):
-    """History queries a compiled condition calls (see :class:`guardian.history.History`)."""
+    """History queries a compiled condition calls (see :class:`guardian.engine.history.History`)."""
 
     def query(
         self, fn: str, name: str, matchers: tuple[Matcher, ...] | None, window: float,

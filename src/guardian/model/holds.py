@@ -2,7 +2,7 @@
 ``pauseRequests``, Alertmanager's silences). A hold matches all rules, one rule by name,
 or the rules carrying some labels; it always expires, and says why and who. A held rule
 still evaluates, plans and audits; its actions wait, and run when the hold ends if the
-rule still fires. Holds are data: the engine receives them (see :mod:`guardian.holds`
+rule still fires. Holds are data: the engine receives them (see :mod:`guardian.runtime.holds`
 for where they come from) and judges expiry against the wall time it is given."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..durations import MAX_DURATION
-from ..tomlread import TOMLDecodeError, loads
+from guardian.core.durations import MAX_DURATION
+from guardian.core.tomlread import TOMLDecodeError, loads
 
 
 class HoldSpec(BaseModel):

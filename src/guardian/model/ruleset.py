@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plugins import Action, redact
-from ..snapshot import SignalSpec
-from .condition import Condition
-from .runtime import Lookback
-from .schema import ActionSpec, Rule
+from guardian.core.snapshot import SignalSpec
+from guardian.model.condition import Condition
+from guardian.model.runtime import Lookback
+from guardian.model.schema import ActionSpec, Rule
+from guardian.plugin.contract import Action
+from guardian.plugin.secrets import redact
 
 
 @dataclass

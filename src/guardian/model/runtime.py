@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from fnmatch import fnmatchcase
 
-from ..snapshot import Family, Labels
+from guardian.core.snapshot import Family, Labels
 
 Matcher = tuple[str, str, bool]  # label, value or glob, is_glob
 Lookback = tuple[str, tuple[Matcher, ...] | None]  # a signal a time function reads, narrowed

@@ -11,8 +11,8 @@ from pydantic import (
     PositiveInt,
 )
 
-from ..durations import Duration, PositiveDuration
-from .window import Window
+from guardian.core.durations import Duration, PositiveDuration
+from guardian.model.window import Window
 
 SCHEMA_VERSION = 1
 

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..durations import Duration, PositiveDuration
+from guardian.core.durations import Duration, PositiveDuration
 
 
 class ExpectedAction(BaseModel):

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.condition import TimeFunctions
-from ..snapshot import SignalSpec, format_labels
-from .expr import compile_subexpression, parse_condition, selector_name
+from guardian.core.snapshot import SignalSpec, format_labels
+from guardian.model.condition import TimeFunctions
+from guardian.policy.expr import compile_subexpression, parse_condition, selector_name
 
 MAX_MEMBERS = 6
 

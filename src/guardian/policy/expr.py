@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..durations import parse_duration
-from ..model import runtime
-from ..model.condition import Condition, SignalRef, TimeFunctions
-from ..model.runtime import Lookback, Matcher
-from ..snapshot import SignalSpec
+from guardian.core.durations import parse_duration
+from guardian.core.snapshot import SignalSpec
+from guardian.model import runtime
+from guardian.model.condition import Condition, SignalRef, TimeFunctions
+from guardian.model.runtime import Lookback, Matcher
 
 
 class Kind(enum.Enum):

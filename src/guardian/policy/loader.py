@@ -1,6 +1,6 @@
 """Load rule files: TOML, then the schema, then conditions and action parameters.
 
-Every problem becomes a :class:`~guardian.diagnostics.Diagnostic` naming
+Every problem becomes a :class:`~guardian.core.diagnostics.Diagnostic` naming
 ``path:line:col``; all problems of all files are collected in one pass, and a ruleset is
 returned only when there are none, so nothing is ever half-loaded.
 """
@@ -14,14 +14,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..diagnostics import Diagnostic, Reporter, RuleError, parse_toml, read_text, unknown_key
-from ..model.condition import Condition
-from ..model.ruleset import BoundAction, CompiledRule, Ruleset
-from ..model.schema import SCHEMA_VERSION, ActionSpec, Rule
-from ..plugins import Registry, default_registry
-from ..positions import Pos
-from ..snapshot import SignalSpec
-from .expr import ExprError, compile_condition
+from guardian.core.diagnostics import (
+    Diagnostic,
+    Reporter,
+    RuleError,
+    parse_toml,
+    read_text,
+    unknown_key,
+)
+from guardian.core.positions import Pos
+from guardian.core.snapshot import SignalSpec
+from guardian.model.condition import Condition
+from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
+from guardian.model.schema import SCHEMA_VERSION, ActionSpec, Rule
+from guardian.plugin.registry import Registry, default_registry
+from guardian.policy.expr import ExprError, compile_condition
 
 TEST_SUFFIX = ".test.toml"
 

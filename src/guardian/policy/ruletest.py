@@ -39,14 +39,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..diagnostics import Diagnostic, Reporter, RuleError, read_toml
-from ..durations import format_duration
-from ..engine import Engine
-from ..host import Host
-from ..model.testfile import Expectation, RuleTest, RuleTestFile
-from ..plugins import Registry, SampleError, Source, default_registry
-from ..snapshot import Snapshot, Value, parse_series_key
-from .loader import load_rules
+from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml
+from guardian.core.durations import format_duration
+from guardian.core.snapshot import Snapshot, Value, parse_series_key
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
+from guardian.model.testfile import Expectation, RuleTest, RuleTestFile
+from guardian.plugin.contract import SampleError, Source
+from guardian.plugin.registry import Registry, default_registry
+from guardian.policy.loader import load_rules
 
 _TOKEN = re.compile(r"^(?:(_)|([+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?))(?:([+-]\d+(?:\.\d+)?)?x(\d+))?$")
 MAX_STEPS = 1_000_000  # evaluations per test: a far `at` is an error, not a hang

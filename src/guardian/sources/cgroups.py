@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..host import Host
-from ..hostio.cgroupfs import Layout, layout_problem, locate, memcg_counts
-from ..plugins import NoParams, Source
-from ..snapshot import SignalSpec
+from guardian.core.snapshot import SignalSpec
+from guardian.hostio.cgroupfs import Layout, layout_problem, locate, memcg_counts
+from guardian.hostio.host import Host
+from guardian.plugin.contract import NoParams, Source
 
 
 class CgroupsSource(Source[NoParams]):

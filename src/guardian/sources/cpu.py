@@ -12,10 +12,10 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..host import Host, read_kernel_file
-from ..hostio.procfs import CLK_TCK, all_stats, read_proc_stat
-from ..plugins import Source
-from ..snapshot import Family, SignalSpec, label
+from guardian.core.snapshot import Family, SignalSpec, label
+from guardian.hostio.host import Host, read_kernel_file
+from guardian.hostio.procfs import CLK_TCK, all_stats, read_proc_stat
+from guardian.plugin.contract import Source
 
 # /proc/stat cpuN columns, in order; guest time is already counted in user.
 COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")

@@ -20,9 +20,9 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..host import Host
-from ..plugins import Source
-from ..snapshot import Family, Labels, SignalSpec, labels_of
+from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.contract import Source
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x03

@@ -48,10 +48,10 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..durations import Duration
-from ..host import Host
-from ..plugins import Source
-from ..snapshot import Family, Labels, SignalSpec, labels_of
+from guardian.core.durations import Duration
+from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.contract import Source
 
 log = logging.getLogger("guardian.sources.exposition")
 

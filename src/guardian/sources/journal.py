@@ -44,11 +44,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..atomicfile import write_json
-from ..host import Host
-from ..plugins import SampleError, Source
-from ..regexsafety import named_pattern_problem
-from ..snapshot import Family, SignalSpec, labels_of
+from guardian.core.atomicfile import write_json
+from guardian.core.regexsafety import named_pattern_problem
+from guardian.core.snapshot import Family, SignalSpec, labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.contract import SampleError, Source
 
 SKIP_REASONS = ("flood", "too_long", "json", "uid")
 _COALESCE = 0.05           # at most ~20 wake-ups a second

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from ..regexsafety import example_match
+from guardian.core.regexsafety import example_match
 
 COMM = r"[\s\S]{0,15}"  # TASK_COMM_LEN - 1; anything but NUL, newlines included
 MASK = "\u2423"  # what a user-chosen field reads as once masked ("␣")

@@ -50,15 +50,20 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ..atomicfile import write_json
-from ..durations import Duration
-from ..host import Host
-from ..hostio.procfs import system_unit_of
-from ..plugins import SampleError, Source
-from ..regexsafety import named_pattern_problem
-from ..snapshot import Family, SignalSpec, labels_of
-from .kernel_patterns import DEFAULT_PATTERNS, TASK_UNITS, XID_ACTION_NAMES, xid_of
-from .kernel_usertext import mask, named_task, spoofable
+from guardian.core.atomicfile import write_json
+from guardian.core.durations import Duration
+from guardian.core.regexsafety import named_pattern_problem
+from guardian.core.snapshot import Family, SignalSpec, labels_of
+from guardian.hostio.host import Host
+from guardian.hostio.procfs import system_unit_of
+from guardian.plugin.contract import SampleError, Source
+from guardian.sources.kernel_patterns import (
+    DEFAULT_PATTERNS,
+    TASK_UNITS,
+    XID_ACTION_NAMES,
+    xid_of,
+)
+from guardian.sources.kernel_usertext import mask, named_task, spoofable
 
 # syslog facility numbers (RFC 5424, <sys/syslog.h>)
 FACILITIES: dict[str, int] = {

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..host import Host, read_kernel_file
-from ..plugins import NoParams, Source
-from ..snapshot import Family, SignalSpec
-from ..snapshot import label as label_of
+from guardian.core.snapshot import Family, SignalSpec
+from guardian.core.snapshot import label as label_of
+from guardian.hostio.host import Host, read_kernel_file
+from guardian.plugin.contract import NoParams, Source
 
 SOFTNET_COLUMNS = {0: "processed", 1: "dropped", 2: "time_squeeze"}
 NET_DEV = {"rx_bytes": 0, "rx_packets": 1, "rx_errors": 2, "rx_dropped": 3,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..host import Host, read_kernel_file
-from ..plugins import NoParams, Source
-from ..snapshot import SignalSpec
+from guardian.core.snapshot import SignalSpec
+from guardian.hostio.host import Host, read_kernel_file
+from guardian.plugin.contract import NoParams, Source
 
 RESOURCES = ("cpu", "memory", "io")
 KINDS = ("some", "full")

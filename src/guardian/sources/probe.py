@@ -24,12 +24,12 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..durations import PositiveDuration
-from ..host import Host
-from ..plugins import Source
-from ..regexsafety import backtracking_risk
-from ..snapshot import Family, SignalSpec, label, labels_of
-from .periodic import Periodic
+from guardian.core.durations import PositiveDuration
+from guardian.core.regexsafety import backtracking_risk
+from guardian.core.snapshot import Family, SignalSpec, label, labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.contract import Source
+from guardian.sources.periodic import Periodic
 
 ANSWER_LIMIT = 65536
 PROBE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")

@@ -9,8 +9,9 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..host import Host
-from ..hostio.procfs import (
+from guardian.core.snapshot import Family, SignalSpec, labels_of
+from guardian.hostio.host import Host
+from guardian.hostio.procfs import (
     CLK_TCK,
     ProcessTable,
     ProcStat,
@@ -18,8 +19,7 @@ from ..hostio.procfs import (
     real_uid,
     zombies_by_parent,
 )
-from ..plugins import Source
-from ..snapshot import Family, SignalSpec, labels_of
+from guardian.plugin.contract import Source
 
 
 class ProcessesConfig(BaseModel):

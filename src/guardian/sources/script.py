@@ -31,12 +31,12 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..durations import PositiveDuration
-from ..host import Host
-from ..hostio.programs import MINIMAL_ENV, Ran, run_bounded
-from ..plugins import Source
-from ..snapshot import Family, SignalSpec, label, labels_of
-from .periodic import Periodic
+from guardian.core.durations import PositiveDuration
+from guardian.core.snapshot import Family, SignalSpec, label, labels_of
+from guardian.hostio.host import Host
+from guardian.hostio.programs import MINIMAL_ENV, Ran, run_bounded
+from guardian.plugin.contract import Source
+from guardian.sources.periodic import Periodic
 
 log = logging.getLogger("guardian.sources.script")
 

@@ -16,14 +16,14 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..durations import Duration
-from ..host import Host
-from ..hostio import systemctl
-from ..hostio.systemctl import parse_show
-from ..hostio.systemdbus import PRIVATE_SOCKET, SystemdBus
-from ..hostio.systemdclient import SystemdSettings, configure
-from ..plugins import Source
-from ..snapshot import Family, SignalSpec, labels_of
+from guardian.core.durations import Duration
+from guardian.core.snapshot import Family, SignalSpec, labels_of
+from guardian.hostio import systemctl
+from guardian.hostio.host import Host
+from guardian.hostio.systemctl import parse_show
+from guardian.hostio.systemdbus import PRIVATE_SOCKET, SystemdBus
+from guardian.hostio.systemdclient import SystemdSettings, configure
+from guardian.plugin.contract import Source
 
 PROPERTIES = ("Id", "NRestarts", "ActiveState", "SubState")
 

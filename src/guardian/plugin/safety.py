@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from .hostio.procfs import ProcStat
+from guardian.hostio.procfs import ProcStat
 
 # Processes whose death takes the node or its workloads down with them. Actions that
 # signal processes refuse them unless a rule's own `protect` list leaves them out.

@@ -18,23 +18,23 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from . import state as state_file
-from .audit import AuditLog
-from .collector import Collector
-from .config import Config
-from .diagnostics import RuleError
-from .engine import Budget, Decision, Engine
-from .executor import Executed, Executor
-from .host import Host
-from .instancelock import InstanceLock, InstanceLocked
-from .metrics import STATES, Metrics
-from .model.ruleset import Ruleset
-from .notify import Notifier
-from .operate import Operations
-from .plugins import Registry, default_registry
-from .policy.loader import load_rules, rule_files
-from .snapshot import Snapshot
-from .wakeup import Wakeup
+from guardian.core.audit import AuditLog
+from guardian.core.diagnostics import RuleError
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Budget, Decision, Engine
+from guardian.hostio.host import Host
+from guardian.model.ruleset import Ruleset
+from guardian.plugin.registry import Registry, default_registry
+from guardian.policy.loader import load_rules, rule_files
+from guardian.runtime import state as state_file
+from guardian.runtime.collector import Collector
+from guardian.runtime.config import Config
+from guardian.runtime.executor import Executed, Executor
+from guardian.runtime.metrics import STATES, Metrics
+from guardian.runtime.operate import Operations
+from guardian.service.instancelock import InstanceLock, InstanceLocked
+from guardian.service.notify import Notifier
+from guardian.service.wakeup import Wakeup
 
 log = logging.getLogger("guardian.service")
 
@@ -235,7 +235,7 @@ class Daemon:
                                  heartbeat=self.ping_if_due)
         self.executor.on_result.append(self._count)
         if self.config.fleet is not None:
-            from .kube.fleet import FleetBudget, FleetParams
+            from guardian.kube.fleet import FleetBudget, FleetParams
             assert isinstance(self.config.fleet, FleetParams)
             try:
                 self.executor.fleet = FleetBudget(self.config.fleet)

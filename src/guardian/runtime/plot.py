@@ -8,12 +8,12 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from .model.ruleset import Ruleset
-from .policy.expr import parse_condition
-from .recording import Recording
-from .replay import Replay
-from .snapshot import format_labels
-from .why import Link
+from guardian.core.snapshot import format_labels
+from guardian.model.ruleset import Ruleset
+from guardian.policy.expr import parse_condition
+from guardian.runtime.recording import Recording
+from guardian.runtime.replay import Replay
+from guardian.runtime.why import Link
 
 MAX_LINES = 8  # members of a family drawn per signal
 

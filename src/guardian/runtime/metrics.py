@@ -1,7 +1,7 @@
 """Prometheus metrics: rule states, actions by outcome, source errors, tick duration and
 the last tick's time, reloads, process and build information, and the values of the
 signals the rules use. Served on loopback by default
-(prometheus_client's exposition, served by :mod:`guardian.httpserve`, whose threads and
+(prometheus_client's exposition, served by :mod:`guardian.runtime.httpserve`, whose threads and
 connections are bounded), and optionally written as a node_exporter textfile."""
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from . import httpserve
-from .model.holds import Hold
-from .model.ruleset import Ruleset
-from .model.runtime import Matcher, matches
-from .snapshot import SignalSpec, Snapshot
-from .version import __version__
+from guardian.core.snapshot import SignalSpec, Snapshot
+from guardian.core.version import __version__
+from guardian.model.holds import Hold
+from guardian.model.ruleset import Ruleset
+from guardian.model.runtime import Matcher, matches
+from guardian.runtime import httpserve
 
 log = logging.getLogger("guardian.metrics")
 STATES = ("inactive", "pending", "firing", "unknown")

@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .atomicfile import write_json
-from .engine import Engine
+from guardian.core.atomicfile import write_json
+from guardian.engine.engine import Engine
 
 log = logging.getLogger("guardian.state")
 FORMAT = 2

@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from .atomicfile import write_json
-from .diagnostics import Diagnostic, Reporter, RuleError, read_toml
-from .model.holds import Hold, HoldSpec, broken_hold, parse_holds
+from guardian.core.atomicfile import write_json
+from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml
+from guardian.model.holds import Hold, HoldSpec, broken_hold, parse_holds
 
 log = logging.getLogger("guardian.holds")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import tomlread
+from guardian.core import tomlread
 
 Path = tuple[str | int, ...]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .collector import SOURCE_ERRORS, Collector
-from .snapshot import Family, SignalSpec, Snapshot
+from guardian.core.snapshot import Family, SignalSpec, Snapshot
+from guardian.runtime.collector import SOURCE_ERRORS, Collector
 
 FORMAT = "guardian-recording"
 VERSION = 1

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
-from .diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
-from .durations import Duration, PositiveDuration
-from .model.window import Window
-from .plugins import Registry
+from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
+from guardian.core.durations import Duration, PositiveDuration
+from guardian.model.window import Window
+from guardian.plugin.registry import Registry
 
 
 class BudgetConfig(BaseModel):
@@ -101,7 +101,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     fleet: BaseModel | None = None
     if "fleet" in data:
         try:
-            from .kube.fleet import FleetParams
+            from guardian.kube.fleet import FleetParams
         except ImportError:
             report(("fleet",), "[fleet] needs the Kubernetes extra: pip install "
                                "'node-guardian[k8s]'")
@@ -158,7 +158,7 @@ def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
         report.validation(exc, ("holds",), HoldsConfig)
     if kube_raw is not None:
         try:
-            from .kube.holds import KubeHoldsParams
+            from guardian.kube.holds import KubeHoldsParams
         except ImportError:
             report(("holds", "kube"), "[holds.kube] needs the Kubernetes extra: pip install "
                                       "'node-guardian[k8s]'")

@@ -6,11 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .durations import format_duration
-from .engine import Decision, Engine
-from .model.ruleset import Ruleset
-from .recording import Recording
-from .snapshot import Snapshot
+from guardian.core.durations import format_duration
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Decision, Engine
+from guardian.model.ruleset import Ruleset
+from guardian.runtime.recording import Recording
 
 
 @dataclass

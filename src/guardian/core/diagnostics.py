@@ -15,8 +15,8 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from . import tomlread
-from .positions import Pos, key_positions, locate
+from guardian.core import tomlread
+from guardian.core.positions import Pos, key_positions, locate
 
 Loc = tuple[str | int, ...]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .durations import format_duration
-from .engine import Decision, Engine, render_values, short
-from .model.ruleset import CompiledRule
-from .snapshot import Snapshot
+from guardian.core.durations import format_duration
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Decision, Engine, render_values, short
+from guardian.model.ruleset import CompiledRule
 
 ACTIVE = ("pending", "firing")
 

@@ -9,11 +9,11 @@ import logging
 import time
 from pathlib import Path
 
-from .config import Config
-from .engine import Engine
-from .holds import DropIn, HoldFile, HoldReader
-from .metrics import Metrics
-from .model.holds import Hold, in_force
+from guardian.engine.engine import Engine
+from guardian.model.holds import Hold, in_force
+from guardian.runtime.config import Config
+from guardian.runtime.holds import DropIn, HoldFile, HoldReader
+from guardian.runtime.metrics import Metrics
 
 log = logging.getLogger("guardian.holds")
 
@@ -34,7 +34,7 @@ def readers(config: Config, state_path: Path | None) -> list[HoldReader]:
     if config.holds.dropin:
         out.append(DropIn(Path(config.holds.dropin)))
     if config.holds.kube is not None:
-        from .kube.holds import KubeHolds, KubeHoldsParams
+        from guardian.kube.holds import KubeHolds, KubeHoldsParams
         assert isinstance(config.holds.kube, KubeHoldsParams)
         out.append(KubeHolds(config.holds.kube))
     return out

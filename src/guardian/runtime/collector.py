@@ -5,7 +5,7 @@ A source that raises yields no value for any of its signals, and its error is co
 A source's output is held to its specs (declared names, label names, finite numbers); a
 signal that breaks them has no value, and the collection counts as an error of its
 source, logged once per signal and problem; so does a collection whose source reports
-:meth:`~guardian.plugins.Source.faults` (members it could not read).
+:meth:`~guardian.plugin.contract.Source.faults` (members it could not read).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .config import Config
-from .host import Host
-from .plugins import Registry, Source
-from .snapshot import SignalSpec, Snapshot, check_values, labels_of
+from guardian.core.snapshot import SignalSpec, Snapshot, check_values, labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.contract import Source
+from guardian.plugin.registry import Registry
+from guardian.runtime.config import Config
 
 log = logging.getLogger("guardian.collector")
 

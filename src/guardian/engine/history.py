@@ -25,8 +25,8 @@ from itertools import islice, pairwise, repeat
 from operator import gt, sub, truediv
 from typing import Any
 
-from .model.runtime import Lookback, Matcher, matches, sel
-from .snapshot import Family, Labels
+from guardian.core.snapshot import Family, Labels
+from guardian.model.runtime import Lookback, Matcher, matches, sel
 
 MAX_ROWS = 10_000  # per lookback, whatever the window: bounds memory at fast tick rates
 NAN = math.nan

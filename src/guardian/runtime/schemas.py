@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config import EngineConfig, HoldsConfig, ServiceConfig
-from .model.schema import ActionSpec, RuleFile
-from .model.testfile import test_file_schema
-from .plugins import Registry, default_registry
+from guardian.model.schema import ActionSpec, RuleFile
+from guardian.model.testfile import test_file_schema
+from guardian.plugin.registry import Registry, default_registry
+from guardian.runtime.config import EngineConfig, HoldsConfig, ServiceConfig
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 KINDS = ("rules", "tests", "config")
@@ -85,8 +85,8 @@ def config_schema(registry: Registry | None = None) -> dict[str, Any]:
         "holds": _inline(HoldsConfig, defs),
     }
     try:
-        from .kube.fleet import FleetParams
-        from .kube.holds import KubeHoldsParams
+        from guardian.kube.fleet import FleetParams
+        from guardian.kube.holds import KubeHoldsParams
     except ImportError:  # without the Kubernetes extra there is no [fleet]
         props["holds"]["properties"].pop("kube", None)
     else:

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .audit import AuditLog
-from .engine import Decision
-from .host import Host
-from .plugins import ActionContext, Outcome, Plan
-from .snapshot import Snapshot
+from guardian.core.audit import AuditLog
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Decision
+from guardian.hostio.host import Host
+from guardian.plugin.contract import ActionContext, Outcome, Plan
 
 log = logging.getLogger("guardian.executor")
 
@@ -72,7 +72,7 @@ class Executed:
 class Executor:
     """Runs the actions of decisions against one host: the one path to ``apply()``.
 
-    Only decisions an :class:`~guardian.engine.Engine` emitted are applied (a dry run may
+    Only decisions an :class:`~guardian.engine.engine.Engine` emitted are applied (a dry run may
     plan any); a plan that refuses is never applied; a ``fleet = true`` rule's disruptive
     actions run only while this node holds a slot of the fleet budget. A shadow rule's
     actions (``mode = "observe"``) and the actions a hold or a closed maintenance window

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .atomicfile import write_text
+from guardian.core.atomicfile import write_text
 
 SHIPPED_RECORD = "var/lib/guardian/shipped.json"
 UNIT = "etc/systemd/system/guardian.service"

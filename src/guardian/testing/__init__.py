@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .host import Host
-from .plugins import Registry, default_registry
-from .snapshot import Family, Snapshot, labels_of
+from guardian.core.snapshot import Family, Snapshot, labels_of
+from guardian.hostio.host import Host
+from guardian.plugin.registry import Registry, default_registry
 
 
 class FakeHost:

@@ -19,12 +19,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .durations import format_duration
-from .history import History
-from .model.holds import Hold
-from .model.ruleset import BoundAction, CompiledRule, Ruleset
-from .model.window import Window
-from .snapshot import Family, Snapshot, Value, check_values, format_key
+from guardian.core.durations import format_duration
+from guardian.core.snapshot import Family, Snapshot, Value, check_values, format_key
+from guardian.engine.history import History
+from guardian.model.holds import Hold
+from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
+from guardian.model.window import Window
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
