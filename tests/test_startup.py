@@ -47,8 +47,9 @@ def test_a_rule_that_uses_a_kubernetes_action_imports_it(tmp_path: Path) -> None
 
 
 def test_listing_actions_imports_none_of_them() -> None:
-    code = ("import sys\nfrom guardian.plugin.registry import Registry\nreg = Registry.from_entry_points()"
-            "\nassert 'kube.cordon' in reg.actions and len(reg.actions) >= 11\n"
+    code = ("import sys\nfrom guardian.plugin.registry import Registry\n"
+            "reg = Registry.from_entry_points()\n"
+            "assert 'kube.cordon' in reg.actions and len(reg.actions) >= 11\n"
             "print(sorted(m for m in sys.modules if m.startswith('guardian.actions.') or "
             "m.startswith('guardian.kube')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
