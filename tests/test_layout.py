@@ -89,14 +89,15 @@ def test_the_wheel_carries_the_defaults(wheel: Path) -> None:
 
 
 def test_the_readme_installs_this_project() -> None:
-    """The name the README installs is this project's distribution (before: `pip install
-    guardian` installed an unrelated project)."""
+    """The name the README and docs/ install is this project's distribution (before: `pip
+    install guardian` installed an unrelated project)."""
     import re
 
     from guardian.core.diagnostics import parse_toml
     name = parse_toml("pyproject.toml", (REPO / "pyproject.toml").read_text())[
         "project"]["name"]
-    readme = (REPO / "README.md").read_text()
+    readme = "".join(p.read_text() for p in [REPO / "README.md",
+                                              *sorted((REPO / "docs").glob("*.md"))])
     installs = re.findall(r"pip install '?([A-Za-z0-9_.-]+)(?:\[[a-z0-9,]+\])?'?", readme)
     named = [n for n in installs if not n.startswith((".", "-"))]
     assert named and set(named) == {name}, named

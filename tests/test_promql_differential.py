@@ -4,7 +4,7 @@ languages' shared part: the time functions, the new range functions, arithmetic 
 `%` on negative operands), aggregations, `abs` and `clamp_*`, label matchers, counter
 resets, gaps, and the series notation (fractional steps included).
 
-Every case is evaluated by both. Where the README's table of deliberate differences says
+Every case is evaluated by both. Where docs/rules.md's table of deliberate differences says
 guardian differs, the comparison emulates the difference instead of skipping the case:
 `rate`, `increase` and `delta` are compared against Prometheus' extrapolation
 (promql/functions.go extrapolatedRate, reimplemented below from its definition), and an

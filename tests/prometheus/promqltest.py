@@ -57,7 +57,7 @@ class Load:
 @dataclass
 class Outcome:
     passed: list[Eval] = field(default_factory=list)
-    # passed, but for a NaN result guardian gives no value (the README's documented
+    # passed, but for a NaN result guardian gives no value (docs/rules.md's documented
     # difference: arithmetic that has no number has no value)
     nan_is_no_value: list[Eval] = field(default_factory=list)
     failed: list[tuple[Eval, dict[str, float]]] = field(default_factory=list)
