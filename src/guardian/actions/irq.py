@@ -10,16 +10,27 @@ irqbalance would undo the change: by default the action then refuses.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.atomicfile import write_json
 from guardian.hostio.host import Host
+from guardian.hostio.irq import (
+    affinity_path,
+    format_cpu_list,
+    irq_names,
+    online_cpus,
+    read_affinity,
+    write_affinity,
+)
+from guardian.hostio.irq import interface_irqs as interface_irqs
+from guardian.hostio.irq import parse_cpu_list as parse_cpu_list
 from guardian.hostio.procfs import all_stats, real_uid
+from guardian.hostio.records import read_json
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+
+# (interface_irqs and parse_cpu_list are re-exported as they were: tests import them here)
 
 DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
 _MANAGEMENT = ("config", "mgmnt", "mgmt")
@@ -39,49 +50,6 @@ class IrqParams(BaseModel):
     irqbalance: Literal["refuse", "ignore"] = Field(
         "refuse", description="what to do while irqbalance runs (it undoes the change)")
     state_file: str = Field(DEFAULT_STATE, description="where the previous lists are kept")
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """ "0-3,8" -> [0, 1, 2, 3, 8]. Raises ValueError."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        out.update(range(int(lo), int(hi) + 1) if sep else (int(lo),))
-    return sorted(out)
-
-
-def format_cpu_list(cpus: list[int]) -> str:
-    """[0, 1, 2, 3, 8] -> "0-3,8"."""
-    runs: list[list[int]] = []
-    for c in sorted(set(cpus)):
-        if runs and runs[-1][1] == c - 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def irq_names(host: Host) -> dict[int, str]:
-    """IRQ number -> its name (last column of /proc/interrupts)."""
-    out: dict[int, str] = {}
-    for line in (host.proc / "interrupts").read_text().splitlines()[1:]:
-        head, sep, rest = line.partition(":")
-        if sep and head.strip().isdigit():
-            parts = rest.split()
-            out[int(head)] = parts[-1] if parts else ""
-    return out
-
-
-def interface_irqs(host: Host, iface: str) -> list[int]:
-    """IRQs of a NIC's PCI device (``device/msi_irqs``, or its parent's for virtio)."""
-    dev = host.sys / "class" / "net" / iface / "device"
-    for d in (dev, dev / ".."):
-        msi = d / "msi_irqs"
-        if msi.is_dir():
-            return sorted(int(p.name) for p in msi.iterdir() if p.name.isdigit())
-    return []
 
 
 def irqbalance_running(host: Host) -> int | None:
@@ -124,7 +92,7 @@ class IrqMove(Action[IrqParams]):
         if not p.include_management:
             chosen = [i for i in chosen if not any(m in names.get(i, "") for m in _MANAGEMENT)]
         load = _per_core(ctx.snapshot.values, "cpu.core.kernel_pct")
-        online = parse_cpu_list((host.sys / "devices/system/cpu/online").read_text())
+        online = online_cpus(host)
         hot = set(p.from_cores if p.from_cores is not None else
                   [c for c, v in _per_core(ctx.snapshot.values, "cpu.core.hot").items() if v])
         allowed = [c for c in (p.to_cores if p.to_cores is not None else online)
@@ -138,9 +106,9 @@ class IrqMove(Action[IrqParams]):
         allowed.sort(key=lambda c: (load.get(c, 0.0), c))
         moves: list[dict[str, Any]] = []
         for irq in chosen:
-            path = host.proc / "irq" / str(irq) / "smp_affinity_list"
+            path = affinity_path(host, irq)
             try:
-                current = parse_cpu_list(path.read_text())
+                current = read_affinity(path)
             except (OSError, ValueError):
                 continue
             if not hot.intersection(current):
@@ -179,8 +147,7 @@ class IrqMove(Action[IrqParams]):
 
 def _write(path: str, cpus: str) -> dict[str, Any]:
     try:
-        Path(path).write_text(cpus + "\n")
-        got = format_cpu_list(parse_cpu_list(Path(path).read_text()))
+        got = write_affinity(path, cpus)
     except OSError as exc:
         return {"ok": False, "error": f"write {path}: {exc.strerror}", "new": cpus}
     if got != cpus:
@@ -190,7 +157,7 @@ def _write(path: str, cpus: str) -> dict[str, Any]:
 
 def load_state(path: str) -> dict[str, str]:
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json(path)
     except FileNotFoundError:
         return {}
     if not isinstance(data, dict):
@@ -207,7 +174,7 @@ def restore(host: Host, state_file: str = DEFAULT_STATE) -> list[dict[str, Any]]
     saved = load_state(state_file)
     results = []
     for irq, cpus in sorted(saved.items(), key=lambda kv: int(kv[0])):
-        path = host.proc / "irq" / irq / "smp_affinity_list"
+        path = affinity_path(host, irq)
         r = _write(str(path), cpus) | {"irq": int(irq)}
         if r["ok"] or not path.exists():  # an IRQ that is gone needs no restoring
             saved.pop(irq)

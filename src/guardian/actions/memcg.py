@@ -42,10 +42,13 @@ from guardian.core.durations import Duration
 from guardian.hostio.cgroupfs import (
     Layout,
     dying_memcgs,
+    gives_memory,
     layout_problem,
     leaking_cgroup,
     locate,
+    memory_current,
 )
+from guardian.hostio.host import write_kernel_file
 from guardian.hostio.sandbox import cgroupfs_read_only
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
@@ -91,13 +94,6 @@ class MemcgParams(BaseModel):
         if ".." in v.split("/"):
             raise ValueError("cgroup must be a path under the cgroup2 mount, without '..'")
         return "/" if v and not v.strip("/") else v.strip("/")
-
-
-def _gives_memory(cgroup: Path) -> bool:
-    try:
-        return "memory" in (cgroup / "cgroup.subtree_control").read_text().split()
-    except OSError:
-        return False
 
 
 def _offline_one(probe: Path) -> str:
@@ -191,7 +187,7 @@ class MemcgRelease(Action[MemcgParams]):
             plan.steps.append(Step(str(target), f"write {amount}"))
             plan.data["value"] = amount
             # a memcg must go offline there: the parent must give its children memory
-            probe_in = cgroup if _gives_memory(cgroup) else layout.memory_root
+            probe_in = cgroup if gives_memory(cgroup) else layout.memory_root
             probe = probe_in / f"guardian-wb-cleanup-{os.getpid()}"
             plan.steps.append(Step(str(probe), "make and remove: the kernel then moves "
                                    "clean inodes off dead memcgs' writeback structures"))
@@ -223,7 +219,7 @@ class MemcgRelease(Action[MemcgParams]):
 
     def _amount(self, cgroup: Path) -> str:
         try:
-            current = int((cgroup / "memory.current").read_text())
+            current = memory_current(cgroup)
         except (OSError, ValueError):
             return self.params.amount  # the root has no memory.current
         return self.params.amount if size_bytes(self.params.amount) <= current \
@@ -239,11 +235,7 @@ class MemcgRelease(Action[MemcgParams]):
         text = plan.data.get("value", "1" if p.method == "drop_caches" else p.amount)
         partial = False
         try:
-            fd = os.open(plan.data["path"], os.O_WRONLY)
-            try:
-                os.write(fd, text.encode())
-            finally:
-                os.close(fd)
+            write_kernel_file(plan.data["path"], text)
         except OSError as exc:
             if exc.errno != errno.EAGAIN or p.method != "reclaim":
                 return Outcome(ok=False, error=f"write {plan.data['path']}: {exc.strerror}")

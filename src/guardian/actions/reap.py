@@ -23,6 +23,7 @@ from guardian.hostio.procfs import (
     CLK_TCK,
     ProcStat,
     all_stats,
+    cgroup_paths,
     read_proc_stat,
     uptime,
     zombies_by_parent,
@@ -81,14 +82,6 @@ def _zombies_by_parent(proc: Path) -> tuple[dict[int, list[Zombie]], dict[int, P
     stats = {st.pid: st for st in all_stats(proc, strict=False)}
     return ({ppid: [Zombie(z.pid, z.starttime) for z in zs]
              for ppid, zs in zombies_by_parent(stats.values()).items()}, stats)
-
-
-def _cgroups(proc: Path, pid: int) -> list[str]:
-    try:
-        text = (proc / str(pid) / "cgroup").read_text()
-    except OSError:
-        return []
-    return [line.split(":", 2)[2] for line in text.splitlines() if line.count(":") >= 2]
 
 
 def _still_zombie(proc: Path, z: Zombie) -> ProcStat | None:
@@ -152,7 +145,7 @@ class ReapZombies(Action[ReapParams]):
                 continue
             if not selected(parent.comm, p.allow_comm, p.deny_comm):
                 continue
-            groups = _cgroups(proc, ppid)
+            groups = cgroup_paths(proc, ppid)
             if not any(selected(g, p.allow_cgroup, p.deny_cgroup) for g in groups or ["/"]):
                 continue
             why = protected_reason(parent, ctx.own_pid, None, p.protect, p.protect_pids)

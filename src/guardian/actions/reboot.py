@@ -14,7 +14,6 @@ gives back when the rule resolves in the new boot.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from guardian.core.atomicfile import write_json
 from guardian.core.durations import Duration
+from guardian.hostio.host import boot_id
+from guardian.hostio.records import read_json
 from guardian.hostio.systemdclient import SystemdClient, client_for
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
@@ -100,7 +101,7 @@ class NodeReboot(Action[RebootParams]):
         a loop (fail closed)."""
         path = self._file(ctx)
         try:
-            got = json.loads(path.read_text())["reboots"]
+            got = read_json(path)["reboots"]
             if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
                 raise ValueError("`reboots` is not a list of records")
             for r in got:
@@ -112,10 +113,7 @@ class NodeReboot(Action[RebootParams]):
         return got
 
     def _boot(self, ctx: ActionContext) -> str:
-        try:
-            return under(ctx.host.root, self.params.boot_id).read_text().strip()
-        except OSError:
-            return ""
+        return boot_id(under(ctx.host.root, self.params.boot_id))
 
     def _client(self, ctx: ActionContext) -> SystemdClient:
         return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)

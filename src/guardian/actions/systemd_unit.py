@@ -10,7 +10,6 @@ rule names a ``systemctl`` argv; the effect is verified by reading the unit back
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.atomicfile import write_json
 from guardian.core.durations import Duration
+from guardian.hostio.records import read_json
 from guardian.hostio.systemdclient import STOPPED, SystemdClient, client_for
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 from guardian.plugin.safety import selected
@@ -146,7 +146,7 @@ class SystemdUnit(Action[UnitParams]):
         loop (fail closed)."""
         path = self._file(root)
         try:
-            got = json.loads(path.read_text())
+            got = read_json(path)
             return {str(u): [float(t) for t in ts] for u, ts in got.items()}
         except FileNotFoundError:
             return {}

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardian.hostio.host import Host, read_kernel_file
+from guardian.hostio.host import Host, read_kernel_file, read_value
 
 
 @dataclass(frozen=True)
@@ -252,3 +252,18 @@ def leaking_cgroup(top: Path) -> Path:
         if holder is None:
             return here
         here = holder
+
+
+def gives_memory(cgroup: Path) -> bool:
+    """Whether a cgroup v2 cgroup enables the memory controller for its children
+    (``cgroup.subtree_control``); False when that cannot be read."""
+    try:
+        return "memory" in read_value(cgroup / "cgroup.subtree_control").split()
+    except OSError:
+        return False
+
+
+def memory_current(cgroup: Path) -> int:
+    """A cgroup v2 cgroup's ``memory.current``, in bytes (the root has none). Raises
+    OSError or ValueError."""
+    return int(read_value(cgroup / "memory.current"))

@@ -43,3 +43,28 @@ def read_kernel_file(path: str | Path) -> str:
     finally:
         os.close(fd)
     return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def write_kernel_file(path: str | Path, text: str) -> None:
+    """Write ``text`` to a /proc or /sys file in one write() (a knob such as
+    ``memory.reclaim`` acts on each write). Raises OSError as the write does."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def read_value(path: str | Path) -> str:
+    """The text of a file that holds one value (a boot id, a sysfs or cgroup knob),
+    stripped. Raises OSError, or ValueError when it is not UTF-8."""
+    return Path(path).read_text().strip()
+
+
+def boot_id(path: Path) -> str:
+    """The kernel's boot id (a new one after each boot) read from ``path``
+    (``/proc/sys/kernel/random/boot_id`` on the host); "" when it cannot be read."""
+    try:
+        return read_value(path)
+    except OSError:
+        return ""

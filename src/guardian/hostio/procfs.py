@@ -183,13 +183,28 @@ def real_uid(proc: Path, pid: int) -> int | None:
     return None
 
 
+def _cgroup_lines(proc: Path, pid: int) -> list[str]:
+    """The lines of /proc/<pid>/cgroup, ``hierarchy-ID:controllers:path`` (v1 and v2
+    alike). Raises OSError."""
+    return (proc / str(pid) / "cgroup").read_text().splitlines()
+
+
+def cgroup_paths(proc: Path, pid: int) -> list[str]:
+    """The cgroup of a process in each hierarchy; none when it cannot be read."""
+    try:
+        lines = _cgroup_lines(proc, pid)
+    except OSError:
+        return []
+    return [line.split(":", 2)[2] for line in lines if line.count(":") >= 2]
+
+
 def cgroup_of(proc: Path, pid: int) -> str:
     """The cgroup a process runs in ("/system.slice/kubelet.service", a pod's scope): the
     unified hierarchy's, else systemd's named one, else the first; "?" when unreadable.
     Only root (or a delegating service) places a process, so it is not the process's to
     choose, unlike its name."""
     try:
-        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+        lines = _cgroup_lines(proc, pid)
     except OSError:
         return "?"
     paths = {f[1]: f[2] for f in (line.split(":", 2) for line in lines) if len(f) == 3}
@@ -203,7 +218,7 @@ def system_unit_of(proc: Path, pid: int) -> str | None:
     if real_uid(proc, pid) != 0:
         return None
     try:
-        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+        lines = _cgroup_lines(proc, pid)
     except OSError:
         return None
     for line in lines:  # "hierarchy-ID:controllers:path", v1 and v2 alike

@@ -112,6 +112,12 @@ def run_bounded(argv: list[str], timeout: float, keep: int = 4096,
     return Ran(proc.returncode, out, err, seconds)
 
 
+def read_pipe(fd: int, size: int = 1 << 16) -> bytes:
+    """One read of a child's output pipe, set non-blocking: b"" at its end. Raises
+    BlockingIOError while it holds nothing, OSError as read() does."""
+    return os.read(fd, size)
+
+
 def _pidfd(pid: int) -> int | None:
     opener = getattr(os, "pidfd_open", None)
     if opener is None:

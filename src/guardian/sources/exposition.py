@@ -36,14 +36,12 @@ import contextlib
 import fnmatch
 import logging
 import os
-import stat
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -51,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from guardian.core.durations import Duration
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host
+from guardian.hostio.textfile import read_capped, textfiles
 from guardian.plugin.contract import Source
 
 log = logging.getLogger("guardian.sources.exposition")
@@ -128,42 +127,6 @@ def parse(text: str, target: str, max_series: int, keep: list[str],
             out[labels_of({"target": target, "metric": s.name, "series": series})] = \
                 float(s.value)
     return out, dropped
-
-
-def untrusted(st: os.stat_result) -> str | None:
-    """Why a file or directory others could write is refused, or None: it must be owned by
-    root or guardian's own user and writable by neither group nor others."""
-    if st.st_uid not in (0, os.geteuid()):
-        return f"owned by uid {st.st_uid}, neither root nor guardian's"
-    if st.st_mode & 0o022:
-        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def read_capped(path: Path, max_bytes: int) -> tuple[str, float]:
-    """A regular file's text (opened without blocking, at most ``max_bytes``) and its
-    mtime; a file others could write is refused. Raises OSError or ValueError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if (why := untrusted(st)) is not None:
-            raise ValueError(why)
-        if st.st_size > max_bytes:
-            raise ValueError(f"larger than {max_bytes} bytes")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise ValueError(f"larger than {max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8"), st.st_mtime
-    finally:
-        os.close(fd)
 
 
 def scrape(url: str, timeout: float, max_bytes: int) -> str:
@@ -248,9 +211,7 @@ class ExpositionSource(Source[ExpositionConfig]):
         for directory in self.cfg.textfile_directories:
             base = self.host.root / directory.lstrip("/")
             try:
-                if (why := untrusted(os.stat(base))) is not None:
-                    raise ValueError(why)
-                names = sorted(n for n in os.listdir(base) if n.endswith(".prom"))
+                names = textfiles(base)
             except (OSError, ValueError) as exc:
                 self._keep(f"dir:{directory}",
                            Reading(self.clock(), error=f"{type(exc).__name__}: {exc}"))

@@ -48,6 +48,8 @@ from guardian.core.atomicfile import write_json
 from guardian.core.regexsafety import named_pattern_problem
 from guardian.core.snapshot import Family, SignalSpec, labels_of
 from guardian.hostio.host import Host
+from guardian.hostio.programs import read_pipe
+from guardian.hostio.records import read_json
 from guardian.plugin.contract import SampleError, Source
 
 SKIP_REASONS = ("flood", "too_long", "json", "uid")
@@ -189,7 +191,7 @@ class JournalSource(Source[JournalConfig]):
             if self.thread is not None or self.cursor is not None:
                 return
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                saved = json.loads(self.position.read_text())
+                saved = read_json(self.position)
                 if saved.get("argv") == self._scope() and isinstance(saved["cursor"], str):
                     self.cursor = self.saved_cursor = saved["cursor"]
 
@@ -279,7 +281,7 @@ class JournalSource(Source[JournalConfig]):
             if not poller.poll(500):
                 continue
             try:
-                chunk = os.read(fd, 1 << 16)
+                chunk = read_pipe(fd)
             except BlockingIOError:
                 continue
             except OSError:

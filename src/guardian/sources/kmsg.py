@@ -35,16 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import select
-import stat
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -54,8 +51,12 @@ from guardian.core.atomicfile import write_json
 from guardian.core.durations import Duration
 from guardian.core.regexsafety import named_pattern_problem
 from guardian.core.snapshot import Family, SignalSpec, labels_of
-from guardian.hostio.host import Host
+from guardian.hostio.host import Host, boot_id
+from guardian.hostio.kmsg import RECORD_MAX, KmsgDevice, record_fields
+from guardian.hostio.kmsg import BadRecord as BadRecord
+from guardian.hostio.kmsg import parse_record as parse_record
 from guardian.hostio.procfs import system_unit_of
+from guardian.hostio.records import read_json
 from guardian.plugin.contract import SampleError, Source
 from guardian.sources.kernel_patterns import (
     DEFAULT_PATTERNS,
@@ -65,6 +66,9 @@ from guardian.sources.kernel_patterns import (
 )
 from guardian.sources.kernel_usertext import mask, named_task, spoofable
 
+# (BadRecord and parse_record are re-exported as they were: tests and the fuzzers
+# import them from here)
+
 # syslog facility numbers (RFC 5424, <sys/syslog.h>)
 FACILITIES: dict[str, int] = {
     "kern": 0, "user": 1, "mail": 2, "daemon": 3, "auth": 4, "syslog": 5, "lpr": 6,
@@ -72,11 +76,10 @@ FACILITIES: dict[str, int] = {
     **{f"local{i}": 16 + i for i in range(8)},
 }
 SKIP_REASONS = ("header", "flags", "utf8", "too_long")
-_READ_SIZE = 8192            # the kernel's record limit (CONSOLE_EXT_LOG_MAX)
+_READ_SIZE = RECORD_MAX      # the kernel's record limit (CONSOLE_EXT_LOG_MAX)
 _READ_SIZE_MAX = 1 << 20     # a record that does not fit this is skipped
 _LINE_MAX = 65536            # a line joined from fragments is cut here
 _FOLLOW_COALESCE = 0.05      # at most ~20 wake-ups a second, however fast lines arrive
-_ESCAPED = re.compile(rb"\\x([0-9a-fA-F]{2})")
 # a numbered back-reference or conditional: wrong once patterns share one expression
 _NUMBERED_GROUP_REF = re.compile(r"(?<!\\)(?:\\\\)*(?:\\[1-9]|\(\?\(\d)")
 
@@ -192,55 +195,6 @@ def _screens(patterns: dict[str, str]) -> tuple[re.Pattern[str], re.Pattern[str]
     return _screen(at_start), (_screen(anywhere) if anywhere else None)
 
 
-class BadRecord(ValueError):
-    """A record that cannot be read; ``reason`` is one of :data:`SKIP_REASONS`."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One /dev/kmsg record: its facility, level, sequence number, flag and text."""
-
-    facility: int
-    level: int
-    seq: int
-    flag: str
-    text: str
-
-
-def _unescape(match: re.Match[bytes]) -> bytes:
-    return bytes((int(match[1], 16),))
-
-
-def _fields(raw: bytes) -> tuple[int, int, bytes, str]:
-    """(priority, sequence, flag, text) of one record; :class:`BadRecord` if unreadable."""
-    head, sep, body = raw.partition(b";")
-    fields = head.split(b",", 4)
-    if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
-        raise BadRecord("header")
-    flag = fields[3]
-    if flag != b"-" and flag != b"c" and flag != b"+":
-        raise BadRecord("flags")
-    end = body.find(b"\n")
-    if end >= 0:
-        body = body[:end]  # dictionary lines (" KEY=value") follow
-    if b"\\" in body:
-        body = _ESCAPED.sub(_unescape, body)
-    try:
-        return int(fields[0]), int(fields[1]), flag, body.decode()
-    except UnicodeDecodeError:
-        raise BadRecord("utf8") from None
-
-
-def parse_record(raw: bytes) -> Record:
-    """One record as /dev/kmsg hands it over; :class:`BadRecord` if it cannot be read."""
-    prio, seq, flag, text = _fields(raw)
-    return Record(prio >> 3, prio & 7, seq, flag.decode(), text)
-
-
 def match_line(patterns: dict[str, re.Pattern[str]], line: str) -> list[str]:
     """Names of the patterns that match one log line."""
     return [name for name, rx in patterns.items() if rx.search(line)]
@@ -287,7 +241,7 @@ class KmsgSource(Source[KmsgConfig]):
                             if self.cfg.continuation == "auto"
                             else self.cfg.continuation == "4.9+")
         self.read_size = _READ_SIZE
-        self.fd = -1
+        self.device: KmsgDevice | None = None
         self.is_file = False
         self.skip_long_line = False
         self.lock = threading.Lock()
@@ -319,46 +273,26 @@ class KmsgSource(Source[KmsgConfig]):
             return f"cannot open {self.host.kmsg}: {exc.strerror}"
         return None
 
-    def _open(self) -> None:
-        if self.fd < 0:
-            self.fd = os.open(self.host.kmsg, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            # a recorded log (a regular file, one record per line) instead of the device
-            self.is_file = stat.S_ISREG(os.fstat(self.fd).st_mode)
+    def _open(self) -> KmsgDevice:
+        if self.device is None:
+            device = self.device = KmsgDevice(self.host.kmsg)
+            self.is_file = device.is_file
             if self.cfg.replay:
-                return
+                return device
             if self.cfg.lookback and not self.is_file:
                 # from the oldest record, skipping those logged before the window
                 uptime = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
                 self.not_before = uptime - int(self.cfg.lookback * 1e6)
                 self.baseline_pending = True
-                return
+                return device
             if self.is_file:
-                os.lseek(self.fd, 0, os.SEEK_END)
-            else:
-                self._read_to_end()
-
-    def _read_to_end(self) -> None:
-        """Move past every record there is, keeping the last one's sequence number (a
-        position to keep even if nothing new is logged before guardian stops; SEEK_END
-        would not say it)."""
-        for _ in range(1 << 20):  # at most the records a ring buffer can hold
-            try:
-                raw = os.read(self.fd, _READ_SIZE)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    continue  # overwritten meanwhile: on from the oldest left
-                break
-            with contextlib.suppress(IndexError, ValueError):
-                self.last_seq = int(raw.split(b",", 2)[1])
-        os.lseek(self.fd, 0, os.SEEK_END)
+                device.to_end()
+            elif (last := device.read_to_end()) is not None:
+                self.last_seq = last
+        return self.device
 
     def _boot_id(self) -> str:
-        try:
-            return (self.host.proc / "sys/kernel/random/boot_id").read_text().strip()
-        except OSError:
-            return ""
+        return boot_id(self.host.proc / "sys/kernel/random/boot_id")
 
     def keep_state(self, directory: Path) -> None:
         """Keep the read position in ``directory``; when one was kept for this boot, read
@@ -366,17 +300,17 @@ class KmsgSource(Source[KmsgConfig]):
         kernel overwrote meanwhile count as ``kmsg.lost``)."""
         with self.lock:
             self.position = directory / "kmsg-position.json"
-            if self.fd < 0 or self.is_file or self.cfg.replay or self.records:
+            if self.device is None or self.is_file or self.cfg.replay or self.records:
                 return
             try:
-                saved = json.loads(self.position.read_text())
+                saved = read_json(self.position)
                 seq = int(saved["seq"])
                 same_boot = saved["boot_id"] == self._boot_id() != ""
             except (OSError, ValueError, KeyError, TypeError):
                 return  # none yet (a first start), or unreadable: start as without
             if not same_boot:
                 return  # another boot's sequence numbers: they start over
-            os.lseek(self.fd, 0, os.SEEK_SET)  # the oldest record the kernel still has
+            self.device.to_start()  # the oldest record the kernel still has
             self.skip_through, self.not_before = seq, None
             self.last_seq = self.saved_seq = seq
             self.baseline_pending = True
@@ -407,11 +341,11 @@ class KmsgSource(Source[KmsgConfig]):
     def drain(self, now: float) -> list[str]:
         """Read what is new (bounded per call); the names of the patterns that matched."""
         with self.lock:
-            self._open()
+            device = self._open()
             matched: list[str] = []
             for _ in range(self.cfg.max_records_per_drain):
                 try:
-                    raw = os.read(self.fd, self.read_size)
+                    raw = device.read(self.read_size)
                 except BlockingIOError:
                     self._after_too_big(None)
                     break
@@ -421,14 +355,14 @@ class KmsgSource(Source[KmsgConfig]):
                             self.lost += 1  # at least one; the next sequence cannot say
                         continue  # the next read resumes at the oldest record left
                     if exc.errno == errno.EINVAL:
-                        self._too_big()
+                        self._too_big(device)
                         continue
                     raise
                 if not raw:
                     break  # a recording at its end
                 self._after_too_big(raw)
                 if self.is_file:
-                    if not self._recorded(raw, now, matched):
+                    if not self._recorded(device, raw, now, matched):
                         break
                 elif (self.skip_through is None and self.not_before is None) \
                         or not self._read_before(raw):
@@ -437,7 +371,7 @@ class KmsgSource(Source[KmsgConfig]):
                 self._save_position()
             return matched
 
-    def _too_big(self) -> None:
+    def _too_big(self, device: KmsgDevice) -> None:
         """The record does not fit the buffer: read again with a larger one."""
         self.too_big_at = self.read_size
         if self.read_size < _READ_SIZE_MAX:
@@ -446,7 +380,7 @@ class KmsgSource(Source[KmsgConfig]):
         # no buffer takes it: jump past it (the sequence gap counts what was jumped over)
         self.too_big_at = None
         self.skipped["too_long"] += 1
-        os.lseek(self.fd, 0, os.SEEK_END)
+        device.to_end()
 
     def _after_too_big(self, raw: bytes | None) -> None:
         """After an EINVAL: a kernel that kept the record hands it over now (longer than
@@ -458,7 +392,8 @@ class KmsgSource(Source[KmsgConfig]):
             self.gap_explained += 1
         self.too_big_at = None
 
-    def _recorded(self, chunk: bytes, now: float, matched: list[str]) -> bool:
+    def _recorded(self, device: KmsgDevice, chunk: bytes, now: float,
+                  matched: list[str]) -> bool:
         """Records of a recorded log, one per line; a partial last line is read again.
         False when the chunk held no whole line (the recording ends mid-line)."""
         start = 0
@@ -473,9 +408,9 @@ class KmsgSource(Source[KmsgConfig]):
                 self.skipped["too_long"] += 1  # a line longer than any record
                 self.skip_long_line = True
                 return True
-            os.lseek(self.fd, start - len(chunk), os.SEEK_CUR)
+            device.move(start - len(chunk))
             return start > 0
-        os.lseek(self.fd, end + 1 - len(chunk), os.SEEK_CUR)
+        device.move(end + 1 - len(chunk))
         for line in chunk[start:end].split(b"\n"):
             if line and not line.startswith(b" "):
                 self._record(line, now, matched)
@@ -484,7 +419,7 @@ class KmsgSource(Source[KmsgConfig]):
     def _record(self, raw: bytes, now: float, matched: list[str]) -> None:
         self.records += 1
         try:
-            prio, seq, flag, text = _fields(raw)
+            prio, seq, flag, text = record_fields(raw)
         except BadRecord as bad:
             self.skipped[bad.reason] += 1
             return
@@ -537,7 +472,7 @@ class KmsgSource(Source[KmsgConfig]):
         """Whether the task ``line`` names runs in one of the services ``pattern`` is
         about (a recorded line is never confirmed: its process is not this host's)."""
         pid = named_task(line)
-        return pid is not None and self.fd >= 0 and not self.is_file and \
+        return pid is not None and self.device is not None and not self.is_file and \
             system_unit_of(self.host.proc, pid) in TASK_UNITS[pattern]
 
     offers_samples: ClassVar[bool] = True
@@ -597,11 +532,11 @@ class KmsgSource(Source[KmsgConfig]):
     def follow(self, wake: Callable[[str], None]) -> bool:
         if self.thread is not None:
             return True
-        self._open()
+        device = self._open()
 
         def loop() -> None:
             poller = select.poll()
-            poller.register(self.fd, select.POLLIN)
+            poller.register(device.fileno(), select.POLLIN)
             while not self.stop.is_set():
                 if self.baseline_pending:  # nothing is read back before the baseline
                     self.stop.wait(_FOLLOW_COALESCE)
@@ -624,6 +559,6 @@ class KmsgSource(Source[KmsgConfig]):
             self.thread = None
         with self.lock:
             self._save_position()
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
+            if self.device is not None:
+                self.device.close()
+                self.device = None

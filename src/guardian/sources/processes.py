@@ -16,6 +16,7 @@ from guardian.hostio.procfs import (
     ProcessTable,
     ProcStat,
     cgroup_of,
+    pids,
     real_uid,
     zombies_by_parent,
 )
@@ -60,8 +61,8 @@ class ProcessesSource(Source[ProcessesConfig]):
         self.table = ProcessTable(host.proc)
 
     def unavailable(self) -> str | None:
-        return None if (self.host.proc / "self").exists() or any(
-            p.name.isdigit() for p in self.host.proc.iterdir()) else "no processes in procfs"
+        return None if (self.host.proc / "self").exists() or pids(self.host.proc) \
+            else "no processes in procfs"
 
     def collect(self, now: float) -> dict[str, object]:
         found, kernel_threads = self.table.scan()
