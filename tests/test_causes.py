@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from guardian import Engine, Snapshot, load_text
-from guardian.engine.engine import Decision
+from guardian.engine.decision import Decision
 
 from .conftest import write
 

@@ -24,13 +24,14 @@ from guardian.kube.actions import (
     KubeEvict,
     KubeUncordon,
 )
+from guardian.model.kinds import DecisionKind
 from guardian.plugin.contract import ActionContext
 
 from .kube_standin import Store, serve
 from .test_kube_standin import kubeconfig
 
 
-def ctx(kind: str = "firing") -> ActionContext:
+def ctx(kind: DecisionKind = "firing") -> ActionContext:
     return ActionContext("r", Snapshot(0.0, {}), Host(), dry_run=False, values={"x": 1},
                          kind=kind)
 
@@ -414,7 +415,7 @@ def test_condition_transition_time_changes_only_with_the_status(
         act = KubeCondition(ConditionParams(kubeconfig=str(kubeconfig(tmp_path, url)),
                                             node="node-a", type="DyingMemcgs"))
 
-        def run(kind: str) -> dict[str, str]:
+        def run(kind: DecisionKind) -> dict[str, str]:
             assert act.apply(act.plan(ctx(kind)), ctx(kind)).ok
             conds = store.objects["nodes"][("", "node-a")]["status"]["conditions"]
             return next(c for c in conds if c["type"] == "DyingMemcgs")

@@ -22,13 +22,14 @@ from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
 from guardian.kube.drain import DrainParams, KubeDrain
+from guardian.model.kinds import DecisionKind
 from guardian.plugin.contract import ActionContext
 
 from .kube_standin import Store, serve
 from .test_kube_standin import kubeconfig
 
 
-def ctx(kind: str = "firing") -> ActionContext:
+def ctx(kind: DecisionKind = "firing") -> ActionContext:
     return ActionContext("nic-reset", Snapshot(0.0, {}), Host(), dry_run=False, kind=kind)
 
 

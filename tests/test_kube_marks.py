@@ -19,13 +19,14 @@ from pydantic import ValidationError
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.core.audit import AuditLog
 from guardian.kube.marks import KubeLabel, KubeTaint, KubeUntaint, LabelParams, TaintParams
+from guardian.model.kinds import DecisionKind
 from guardian.plugin.contract import ActionContext
 
 from .kube_standin import Store, serve
 from .test_kube_standin import kubeconfig, kubectl
 
 
-def ctx(rule: str = "gpu-xid", kind: str = "firing") -> ActionContext:
+def ctx(rule: str = "gpu-xid", kind: DecisionKind = "firing") -> ActionContext:
     return ActionContext(rule, Snapshot(0.0, {}), Host(), dry_run=False, kind=kind)
 
 

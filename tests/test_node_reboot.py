@@ -22,6 +22,7 @@ from guardian.actions.reboot import NodeReboot, RebootParams, under
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
 from guardian.kube.fleet import FleetBudget, FleetParams
+from guardian.model.kinds import DecisionKind
 from guardian.plugin.contract import ActionContext
 
 from .kube_standin import serve
@@ -56,7 +57,7 @@ def calls(tmp_path: Path) -> list[str]:
     return f.read_text().splitlines() if f.exists() else []
 
 
-def ctx(h: Host, kind: str = "firing") -> ActionContext:
+def ctx(h: Host, kind: DecisionKind = "firing") -> ActionContext:
     return ActionContext("kernel-update", Snapshot(0.0, {}), h, dry_run=False, kind=kind)
 
 

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 
 from guardian import Budget, Engine, Snapshot, load_text
-from guardian.engine.engine import Decision
+from guardian.engine.decision import Decision
 
 FLAPPY = '''version = 1
 [[rule]]

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from guardian.core.diagnostics import Diagnostic, RuleError
     from guardian.core.snapshot import SignalSpec, Snapshot, labels_of
     from guardian.core.version import __version__ as __version__
-    from guardian.engine.engine import Budget, Decision, Engine
+    from guardian.engine.bounds import Budget
+    from guardian.engine.decision import Decision
+    from guardian.engine.engine import Engine
     from guardian.hostio.host import Host
     from guardian.model.ruleset import Ruleset
     from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Source, Step
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 # command needs.
 _WHERE = {
     "Collector": "runtime.collector", "Diagnostic": "core.diagnostics",
-    "RuleError": "core.diagnostics", "Budget": "engine.engine", "Decision": "engine.engine",
+    "RuleError": "core.diagnostics", "Budget": "engine.bounds", "Decision": "engine.decision",
     "Engine": "engine.engine", "Executor": "runtime.executor", "Host": "hostio.host",
     "Ruleset": "model.ruleset", "load_rules": "policy.loader", "load_text": "policy.loader",
     "SignalSpec": "core.snapshot", "Snapshot": "core.snapshot", "labels_of": "core.snapshot",

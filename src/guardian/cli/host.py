@@ -29,7 +29,10 @@ from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
 from guardian.core.snapshot import format_labels
-from guardian.engine.engine import Budget, Decision, Engine, RuleState, render_values, short
+from guardian.engine.bounds import Budget
+from guardian.engine.decision import Decision, render_values, short
+from guardian.engine.engine import Engine
+from guardian.engine.lifecycle import RuleState
 from guardian.hostio.host import Host
 from guardian.model.ruleset import CompiledRule, Ruleset
 from guardian.plugin.registry import default_registry

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
 from guardian.core.snapshot import SignalSpec
-from guardian.engine.engine import Decision, Engine
+from guardian.engine.decision import Decision
+from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import default_registry

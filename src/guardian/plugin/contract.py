@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from guardian.core.snapshot import Family, SignalSpec, Snapshot
 from guardian.hostio.host import Host
+from guardian.model.kinds import DecisionKind
 
 
 class NoParams(BaseModel):
@@ -153,7 +154,7 @@ class ActionContext:
     host: Host
     dry_run: bool
     values: dict[str, Any] = field(default_factory=dict)  # the evidence, rendered as text
-    kind: str = "firing"  # the decision's kind: firing, retry, resolved, manual
+    kind: DecisionKind = "firing"  # the decision's kind: firing, retry, resolved, manual…
     own_pid: int = field(default_factory=os.getpid)
     evidence: dict[str, Any] = field(default_factory=dict)  # typed: floats and families
     # the rule as notifications describe it (an alert's labels and annotations)

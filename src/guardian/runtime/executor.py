@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from guardian.core.audit import AuditLog
 from guardian.core.snapshot import Snapshot
-from guardian.engine.engine import Decision
+from guardian.engine.decision import Decision
 from guardian.hostio.host import Host
 from guardian.plugin.contract import ActionContext, Outcome, Plan
 

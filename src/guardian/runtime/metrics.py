@@ -28,14 +28,14 @@ from prometheus_client.registry import Collector as PromCollector
 from guardian.core.snapshot import SignalSpec, Snapshot
 from guardian.core.version import __version__
 from guardian.model.holds import Hold
+from guardian.model.kinds import ENGINE_KINDS, PHASES
 from guardian.model.ruleset import Ruleset
 from guardian.model.runtime import Matcher, matches
 from guardian.runtime import httpserve
 
 log = logging.getLogger("guardian.metrics")
-STATES = ("inactive", "pending", "firing", "unknown")
-KINDS = ("pending", "firing", "retry", "resolved", "inactive", "suppressed", "held",
-         "escalated")
+STATES = (*PHASES, "unknown")
+KINDS = ENGINE_KINDS
 OUTCOMES = ("ok", "unverified", "failed", "error", "refused", "planned", "would_act", "held")
 RELOADS = ("ok", "failed")
 PID_LABELS = frozenset({"pid", "ppid"})  # unbounded: summed away, never exported

@@ -8,7 +8,8 @@ from typing import Any
 
 from guardian.core.durations import format_duration
 from guardian.core.snapshot import Snapshot
-from guardian.engine.engine import Decision, Engine
+from guardian.engine.decision import Decision
+from guardian.engine.engine import Engine
 from guardian.model.ruleset import Ruleset
 from guardian.runtime.recording import Recording
 

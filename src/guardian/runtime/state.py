@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from guardian.core.atomicfile import write_json
 from guardian.engine.engine import Engine
+from guardian.model.kinds import Phase
 
 log = logging.getLogger("guardian.state")
 FORMAT = 2
@@ -36,7 +37,7 @@ Time = Annotated[float, Field(allow_inf_nan=False)]
 class SavedRule(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    phase: Literal["inactive", "pending", "firing"] = "inactive"
+    phase: Phase = "inactive"
     since: Time | None = None
     active_at: Time | None = None
     keep_firing_since: Time | None = None

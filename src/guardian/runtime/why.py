@@ -13,10 +13,12 @@ from typing import Any
 
 from guardian.core.durations import format_duration
 from guardian.core.snapshot import Snapshot
-from guardian.engine.engine import Decision, Engine, render_values, short
+from guardian.engine.decision import Decision, decision_values, render_values, short
+from guardian.engine.engine import Engine
+from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
 
-ACTIVE = ("pending", "firing")
+ACTIVE: tuple[Phase, ...] = ("pending", "firing")
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Link:
 
     rule: str
     summary: str
-    phase: str
+    phase: Phase
     severity: str
     since: float | None  # when its condition began to hold
     evidence: dict[str, Any]
@@ -84,7 +86,7 @@ def _evidence(engine: Engine, rule: CompiledRule, snapshot: Snapshot) -> dict[st
         result = rule.condition.fn(snapshot.values, engine.history)
     except Exception:  # a compiled condition should not raise; evidence is best effort
         result = None
-    return render_values(Engine.decision_values(rule, snapshot.values, result))
+    return render_values(decision_values(rule, snapshot.values, result))
 
 
 def _root_first(by_name: dict[str, Link]) -> list[Link]:

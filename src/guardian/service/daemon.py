@@ -21,7 +21,9 @@ from watchdog.observers import Observer
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
 from guardian.core.snapshot import Snapshot
-from guardian.engine.engine import Budget, Decision, Engine
+from guardian.engine.bounds import Budget
+from guardian.engine.decision import Decision
+from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import Registry, default_registry
