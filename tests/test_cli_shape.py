@@ -86,7 +86,7 @@ def test_check_with_no_arguments_checks_the_installed_configuration(
     """`guardian check` alone checks what the service would load, as `nginx -t` does: the
     config at its default place and the rules that config names (here the default place
     is moved into tmp_path; before, only /etc/guardian/rules was read, and no config)."""
-    import guardian.cli.rules as rules_cli
+    import guardian.cli.check as check_cli
     from guardian.cli import main
 
     rules = tmp_path / "rules"
@@ -94,7 +94,7 @@ def test_check_with_no_arguments_checks_the_installed_configuration(
     write(rules, "a.toml", 'version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
                            'when = "memcg.dying > 1"\n')
     config = write(tmp_path, "guardian.toml", f'[service]\nrules = ["{rules}"]\n')
-    monkeypatch.setattr(rules_cli, "DEFAULT_CONFIG", config)
+    monkeypatch.setattr(check_cli, "DEFAULT_CONFIG", config)
     assert main(["check"]) == 0
     assert capsys.readouterr().out.startswith("ok: 1 rule(s) in 2 file(s)")
     config.write_text(f'[service]\nrules = ["{rules}"]\n[engine]\ninterval = "soon"\n')

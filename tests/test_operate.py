@@ -484,8 +484,8 @@ def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_fo
     """Review (ops) 3: `guardian act` applied while a pause on every rule was in force.
     It refuses now (audited), as it does outside the maintenance window for a disruptive
     action; --force acts, and the audit log says what it overrode."""
-    from guardian.cli.host import _act_rails
     from guardian.runtime.config import load_config
+    from guardian.runtime.manual import refusals
 
     config = tmp_path / "guardian.toml"
     config.write_text(f'[service]\nstate_file = "{tmp_path / "state.json"}"\n')
@@ -513,15 +513,15 @@ def test_act_refuses_under_a_hold_on_every_rule_and_outside_the_window_unless_fo
                       f'window = {{ days = ["{other}"], start = "00:00", end = "00:01", '
                       f'time_zone = "UTC" }}\n')
     loaded = load_config(config, default_registry())
-    assert _act_rails(loaded, disruptive=False) == []
-    [closed] = _act_rails(loaded, disruptive=True)
+    assert refusals(loaded, disruptive=False) == []
+    [closed] = refusals(loaded, disruptive=True)
     assert closed.startswith("outside the maintenance window")
     # act takes no slot of the fleet budget: with [fleet], a disruptive action waits
     config.write_text(f'[service]\nstate_file = "{tmp_path / "state.json"}"\n'
                       '[fleet]\nmax_nodes = 1\n')
     loaded = load_config(config, default_registry())
-    assert _act_rails(loaded, disruptive=False) == []
-    [fleet] = _act_rails(loaded, disruptive=True)
+    assert refusals(loaded, disruptive=False) == []
+    [fleet] = refusals(loaded, disruptive=True)
     assert "fleet budget" in fleet
 
 

@@ -1,5 +1,9 @@
 """The ``guardian`` command line: check and test rules offline, dry-run them on a host,
-run the service, record and replay."""
+run the service, record and replay.
+
+This module holds the parser; each command is a module of this package named after it
+(``guardian why`` is :mod:`guardian.cli.why`), imported only when that command runs. A
+command parses and prints; what it does is in the library (:mod:`guardian.runtime`)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, NoReturn
 
 from guardian.core.defaults import DEFAULT_CONFIG, DEFAULT_RULES
+from guardian.core.exitcodes import ExitCode
 from guardian.core.version import __version__
 
 __all__ = ["main"]
@@ -29,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
             print(json.dumps({"command": command, "ok": False,
                               "errors": [{"message": f"usage: {message}"}],
                               "warnings": [], "data": None}, indent=2))
-            sys.exit(2)
+            sys.exit(ExitCode.USAGE)
         super().error(message)
 
 
@@ -50,9 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc: int = args.func(args)
     except BrokenPipeError:
-        return 1
+        return ExitCode.FAILED
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:
         from guardian.plugin.registry import (
             RegistryError,  # imported here: --version needs no plugins
@@ -62,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         for problem in exc.problems:
             print(f"guardian: plugin conflict: {problem}", file=sys.stderr)
-        return 78  # EX_CONFIG: the unit does not restart into the same conflict
+        return ExitCode.CONFIG  # the unit does not restart into the same conflict
     return rc
 
 
@@ -175,13 +180,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--config", metavar="FILE", help=f"also check this guardian config file "
                    f"(default {DEFAULT_CONFIG} when no paths are given and it exists)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
-    c.set_defaults(func=_command("rules", "cmd_check"))
+    c.set_defaults(func=_command("check", "cmd_check"))
 
     t = sub.add_parser("test", help="run rule unit tests (*.test.toml), like promtool test")
     t.add_argument("paths", nargs="+", help="test files, or directories of *.test.toml")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(t)
-    t.set_defaults(func=_command("rules", "cmd_test"))
+    t.set_defaults(func=_command("rule_tests", "cmd_test"))
 
     r = sub.add_parser("run", help="the service loop (or one evaluation with --once)")
     rules_option(r)
@@ -203,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="metrics endpoint port on the configured address; 0 turns it off")
     r.add_argument("--json", action="store_true", help="machine-readable output (--once)")
     config_option(r)
-    r.set_defaults(func=_command("host", "cmd_run"))
+    r.set_defaults(func=_command("run", "cmd_run"))
 
     a = sub.add_parser("act", help="run one action once on this host, outside any rule "
                        "(same plan, apply, verify and audit path)")
@@ -220,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
                    "a closed maintenance window or a configured fleet budget (audited)")
     a.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(a)
-    a.set_defaults(func=_command("host", "cmd_act"))
+    a.set_defaults(func=_command("act", "cmd_act"))
 
     q = sub.add_parser("irq", help="IRQ affinity changes made by irq.move")
     q.add_argument("verb", choices=["restore", "show"],
@@ -228,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--state", help="state file (default: irq.move's, "
                    "/var/lib/guardian/irq-affinity.json)")
     q.add_argument("--root", default="/", help="host root (default /)")
-    q.set_defaults(func=_command("host", "cmd_irq"))
+    q.set_defaults(func=_command("irq", "cmd_irq"))
 
     rec = sub.add_parser("record", help="record every signal over time into a file")
     rec.add_argument("-o", "--output", required=True, metavar="FILE",
@@ -241,7 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--root", default="/", help="host root (default /)")
     rec.add_argument("--note", default="", help="how the recording was made (kept in it)")
     config_option(rec)
-    rec.set_defaults(func=_command("replay", "cmd_record"))
+    rec.set_defaults(func=_command("record", "cmd_record"))
 
     rp = sub.add_parser("replay", help="run rules over a recording; print the decisions")
     rp.add_argument("recording", help="a file from guardian record")
@@ -254,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="why a rule is inactive, pending, firing or unknown")
     ex.add_argument("rule", help="rule name")
     _at_a_point(ex, "explain at a point of a recording instead of on this host")
-    ex.set_defaults(func=_command("replay", "cmd_explain"))
+    ex.set_defaults(func=_command("explain", "cmd_explain"))
 
     w = sub.add_parser("why", help="what is wrong, as chains from root cause to symptoms")
     _at_a_point(w, "at a point of a recording instead of on this host")
@@ -262,13 +267,13 @@ def _parser() -> argparse.ArgumentParser:
                    "when each rule began (default: none)")
     w.add_argument("--plot", metavar="OUT.png", help="draw the links on one time axis "
                    "(needs matplotlib)")
-    w.set_defaults(func=_command("replay", "cmd_why"))
+    w.set_defaults(func=_command("why", "cmd_why"))
 
     s = sub.add_parser("schema", help="print a JSON Schema of guardian's files (for "
                                       "editors and validators)")
     s.add_argument("kind", nargs="?", default="rules", choices=["rules", "tests", "config"],
                    help="rule files (default), rule-test files, or guardian.toml")
-    s.set_defaults(func=_command("rules", "cmd_schema"))
+    s.set_defaults(func=_command("schema", "cmd_schema"))
 
     hl = sub.add_parser("health", help="ask the running service whether its loop is alive "
                         "(exit 0) or stuck (exit 1): for exec probes and scripts")
@@ -286,12 +291,12 @@ def _parser() -> argparse.ArgumentParser:
     ini.add_argument("--exec", dest="exec_path", metavar="PATH",
                      help="the guardian command the unit runs (default: this one)")
     ini.add_argument("--json", action="store_true", help="machine-readable output")
-    ini.set_defaults(func=_command("setup", "cmd_init"))
+    ini.set_defaults(func=_command("init", "cmd_init"))
 
     comp = sub.add_parser("completion", help="print shell completion (bash: source it, or "
                           "put it in /etc/bash_completion.d/guardian)")
     comp.add_argument("shell", choices=["bash", "zsh", "tcsh"])
-    comp.set_defaults(func=_command("docs", "cmd_completion"))
+    comp.set_defaults(func=_command("completion", "cmd_completion"))
 
     def holds_options(h: argparse.ArgumentParser, rule: bool = True) -> None:
         if rule:
@@ -341,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
     im.set_defaults(func=_command("npd", "cmd_import"))
 
     man = sub.add_parser("man", help="print the manual page (roff: guardian man | man -l -)")
-    man.set_defaults(func=_command("docs", "cmd_man"))
+    man.set_defaults(func=_command("man", "cmd_man"))
 
     g = sub.add_parser("signals", help="list every signal with value, unit, help, source")
     g.add_argument("--root", default="/", help="host root to read (default /)")
@@ -349,5 +354,5 @@ def _parser() -> argparse.ArgumentParser:
                    help="time between two samples (for rates)")
     g.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(g)
-    g.set_defaults(func=_command("host", "cmd_signals"))
+    g.set_defaults(func=_command("signals", "cmd_signals"))
     return p

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from guardian.core.audit import AuditLog
 from guardian.core.defaults import DEFAULT_CONFIG, DEFAULT_RULES
 from guardian.core.diagnostics import Diagnostic, RuleError
 from guardian.core.durations import parse_duration
-from guardian.core.snapshot import Snapshot
+from guardian.core.exitcodes import ExitCode
+from guardian.core.snapshot import SignalSpec, Snapshot
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
+from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import default_registry
+from guardian.policy.loader import load_rules
+from guardian.runtime import once
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config, load_config
+
+if TYPE_CHECKING:
+    from guardian.runtime.recording import Recording
 
 __all__ = ["DEFAULT_RULES"]
 
@@ -47,15 +55,15 @@ def json_out(command: str, data: object = None, *, ok: bool = True,
         "warnings": list(warnings), "data": data}, indent=2, default=str))
 
 
-def print_errors(exc: RuleError, args: argparse.Namespace | None = None) -> int:
+def print_errors(exc: RuleError, args: argparse.Namespace | None = None) -> ExitCode:
     """Report errors that stop a command: one per line on stderr, or the JSON shape with
     ``--json``."""
     if args is not None and getattr(args, "json", False):
         json_out(args.command, ok=False, errors=exc.diagnostics)
-        return 1
+        return ExitCode.FAILED
     for d in exc.diagnostics:
         print(d, file=sys.stderr)
-    return 1
+    return ExitCode.FAILED
 
 
 def host_collector(root: str, config: Config) -> Collector:
@@ -63,14 +71,57 @@ def host_collector(root: str, config: Config) -> Collector:
 
 
 def warm_snapshot(coll: Collector, warmup: str, engine: Engine | None = None) -> Snapshot:
-    """A snapshot taken ``warmup`` after a first one, so per-core percentages and rates
-    have values; the first feeds the engine's history (never its decisions) when one is
-    given."""
-    first = coll.collect(time.monotonic())
-    if engine is not None:
-        engine.observe(first)
-    time.sleep(parse_duration(warmup))
-    return coll.collect(time.monotonic())
+    """:func:`guardian.runtime.once.warm_snapshot` after ``--warmup`` (a duration)."""
+    return once.warm_snapshot(coll, parse_duration(warmup), engine)
+
+
+def open_audit(path: str) -> AuditLog | None:
+    """The --audit log, or None (said on stderr) when it cannot be opened safely."""
+    try:
+        return AuditLog(path)
+    except OSError as exc:
+        why = "it is a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        print(f"guardian: cannot open the audit log {path}: {why}", file=sys.stderr)
+        return None
+
+
+def load_recording(path: str) -> Recording | None:
+    """The recording at ``path``, or None after saying why it cannot be read; damage at
+    its end is said too, and what came before it is kept."""
+    from guardian.runtime.recording import RecordingError, read
+    try:
+        rec = read(path)
+    except RecordingError as exc:
+        print(f"guardian: {exc}", file=sys.stderr)
+        return None
+    if rec.damage:
+        print(f"guardian: {path}: {rec.damage}; replaying what came before",
+              file=sys.stderr)
+    return rec
+
+
+def rules_and_recording(args: argparse.Namespace
+                        ) -> tuple[Config, Recording | None, Ruleset,
+                                   dict[str, SignalSpec]] | ExitCode:
+    """The config, the --recording (if any), the rules checked against the signals of
+    both, and that catalogue (explain, why); or the exit code after saying what is
+    wrong."""
+    try:
+        config = cli_config(args)
+    except RuleError as exc:
+        return print_errors(exc, args)
+    rec = None
+    catalogue = default_registry().catalogue()
+    if args.recording:
+        rec = load_recording(args.recording)
+        if rec is None:
+            return ExitCode.USAGE
+        catalogue = {**catalogue, **rec.catalogue}
+    try:
+        rules = load_rules(args.rules or config.service.rules, catalogue=catalogue)
+    except RuleError as exc:
+        return print_errors(exc, args)
+    return config, rec, rules, catalogue
 
 
 def report_sources(coll: Collector) -> None:

@@ -10,9 +10,10 @@ import urllib.request
 from guardian.cli.common import cli_config, json_out, listen_override, print_errors
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
+from guardian.core.exitcodes import ExitCode
 
 
-def cmd_health(args: argparse.Namespace) -> int:
+def cmd_health(args: argparse.Namespace) -> ExitCode:
     try:
         metrics = cli_config(args).service.metrics
     except RuleError as exc:
@@ -35,4 +36,4 @@ def cmd_health(args: argparse.Namespace) -> int:
                  errors=[] if ok else [text])
     else:
         print(text, file=sys.stdout if ok else sys.stderr)
-    return 0 if ok else 1
+    return ExitCode.OK if ok else ExitCode.FAILED

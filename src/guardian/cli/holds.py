@@ -1,5 +1,10 @@
 """`guardian pause`, `guardian resume` and `guardian holds`: holds on this node, kept in
-the state directory (the service reads them at every tick, and they survive restarts)."""
+the state directory (the service reads them at every tick, and they survive restarts).
+
+One module for the three commands, not one each: they are one feature over one file
+(pause writes it, resume rewrites it, holds lists it beside the other sources), and they
+share the options, where that file is, the ``--label`` parsing and the refusal to
+rewrite a file that cannot be read."""
 
 from __future__ import annotations
 
@@ -14,23 +19,24 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from guardian.cli.common import cli_config, json_out, print_errors
-from guardian.cli.host import _service_paths
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
+from guardian.core.exitcodes import ExitCode
 from guardian.model.holds import Hold, HoldSpec, in_force
 from guardian.policy.loader import load_rules
 from guardian.runtime.holds import HoldFile
 from guardian.runtime.operate import holds_path, readers
+from guardian.runtime.paths import service_paths
 
 
-def _file(args: argparse.Namespace) -> HoldFile | int:
+def _file(args: argparse.Namespace) -> HoldFile | ExitCode:
     if args.holds_file:
         return HoldFile(Path(args.holds_file))
     try:
         config = cli_config(args)
     except RuleError as exc:
         return print_errors(exc, args)
-    path = holds_path(config, Path(_service_paths(config)[0]))
+    path = holds_path(config, service_paths(config).state)
     assert path is not None
     return HoldFile(path)
 
@@ -45,10 +51,10 @@ def _labels(items: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out.items()))
 
 
-def cmd_pause(args: argparse.Namespace) -> int:
+def cmd_pause(args: argparse.Namespace) -> ExitCode:
     """Add a hold: the matching rules evaluate and plan, and act again when it ends."""
     f = _file(args)
-    if isinstance(f, int):
+    if isinstance(f, ExitCode):
         return f
     now = time.time()
     if args.until:
@@ -57,16 +63,16 @@ def cmd_pause(args: argparse.Namespace) -> int:
         except ValueError:
             print(f"guardian pause: --until {args.until!r}: expected RFC 3339, e.g. "
                   f"2026-12-05T06:00:00Z", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
         if when.tzinfo is None:
             print("guardian pause: --until needs a time zone (Z or +01:00)", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
         until = when.timestamp()
     else:
         until = now + parse_duration(args.for_)
     if until <= now:
         print("guardian pause: the hold would have ended already", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
     try:  # the reader's own checks: never write an entry it would drop
         spec = HoldSpec.model_validate({
@@ -77,11 +83,11 @@ def cmd_pause(args: argparse.Namespace) -> int:
             where = "--" + ".".join(str(x) for x in err["loc"]) if err["loc"] else "hold"
             msg = err["msg"].removeprefix("Value error, ")
             print(f"guardian pause: {where}: {msg}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     hold = Hold.from_spec(spec, "cli")
     current = f.read()
     if _refuse_broken(current, "pause"):
-        return 1
+        return ExitCode.FAILED
     _warn_unknown_rule(args, hold.rule)
     holds = [h for h in in_force(current, now)
              if (h.rule, h.labels) != (hold.rule, hold.labels)]  # a new pause replaces
@@ -90,7 +96,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
         json_out("pause", hold.to_dict())
     else:
         print(f"rules {hold.matcher}: {hold.describe()} (kept in {f.path})")
-    return 0
+    return ExitCode.OK
 
 
 def _refuse_broken(holds: list[Hold], verb: str) -> bool:
@@ -116,14 +122,14 @@ def _warn_unknown_rule(args: argparse.Namespace, rule: str) -> None:
               f"{', '.join(sorted(names)) or 'none'}); the hold is kept", file=sys.stderr)
 
 
-def cmd_resume(args: argparse.Namespace) -> int:
+def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """Remove `guardian pause` holds: those on RULE (and --label), or --all."""
     f = _file(args)
-    if isinstance(f, int):
+    if isinstance(f, ExitCode):
         return f
     current = in_force(f.read(), time.time())
     if not args.all and _refuse_broken(current, "resume"):
-        return 1
+        return ExitCode.FAILED
     current = [h for h in current if not h.broken]
     if args.all:
         gone, kept = current, []
@@ -139,16 +145,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
               "drop-in file or Kubernetes end where they were set", file=sys.stderr)
     for h in gone if not args.json else []:
         print(f"resumed rules {h.matcher} (was {h.describe()})")
-    return 0 if gone else 1
+    return ExitCode.OK if gone else ExitCode.FAILED
 
 
-def cmd_holds(args: argparse.Namespace) -> int:
+def cmd_holds(args: argparse.Namespace) -> ExitCode:
     """The holds in force on this node, from every source the config names."""
     try:
         config = cli_config(args)
     except RuleError as exc:
         return print_errors(exc, args)
-    state = Path(_service_paths(config)[0])
+    state = service_paths(config).state
     holds: list[Hold] = []
     for src in readers(config, state):
         holds.extend(src.read())
@@ -158,9 +164,9 @@ def cmd_holds(args: argparse.Namespace) -> int:
     holds = sorted(in_force(holds, time.time()), key=lambda h: h.until)
     if args.json:
         json_out("holds", [h.to_dict() for h in holds])
-        return 0
+        return ExitCode.OK
     if not holds:
         print("No holds: every rule acts.")
     for h in holds:
         print(f"{h.matcher:<24} {h.describe()}  [{h.source}]")
-    return 0
+    return ExitCode.OK

@@ -1,5 +1,6 @@
 """`guardian import npd FILE.json`: node-problem-detector's monitor configs as guardian
-configuration and rules, so its plugins run unchanged.
+configuration and rules, so its plugins run unchanged. (The module is named after the
+one tool ``import`` knows: ``import`` itself is a Python keyword.)
 
 A custom-plugin monitor (``"plugin": "custom"``) becomes the script source's checks (one
 per plugin path and arguments, its interval and timeout as node-problem-detector computes
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from guardian.core.durations import format_duration
+from guardian.core.exitcodes import ExitCode
 
 GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
@@ -342,20 +344,20 @@ def _rules_file(data: dict[str, Any], kind: str, rules: list[str]) -> str:
     return _header(data, kind) + "version = 1\n\n" + "\n".join(rules)
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace) -> ExitCode:
     try:
         got = import_npd(Path(args.file), Path(args.base) if args.base else None,
                          args.log_only)
     except ImportError_ as exc:
         print(f"guardian import npd: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     for note in got.notes:
         print(f"note: {note}", file=sys.stderr)
     if not args.output:
         print(got.config)
         print("# ---- rules ----")
         print(got.rules)
-        return 0
+        return ExitCode.OK
     out = Path(args.output)
     (out / "rules").mkdir(parents=True, exist_ok=True)
     config = out / f"npd-{got.name}.guardian.toml"
@@ -363,4 +365,4 @@ def cmd_import(args: argparse.Namespace) -> int:
     config.write_text(got.config)
     rules.write_text(got.rules)
     print(f"wrote {config} (append it to guardian.toml) and {rules}")
-    return 0
+    return ExitCode.OK

@@ -20,6 +20,7 @@ from watchdog.observers import Observer
 
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
+from guardian.core.exitcodes import ExitCode
 from guardian.core.snapshot import Snapshot
 from guardian.engine.bounds import Budget
 from guardian.engine.decision import Decision
@@ -40,9 +41,6 @@ from guardian.service.wakeup import Wakeup
 
 log = logging.getLogger("guardian.service")
 
-EX_CONFIG = 78  # sysexits: configuration error; the unit does not restart on it
-EX_CANTCREAT = 73  # sysexits: an output file (the audit log) cannot be created
-EX_TEMPFAIL = 75  # sysexits: try again later (the metrics port is taken for now)
 RELOAD_SETTLE = 0.3  # an editor writes in bursts: reload once they are done
 
 
@@ -154,7 +152,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_sighup)
         self.wake.wake_on_signals()
 
-    def run(self) -> int:
+    def run(self) -> ExitCode:
         """Start, loop until stopped (:meth:`request_stop`), stop. The exit code."""
         code = self.start()
         if code:
@@ -164,7 +162,7 @@ class Daemon:
             self.loop()
         finally:
             self.shutdown()
-        return 0
+        return ExitCode.OK
 
     def load(self) -> Ruleset:
         if self.opts.require_root_owned_rules:
@@ -189,13 +187,13 @@ class Daemon:
         log.error("not started: %s", why)
         self.notifier.status(f"not started: {why}")
 
-    def start(self) -> int:
+    def start(self) -> ExitCode:
         if self.lock is not None:
             try:
                 self.lock.acquire()
             except InstanceLocked as exc:
                 self._not_started(str(exc))
-                return EX_CONFIG
+                return ExitCode.CONFIG
         try:
             self.ruleset = self.load()
         except RuleError as exc:
@@ -203,15 +201,15 @@ class Daemon:
                 log.error("%s", d)
             self.notifier.status(f"not started: {len(exc.diagnostics)} rule error(s); "
                                  f"first: {exc.diagnostics[0] if exc.diagnostics else '?'}")
-            return EX_CONFIG
+            return ExitCode.CONFIG
         except PermissionError as exc:
             log.error("%s", exc)
             self.notifier.status(f"not started: {exc}")
-            return EX_CONFIG
+            return ExitCode.CONFIG
         except Exception as exc:  # a loader bug must not become a restart loop
             log.exception("rules could not be loaded")
             self.notifier.status(f"not started: rules could not be loaded: {exc}")
-            return EX_CONFIG
+            return ExitCode.CONFIG
         budget = self.config.engine.budget
         self.engine = Engine(self.ruleset, Budget(budget.runs, budget.within))
         if self.opts.state_path is not None:
@@ -231,7 +229,7 @@ class Daemon:
         except OSError as exc:
             self._not_started(f"cannot open the audit log {self.opts.audit_path}: "
                               f"{exc.strerror or exc}")
-            return EX_CANTCREAT
+            return ExitCode.CANTCREAT
         self.executor = Executor(self.collector.host, dry_run=self.opts.dry_run, audit=audit,
                                  apply_timeout=self.opts.apply_timeout,
                                  heartbeat=self.ping_if_due)
@@ -246,7 +244,7 @@ class Daemon:
                                   f"reach it: {str(exc).splitlines()[0] if str(exc) else exc!r}"
                                   " (in a pod: the service account's token and "
                                   "KUBERNETES_SERVICE_HOST; else a kubeconfig)")
-                return EX_CONFIG
+                return ExitCode.CONFIG
         self.metrics.use_rules(self.ruleset, self.registry.catalogue())
         self.metrics.last_reload_ok.set(1)
         if self.opts.metrics_port is not None:
@@ -254,7 +252,7 @@ class Daemon:
                                         health=self.health)
             if failed:  # no /healthz: a liveness probe would kill it later, for less
                 self._not_started(failed)
-                return EX_TEMPFAIL
+                return ExitCode.TEMPFAIL
         followers = self.collector.follow(lambda reason: self.wake.set())
         self._watch_rules()
         log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",
@@ -262,7 +260,7 @@ class Daemon:
                  ", ".join(self.opts.rules), self.opts.interval,
                  ", ".join(s.name for s in self.collector.sources) or "none",
                  ", ".join(followers) or "none")
-        return 0
+        return ExitCode.OK
 
     def _watch_rules(self) -> None:
         """Watch the rule directories. inotify watches an inode: :meth:`_rewatch_if_moved`

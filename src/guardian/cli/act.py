@@ -1,0 +1,98 @@
+"""`guardian act`: one action run by hand on this host, outside any rule, through the
+executor's plan, apply, verify and audit path and the rails of
+:mod:`guardian.runtime.manual`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from guardian.cli.common import (
+    cli_config,
+    host_collector,
+    json_out,
+    open_audit,
+    print_errors,
+    print_plan,
+    registry_warnings,
+    warm_snapshot,
+)
+from guardian.core import tomlread
+from guardian.core.diagnostics import RuleError
+from guardian.core.exitcodes import ExitCode
+from guardian.plugin.registry import default_registry
+from guardian.runtime.executor import Executor
+from guardian.runtime.manual import refusals
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            params[key.strip()] = tomlread.loads(f"v = {value}")["v"]
+        except tomlread.TOMLDecodeError:
+            params[key.strip()] = value
+    return params
+
+
+def cmd_act(args: argparse.Namespace) -> ExitCode:
+    registry_warnings()
+    reg = default_registry()
+    cls = reg.actions.get(args.action)
+    if cls is None:
+        why = reg.action_failure(args.action)
+        print(f"guardian act: action {args.action!r} could not be loaded: {why}" if why else
+              f"guardian act: unknown action {args.action!r} (known: "
+              f"{', '.join(sorted(reg.actions))})", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        params = cls.Params.model_validate(_parse_set(args.set))
+        config = cli_config(args)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(x) for x in err["loc"]) or "(parameters)"
+            print(f"guardian act: {args.action}: --set {where}: {err['msg']}",
+                  file=sys.stderr)
+        return ExitCode.USAGE
+    except ValueError as exc:
+        print(f"guardian act: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except RuleError as exc:
+        return print_errors(exc, args)
+    coll = host_collector(args.root, config)
+    snap = warm_snapshot(coll, args.warmup)
+    audit = None
+    if args.audit:
+        audit = open_audit(args.audit)
+        if audit is None:
+            return ExitCode.USAGE
+    executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
+    rails = [] if args.dry_run else refusals(config, bool(cls.disruptive))
+    if rails and not args.force:
+        for why in rails:
+            executor.audit_entry({"type": "refused", "manual": True, "use": args.action,
+                                  "reason": why})
+            print(f"guardian act: {args.action}: refused: {why} (--force overrides, "
+                  f"audited)", file=sys.stderr)
+        coll.close()
+        if args.json:
+            json_out("act", {"refused": rails}, ok=False, errors=rails)
+        return ExitCode.FAILED
+    if rails:
+        executor.audit_entry({"type": "forced", "manual": True, "use": args.action,
+                              "overrides": rails})
+    ex = executor.act(args.action, cls(params), snap)
+    coll.close()
+    failed = bool(ex.error or (ex.outcome is not None and not ex.outcome.ok))
+    if args.json:
+        json_out("act", ex.to_dict(), ok=not failed,
+                 errors=[ex.error] if ex.error else [])
+    else:
+        print_plan(ex.to_dict())
+    return ExitCode.FAILED if failed else ExitCode.OK

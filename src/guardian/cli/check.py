@@ -1,0 +1,76 @@
+"""`guardian check`: rule files and guardian's config checked offline, every error as
+path:line:col."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from guardian.cli.common import json_out, registry_warnings
+from guardian.core.defaults import DEFAULT_CONFIG
+from guardian.core.diagnostics import Diagnostic, RuleError
+from guardian.core.exitcodes import ExitCode
+from guardian.plugin.registry import default_registry
+from guardian.policy.loader import load_rules
+from guardian.runtime import preflight
+from guardian.runtime.config import Config, load_config
+from guardian.runtime.holds import check_dropin
+
+
+def cmd_check(args: argparse.Namespace) -> ExitCode:
+    """Check rule files and, with --config, guardian's config file too: every error of
+    every file, as path:line:col. With neither, what the service would load: its config
+    (when it exists) and that config's rules, as ``nginx -t`` checks nginx's."""
+    registry_warnings()
+    errors = []
+    warnings: list[str] = []
+    config = Config()
+    if not args.paths and not args.config and DEFAULT_CONFIG.exists():
+        args.config = str(DEFAULT_CONFIG)
+    if args.config:
+        try:
+            config = load_config(args.config, default_registry())
+        except RuleError as exc:
+            errors.extend(exc.diagnostics)
+        else:  # a drop-in hold file the service cannot parse holds every rule
+            if config.holds.dropin:
+                errors.extend(check_dropin(Path(config.holds.dropin)))
+    for name, cls in sorted(default_registry().sources.items()):
+        where = f"{args.config}: [sources.{name}]" if name in config.sources else \
+            f"source {name} (defaults)"
+        warnings += [f"{where}: {w}" for w in
+                     cls.config_warnings(config.sources.get(name) or cls.Config())]
+    rs = None
+    try:
+        rs = load_rules(args.paths or config.service.rules)
+    except RuleError as exc:
+        errors.extend(exc.diagnostics)
+    if errors:
+        return _failed(args, errors, warnings)
+    assert rs is not None
+    errors += preflight.errors(rs, config)
+    if errors:
+        return _failed(args, errors, warnings)
+    warnings += preflight.sandbox_warnings(rs)
+    if args.config:
+        rs.files.insert(0, args.config)
+    if args.json:
+        json_out("check", {"files": rs.files, "rules": [r.name for r in rs.rules]},
+                 warnings=warnings)
+    else:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
+    return ExitCode.OK
+
+
+def _failed(args: argparse.Namespace, errors: list[Diagnostic], warnings: list[str]
+            ) -> ExitCode:
+    if args.json:
+        json_out("check", ok=False, errors=errors, warnings=warnings)
+    else:
+        for d in errors:
+            print(d)
+        print(f"{len(errors)} error(s)", file=sys.stderr)
+    return ExitCode.FAILED
