@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from guardian.core.diagnostics import Diagnostic, RuleError
+    from guardian.core.errors import GuardianError
     from guardian.core.snapshot import SignalSpec, Snapshot, labels_of
     from guardian.core.version import __version__ as __version__
     from guardian.engine.bounds import Budget
@@ -40,6 +41,7 @@ _WHERE = {
     "Collector": "runtime.collector", "Diagnostic": "core.diagnostics",
     "RuleError": "core.diagnostics", "Budget": "engine.bounds", "Decision": "engine.decision",
     "Engine": "engine.engine", "Executor": "runtime.executor", "Host": "hostio.host",
+    "GuardianError": "core.errors",
     "Ruleset": "model.ruleset", "load_rules": "policy.loader", "load_text": "policy.loader",
     "SignalSpec": "core.snapshot", "Snapshot": "core.snapshot", "labels_of": "core.snapshot",
     "__version__": "core.version",
@@ -51,8 +53,8 @@ _WHERE = {
 
 __all__ = [
     "Action", "ActionContext", "Budget", "Collector", "Decision", "Diagnostic", "Engine",
-    "Executor", "Host", "Outcome", "Plan", "Registry", "RegistryError", "RuleError",
-    "Ruleset", "SignalSpec", "Snapshot",
+    "Executor", "GuardianError", "Host", "Outcome", "Plan", "Registry", "RegistryError",
+    "RuleError", "Ruleset", "SignalSpec", "Snapshot",
     "Source", "Step", "default_registry", "labels_of", "load_rules", "load_text",
     "register_action", "register_source",
 ]

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from guardian.core.durations import format_duration
+from guardian.core.errors import GuardianError
 from guardian.core.exitcodes import ExitCode
 
 GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -58,7 +59,7 @@ _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.
 NPD_TIMEOUT, NPD_INTERVAL, NPD_MAX_OUTPUT, NPD_CONCURRENCY = 5.0, 30.0, 80, 3
 
 
-class ImportError_(ValueError):
+class ImportError_(GuardianError, ValueError):
     """The file is not a node-problem-detector config this importer knows."""
 
 

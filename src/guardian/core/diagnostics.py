@@ -16,6 +16,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from guardian.core import tomlread
+from guardian.core.errors import GuardianError
 from guardian.core.positions import Pos, key_positions, locate
 
 Loc = tuple[str | int, ...]
@@ -34,7 +35,7 @@ class Diagnostic:
         return f"{self.path}:{self.line}:{self.col}: {self.message}"
 
 
-class RuleError(Exception):
+class RuleError(GuardianError):
     """Rule, config or rule-test files did not load; ``diagnostics`` holds every problem
     found."""
 

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from typing import Any
 
+from guardian.core.errors import GuardianError
+
 # The standard library's own regex parser (re._parser since 3.11, sre_parse before).
 try:
     sre_parse: Any = importlib.import_module("re._parser")
@@ -29,7 +31,6 @@ except ImportError:  # pragma: no cover - Python 3.9 and 3.10
 
 _REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT} | (
     {sre_constants.POSSESSIVE_REPEAT} if hasattr(sre_constants, "POSSESSIVE_REPEAT") else set())
-
 
 def backtracking_risk(pattern: str) -> str | None:
     """Why ``pattern`` can backtrack exponentially, or None."""
@@ -106,7 +107,7 @@ def example_match(pattern: str) -> str | None:
     return text if re.search(pattern, text) else None
 
 
-class _NoExample(Exception):
+class _NoExample(GuardianError):
     pass
 
 

@@ -18,11 +18,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from guardian.core.errors import GuardianError
+
 RECORD_MAX = 8192  # the kernel's record limit (CONSOLE_EXT_LOG_MAX)
 _ESCAPED = re.compile(rb"\\x([0-9a-fA-F]{2})")
 
 
-class BadRecord(ValueError):
+class BadRecord(GuardianError, ValueError):
     """A record that cannot be read; ``reason`` is ``header``, ``flags`` or ``utf8``."""
 
     def __init__(self, reason: str) -> None:

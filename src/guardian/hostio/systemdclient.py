@@ -24,6 +24,7 @@ from jeepney import DBusAddress, Message, MessageType, Parser, new_method_call
 from jeepney.io.blocking import prep_socket
 from jeepney.low_level import HeaderFields
 
+from guardian.core.errors import GuardianError
 from guardian.hostio import systemctl as systemctl_cli
 from guardian.hostio.systemdbus import NUDGE, PRIVATE_SOCKET, SYSTEMD
 
@@ -72,7 +73,7 @@ def client_for(root: Path, systemctl: list[str] | None, timeout: float) -> Syste
     return SystemdClient(SystemdSettings(s.transport, s.systemctl, s.bus_socket, timeout))
 
 
-class SystemdError(RuntimeError):
+class SystemdError(GuardianError, RuntimeError):
     """systemd could not be asked, or refused; the message says which and why."""
 
 

@@ -19,6 +19,8 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
 
+from guardian.core.errors import GuardianError
+
 OWNED = "guardian.io/owned"
 PREFIX = "guardian.io/"
 CONFLICT_RETRIES = 5
@@ -119,7 +121,7 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class Refused(ValueError):
+class Refused(GuardianError, ValueError):
     """The change must not be made (someone else's value is in the way)."""
 
 

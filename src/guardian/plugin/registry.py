@@ -7,11 +7,12 @@ from collections.abc import Iterator, MutableMapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, cast
 
+from guardian.core.errors import GuardianError
 from guardian.core.snapshot import SignalSpec
 from guardian.plugin.contract import Action, Source
 
 
-class RegistryError(Exception):
+class RegistryError(GuardianError):
     """Two plugins claim one name, or a plugin's entry point and class disagree. Nothing
     is replaced silently: guardian refuses to start until one of them is removed."""
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guardian.core.durations import parse_duration
+from guardian.core.errors import GuardianError
 from guardian.core.snapshot import SignalSpec
 from guardian.model import runtime
 from guardian.model.condition import Condition, SignalRef, TimeFunctions
@@ -36,7 +37,7 @@ class Kind(enum.Enum):
     BOOL = "condition"
 
 
-class ExprError(Exception):
+class ExprError(GuardianError):
     """A problem in a condition, at ``line`` (1-based) and ``col`` (0-based) of its text."""
 
     def __init__(self, message: str, line: int = 1, col: int = 0) -> None:

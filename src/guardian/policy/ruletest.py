@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml
 from guardian.core.durations import format_duration
+from guardian.core.errors import GuardianError
 from guardian.core.snapshot import Snapshot, Value, parse_series_key
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
@@ -190,7 +191,7 @@ def _check_samples(source: Source[Any], samples: Any, res: FileResult, err: Repo
             res.failures.append(Failure(f"{name} sample {i + 1}", "-", problem))
 
 
-class _TestInputError(ValueError):
+class _TestInputError(GuardianError, ValueError):
     def __init__(self, msg: str, *loc: str | int, at_value: bool = True) -> None:
         super().__init__(msg)
         self.loc = loc

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from guardian.core.errors import GuardianError
 from guardian.core.snapshot import Family, SignalSpec, Snapshot
 from guardian.runtime.collector import SOURCE_ERRORS, Collector
 
@@ -29,7 +30,7 @@ FORMAT = "guardian-recording"
 VERSION = 1
 
 
-class RecordingError(Exception):
+class RecordingError(GuardianError):
     """A recording that cannot be read at all (not one, or from a newer guardian)."""
 
 

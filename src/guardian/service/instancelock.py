@@ -10,10 +10,12 @@ import fcntl
 import os
 from pathlib import Path
 
+from guardian.core.errors import GuardianError
+
 LOCK_NAME = "guardian.lock"
 
 
-class InstanceLocked(Exception):
+class InstanceLocked(GuardianError):
     """Another process holds the lock, or it cannot be taken; the message says which."""
 
 

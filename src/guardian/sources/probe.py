@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from guardian.core.durations import PositiveDuration
+from guardian.core.errors import GuardianError
 from guardian.core.regexsafety import backtracking_risk
 from guardian.core.snapshot import Family, SignalSpec, label, labels_of
 from guardian.hostio.host import Host
@@ -117,7 +118,7 @@ class Result:
     detail: str = ""
 
 
-class ProbeFailed(Exception):
+class ProbeFailed(GuardianError):
     def __init__(self, reason: str, detail: str, status: int | None = None) -> None:
         super().__init__(detail)
         self.reason, self.status = reason, status
