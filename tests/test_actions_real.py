@@ -283,6 +283,7 @@ def test_dying_memcgs_fall_after_drop_caches() -> None:
         plan = act.plan(c)
         assert plan.steps[-1].change == "write 1: free clean page cache"
         before = plan.data["dying_before"]
+        assert before is not None
         out = act.apply(plan, c)
         assert out.ok and out.verified, out
         assert out.data["dying_after"] <= before - 25

@@ -11,6 +11,7 @@ import time
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from guardian.core.durations import Duration
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
@@ -30,21 +31,25 @@ class CommandParams(BaseModel):
     cwd: str = "/"
 
 
-class CommandAction(Action[CommandParams]):
+class CommandPayload(TypedDict):
+    argv: list[str]
+
+
+class CommandAction(Action[CommandParams, CommandPayload]):
     """Run a program. It gets GUARDIAN_RULE and GUARDIAN_VALUES (JSON) in its environment."""
 
     name: ClassVar[str] = "command"
     Params = CommandParams
     disruptive: ClassVar[bool] = True  # what a program does is not known
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[CommandPayload]:
         p = self.params
         return Plan(self.name, ctx.rule,
                     [Step(f"program {p.argv[0]}",
                           f"run {json.dumps(p.argv)} in {p.cwd} (timeout {p.timeout:g}s)")],
                     data={"argv": p.argv})
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[CommandPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         env = {**MINIMAL_ENV, **p.env, "GUARDIAN_RULE": ctx.rule,
                "GUARDIAN_VALUES": json.dumps(ctx.values, sort_keys=True, default=str)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.atomicfile import write_json
 from guardian.hostio.host import Host
@@ -68,16 +69,27 @@ def _per_core(values: dict[str, Any], name: str) -> dict[int, float]:
     return {int(dict(labels)["cpu"]): v for labels, v in fam.items()}
 
 
-class IrqMove(Action[IrqParams]):
+class IrqMoveStep(TypedDict):
+    irq: int
+    path: str  # its smp_affinity_list
+    old: str
+    new: str
+
+
+class IrqPayload(TypedDict):
+    moves: NotRequired[list[IrqMoveStep]]  # absent from a refused plan
+
+
+class IrqMove(Action[IrqParams, IrqPayload]):
     """Move NIC queue IRQs off hot cores (see the module docstring)."""
 
     name: ClassVar[str] = "irq.move"
     Params = IrqParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[IrqPayload]:
         p = self.params
         host = ctx.host
-        plan = Plan(self.name, ctx.rule)
+        plan: Plan[IrqPayload] = Plan(self.name, ctx.rule)
         balancer = irqbalance_running(host)
         if balancer is not None and p.irqbalance == "refuse":
             plan.refused.append(f"irqbalance runs (pid {balancer}) and would undo the "
@@ -104,7 +116,7 @@ class IrqMove(Action[IrqParams]):
             plan.refused.append(f"no core to move to (hot: {format_cpu_list(list(hot))})")
             return plan
         allowed.sort(key=lambda c: (load.get(c, 0.0), c))
-        moves: list[dict[str, Any]] = []
+        moves: list[IrqMoveStep] = []
         for irq in chosen:
             path = affinity_path(host, irq)
             try:
@@ -126,7 +138,7 @@ class IrqMove(Action[IrqParams]):
         plan.data["moves"] = moves
         return plan
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[IrqPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         moves = plan.data.get("moves", [])
         saved = load_state(p.state_file)

@@ -6,6 +6,7 @@ import logging
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
@@ -25,19 +26,24 @@ class LogParams(BaseModel):
     level: Literal["debug", "info", "warning", "error", "critical"] = "warning"
 
 
-class LogAction(Action[LogParams]):
+class LogPayload(TypedDict):
+    text: str
+    level: str
+
+
+class LogAction(Action[LogParams, LogPayload]):
     """Log a line. It changes nothing on the host, so it is the safe first action."""
 
     name: ClassVar[str] = "log"
     Params = LogParams
     disruptive: ClassVar[bool] = False
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[LogPayload]:
         params = self.params
         text = ctx.message(params.message)
         return Plan(self.name, ctx.rule, [Step("guardian log", f"{params.level}: {text}")],
                     data={"text": text, "level": params.level})
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[LogPayload], ctx: ActionContext) -> Outcome:
         logger.log(_LEVELS[plan.data["level"]], "%s", plan.data["text"])
         return Outcome(ok=True, detail="logged", verified=True)

@@ -34,9 +34,10 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.durations import Duration
 from guardian.hostio.cgroupfs import (
@@ -141,16 +142,27 @@ def _layout(ctx: ActionContext) -> tuple[Layout | None, str | None]:
         return None, f"cannot read mountinfo: {exc}"
 
 
-class MemcgRelease(Action[MemcgParams]):
+class MemcgPayload(TypedDict):
+    """What ``memcg.release`` plans for its apply; ``path`` is absent from a refused
+    plan (nothing to write)."""
+
+    dying_before: int | None
+    path: NotRequired[str]  # the file written: drop_caches or a cgroup's memory.reclaim
+    value: NotRequired[str]  # what is written there
+    probe: NotRequired[str]  # reclaim: the child cgroup made and removed after it
+    cgroup: NotRequired[str]  # reclaim: the cgroup found to hold the dying memcgs
+
+
+class MemcgRelease(Action[MemcgParams, MemcgPayload]):
     """Release dying memory cgroups (see the module docstring)."""
 
     name: ClassVar[str] = "memcg.release"
     Params = MemcgParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[MemcgPayload]:
         p = self.params
         dying = dying_memcgs(ctx.host)
-        plan = Plan(self.name, ctx.rule, data={"dying_before": dying})
+        plan: Plan[MemcgPayload] = Plan(self.name, ctx.rule, data={"dying_before": dying})
         layout, why = _layout(ctx)
         if p.method == "drop_caches":
             target = ctx.host.proc / "sys" / "vm" / "drop_caches"
@@ -196,7 +208,7 @@ class MemcgRelease(Action[MemcgParams]):
         plan.note = f"dying memcgs now: {dying if dying is not None else 'unknown'}"
         return plan
 
-    def _cgroup(self, layout: Layout, plan: Plan) -> Path | None:
+    def _cgroup(self, layout: Layout, plan: Plan[MemcgPayload]) -> Path | None:
         """The cgroup to reclaim from, or None (refused, with the reason in ``plan``)."""
         p = self.params
         if p.cgroup == "/":
@@ -225,7 +237,7 @@ class MemcgRelease(Action[MemcgParams]):
         return self.params.amount if size_bytes(self.params.amount) <= current \
             else str(max(current, 4096))
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[MemcgPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         if "path" not in plan.data:
             return Outcome(ok=False, error="nothing planned")
@@ -243,7 +255,8 @@ class MemcgRelease(Action[MemcgParams]):
         cleanup = _offline_one(Path(plan.data["probe"])) if "probe" in plan.data else None
         time.sleep(p.settle)
         after = dying_memcgs(ctx.host)
-        data = {"dying_before": before, "dying_after": after, "partial": partial}
+        data: dict[str, Any] = {"dying_before": before, "dying_after": after,
+                                "partial": partial}
         if cleanup is not None:
             data["writeback_cleanup"] = cleanup
         if "cgroup" in plan.data:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from guardian.core.durations import Duration
 from guardian.hostio.procfs import (
@@ -120,19 +121,32 @@ def _other_uid(proc: Path, ppid: int, zombies: list[Zombie]) -> str:
     return ""
 
 
-class ReapZombies(Action[ReapParams]):
+class ReapTarget(TypedDict):
+    """One parent to signal, with the zombies it had when planned."""
+
+    ppid: int
+    comm: str
+    start: int  # the parent's starttime: a reused PID is not the planned parent
+    zombies: list[tuple[int, int]]  # (pid, starttime)
+
+
+class ReapPayload(TypedDict):
+    targets: list[ReapTarget]
+
+
+class ReapZombies(Action[ReapParams, ReapPayload]):
     """Reap zombies through their parents (see the module docstring)."""
 
     name: ClassVar[str] = "reap.zombies"
     Params = ReapParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[ReapPayload]:
         p = self.params
         proc = ctx.host.proc
         by_parent, stats = _zombies_by_parent(proc)
         now_up = uptime(proc)
-        plan = Plan(self.name, ctx.rule)
-        targets: list[dict[str, Any]] = []
+        plan: Plan[ReapPayload] = Plan(self.name, ctx.rule)
+        targets: list[ReapTarget] = []
         ladder = " → ".join(f"{s.signal}, wait {s.wait:g}s" for s in p.ladder)
         for ppid, zombies in sorted(by_parent.items(), key=lambda kv: -len(kv[1])):
             parent = stats.get(ppid)
@@ -171,7 +185,7 @@ class ReapZombies(Action[ReapParams]):
         plan.data["targets"] = targets
         return plan
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[ReapPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         results = [self._one(t, ctx, p) for t in plan.data["targets"]]
         reaped = sum(r["reaped"] for r in results)
@@ -187,7 +201,7 @@ class ReapZombies(Action[ReapParams]):
         return Outcome(ok=True, verified=True, data=data,
                        detail=f"{reaped} zombie(s) reaped from {len(results)} parent(s)")
 
-    def _one(self, t: dict[str, Any], ctx: ActionContext, p: ReapParams) -> dict[str, Any]:
+    def _one(self, t: ReapTarget, ctx: ActionContext, p: ReapParams) -> dict[str, Any]:
         proc = ctx.host.proc
         ppid = t["ppid"]
         zombies = [Zombie(pid, start) for pid, start in t["zombies"]]

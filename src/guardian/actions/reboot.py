@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.atomicfile import write_json
 from guardian.core.durations import Duration
@@ -26,6 +27,9 @@ from guardian.hostio.host import boot_id
 from guardian.hostio.records import read_json
 from guardian.hostio.systemdclient import SystemdClient, client_for
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+
+if TYPE_CHECKING:  # imported when used: kubernetes is an extra
+    from guardian.kube.drain import KubeDrain
 
 TARGET, MODE = "reboot.target", "replace-irreversibly"
 
@@ -85,7 +89,13 @@ def under(root: Path, path: str) -> Path:
     return out
 
 
-class NodeReboot(Action[RebootParams]):
+class RebootPayload(TypedDict):
+    boot: str  # the boot id when planned
+    pending: NotRequired[bool]  # a reboot was already asked for in this boot
+    back: NotRequired[bool]  # resolved: the node came back in a new boot
+
+
+class NodeReboot(Action[RebootParams, RebootPayload]):
     """Reboot the node through systemd, when required, within a per-node budget."""
 
     name: ClassVar[str] = "node.reboot"
@@ -118,15 +128,15 @@ class NodeReboot(Action[RebootParams]):
     def _client(self, ctx: ActionContext) -> SystemdClient:
         return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)
 
-    def _drain(self) -> Any:
+    def _drain(self) -> KubeDrain:
         from guardian.kube.drain import DrainParams, KubeDrain
         return KubeDrain(DrainParams.model_validate(self.params.drain))
 
     # -- plan ----------------------------------------------------------------------------
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[RebootPayload]:
         p = self.params
         boot = self._boot(ctx)
-        plan = Plan(self.name, ctx.rule, data={"boot": boot})
+        plan: Plan[RebootPayload] = Plan(self.name, ctx.rule, data={"boot": boot})
         try:
             history = self._history(ctx)
         except ValueError as exc:
@@ -175,8 +185,8 @@ class NodeReboot(Action[RebootParams]):
                       if p.drain is not None else ""))
         return plan
 
-    def _plan_back(self, ctx: ActionContext, plan: Plan, boot: str,
-                   mine: list[dict[str, Any]]) -> Plan:
+    def _plan_back(self, ctx: ActionContext, plan: Plan[RebootPayload], boot: str,
+                   mine: list[dict[str, Any]]) -> Plan[RebootPayload]:
         last = mine[-1] if mine else None
         if last is None:
             plan.note = "no reboot of this rule is recorded: nothing to undo"
@@ -192,7 +202,7 @@ class NodeReboot(Action[RebootParams]):
         return plan
 
     # -- apply ---------------------------------------------------------------------------
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[RebootPayload], ctx: ActionContext) -> Outcome:
         if ctx.kind == "resolved":
             return self._back(plan, ctx)
         if not plan.steps:
@@ -229,7 +239,7 @@ class NodeReboot(Action[RebootParams]):
                        detail=f"reboot asked of {client.describe()} in boot "
                               f"{plan.data['boot'][:8]}")
 
-    def _back(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def _back(self, plan: Plan[RebootPayload], ctx: ActionContext) -> Outcome:
         if not plan.data.get("back"):
             return Outcome(ok=True, verified=None, detail=plan.note)
         data: dict[str, Any] = {"boot": plan.data["boot"]}

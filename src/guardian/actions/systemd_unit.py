@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.atomicfile import write_json
 from guardian.core.durations import Duration
@@ -66,15 +67,19 @@ class UnitParams(BaseModel):
 RESTARTS_FILE = "unit-restarts.json"  # unit -> wall-clock times of its restarts
 
 
-class SystemdUnit(Action[UnitParams]):
+class UnitPayload(TypedDict):
+    units: NotRequired[list[str]]  # the units the verbs run on; absent when refused
+
+
+class SystemdUnit(Action[UnitParams, UnitPayload]):
     """Stop (and optionally disable or mask) crash-looping units."""
 
     name: ClassVar[str] = "systemd.unit"
     Params = UnitParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[UnitPayload]:
         p = self.params
-        plan = Plan(self.name, ctx.rule)
+        plan: Plan[UnitPayload] = Plan(self.name, ctx.rule)
         candidates: dict[str, float] = {}
         if p.units is not None:
             candidates = dict.fromkeys(p.units, float("nan"))
@@ -165,7 +170,7 @@ class SystemdUnit(Action[UnitParams]):
     def _client(self, ctx: ActionContext) -> SystemdClient:
         return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[UnitPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         results: list[dict[str, Any]] = []
         client = self._client(ctx)

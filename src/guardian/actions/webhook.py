@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.durations import Duration, PositiveDuration
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
@@ -130,19 +131,23 @@ class WebhookParams(PostParams):
                              "object)")
 
 
-class Webhook(Action[WebhookParams]):
+class PostPayload(TypedDict):
+    body: NotRequired[str]  # the JSON to POST; absent from a refused plan
+
+
+class Webhook(Action[WebhookParams, PostPayload]):
     """POST the decision as JSON to a webhook (chat tools, incident tools, your own)."""
 
     name: ClassVar[str] = "notify.webhook"
     disruptive: ClassVar[bool] = False
     Params = WebhookParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[PostPayload]:
         p = self.params
         fields = {"rule": ctx.rule, "kind": ctx.kind, "severity": ctx.severity,
                   "summary": ctx.summary, "reason": ctx.reason, "node": _node(),
                   "labels": ctx.labels, "values": ctx.values}
-        plan = Plan(self.name, ctx.rule)
+        plan: Plan[PostPayload] = Plan(self.name, ctx.rule)
         if p.body is None:
             payload: Any = fields
         else:
@@ -162,7 +167,7 @@ class Webhook(Action[WebhookParams]):
         plan.data["body"] = body
         return plan
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[PostPayload], ctx: ActionContext) -> Outcome:
         ok, what, tries = post(self.params.url.get_secret_value(),
                                plan.data["body"].encode(), self.params)
         where = _where(self.params.url.get_secret_value())
@@ -186,14 +191,14 @@ class AlertmanagerParams(PostParams):
     generator_url: str = Field("", description="a link back (e.g. a dashboard)")
 
 
-class Alertmanager(Action[AlertmanagerParams]):
+class Alertmanager(Action[AlertmanagerParams, PostPayload]):
     """Send the rule as an alert to Alertmanager (v2 API): firing, then resolved."""
 
     name: ClassVar[str] = "notify.alertmanager"
     disruptive: ClassVar[bool] = False
     Params = AlertmanagerParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[PostPayload]:
         p = self.params
         now = time.time()
         resolved = ctx.kind == "resolved"
@@ -219,7 +224,7 @@ class Alertmanager(Action[AlertmanagerParams]):
                           f"{'resolve' if resolved else 'fire'} alert {ctx.rule}")],
                     data={"body": body})
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[PostPayload], ctx: ActionContext) -> Outcome:
         base = self.params.url.get_secret_value()
         ok, what, tries = post(alerts_url(base), plan.data["body"].encode(), self.params)
         data = {"attempts": tries}

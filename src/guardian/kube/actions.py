@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from fnmatch import fnmatchcase
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 import httpx2
 from lightkube import ApiError, Client
@@ -14,6 +14,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 from pydantic import Field
+from typing_extensions import TypedDict, TypeVar
 
 from guardian.kube import owned
 from guardian.kube.client import KubeParams, make_client, node_name
@@ -44,9 +45,28 @@ def _why(exc: BaseException) -> str:
 
 
 K = TypeVar("K", bound=KubeParams)
+KD = TypeVar("KD", default=dict[str, Any])
 
 
-class KubeAction(Action[K]):
+class NodePayload(TypedDict):
+    node: str
+
+
+class EvictPayload(TypedDict):
+    pods: list[list[str]]  # [namespace, name], lowest priority first
+
+
+class ConditionPayload(TypedDict):
+    node: str
+    condition: dict[str, str]  # type, status, reason, message
+
+
+class EventPayload(TypedDict):
+    node: str
+    message: str
+
+
+class KubeAction(Action[K, KD]):
     """Shared: the client (one per action, reused) and the node's name."""
 
     _client: Client | None = None
@@ -65,7 +85,7 @@ class CordonParams(KubeParams):
     pass
 
 
-class OwnedNodeAction(KubeAction[K]):
+class OwnedNodeAction(KubeAction[K, NodePayload]):
     """Sets or releases things guardian owns on the node (see :mod:`.owned`): a set
     action claims them for its rule, and releases that claim when the rule resolves
     (``on = "both"``); a release action drops its rule's claim and removes a thing once
@@ -81,9 +101,9 @@ class OwnedNodeAction(KubeAction[K]):
         want = self.sets and ctx.kind != "resolved"
         return (None if ctx.kind == "manual" and not want else ctx.rule), want
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[NodePayload]:
         node = node_name(self.kube)
-        plan = Plan(self.name, ctx.rule, data={"node": node})
+        plan: Plan[NodePayload] = Plan(self.name, ctx.rule, data={"node": node})
         try:
             things = self.things(ctx)
             rule, want = self._who(ctx)
@@ -100,7 +120,7 @@ class OwnedNodeAction(KubeAction[K]):
             plan.note = f"node {node}: " + "; ".join(notes)
         return plan
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[NodePayload], ctx: ActionContext) -> Outcome:
         node = plan.data["node"]
         try:
             things = self.things(ctx)
@@ -181,16 +201,16 @@ class EvictParams(KubeParams):
     backoff: float = Field(2.0, ge=0, le=300, description="first wait after a 429 (doubles)")
 
 
-class KubeEvict(KubeAction[EvictParams]):
+class KubeEvict(KubeAction[EvictParams, EvictPayload]):
     """Evict pods from this node through the Eviction subresource (policy/v1)."""
 
     name: ClassVar[str] = "kube.evict"
     Params = EvictParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[EvictPayload]:
         p = self.params
         node = node_name(p)
-        plan = Plan(self.name, ctx.rule, data={"pods": []})
+        plan: Plan[EvictPayload] = Plan(self.name, ctx.rule, data={"pods": []})
         try:
             pods = list(self.client().list(Pod, namespace="*",
                                            fields={"spec.nodeName": node}))
@@ -229,7 +249,7 @@ class KubeEvict(KubeAction[EvictParams]):
             plan.note = f"no pod on {node} matches: nothing to do"
         return plan
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[EvictPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         results: dict[str, list[str]] = {"evicted": [], "gone": [], "blocked": [],
                                          "failed": []}
@@ -277,7 +297,7 @@ class ConditionParams(KubeParams):
                                          "resolves (default: message)")
 
 
-class KubeCondition(KubeAction[ConditionParams]):
+class KubeCondition(KubeAction[ConditionParams, ConditionPayload]):
     """Set a node condition, as node-problem-detector does: True while the rule fires;
     with ``on = "both"`` it is set back to False when the rule resolves."""
 
@@ -285,7 +305,7 @@ class KubeCondition(KubeAction[ConditionParams]):
     disruptive: ClassVar[bool] = False
     Params = ConditionParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[ConditionPayload]:
         p = self.params
         node = node_name(p)
         resolved = ctx.kind == "resolved"
@@ -302,7 +322,7 @@ class KubeCondition(KubeAction[ConditionParams]):
                                           f"({cond['reason']})")],
                     data={"node": node, "condition": cond})
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[ConditionPayload], ctx: ActionContext) -> Outcome:
         node, cond = plan.data["node"], dict(plan.data["condition"])
         now = _now()
         cond["lastHeartbeatTime"] = cond["lastTransitionTime"] = now
@@ -330,14 +350,14 @@ class EventParams(KubeParams):
     namespace: str = "default"
 
 
-class KubeEvent(KubeAction[EventParams]):
+class KubeEvent(KubeAction[EventParams, EventPayload]):
     """Emit an Event about this node."""
 
     name: ClassVar[str] = "kube.event"
     disruptive: ClassVar[bool] = False
     Params = EventParams
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[EventPayload]:
         p = self.params
         node = node_name(p)
         text = ctx.message(p.message)
@@ -345,7 +365,7 @@ class KubeEvent(KubeAction[EventParams]):
                                                                f"{text[:200]}")],
                     data={"node": node, "message": text[:1000]})
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[EventPayload], ctx: ActionContext) -> Outcome:
         p = self.params
         node = plan.data["node"]
         now = _now()

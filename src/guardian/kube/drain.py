@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from pydantic import Field
 
 from guardian.kube import owned
-from guardian.kube.actions import API_ERRORS, Cordon, OwnedNodeAction, _why
+from guardian.kube.actions import API_ERRORS, Cordon, NodePayload, OwnedNodeAction, _why
 from guardian.kube.client import KubeParams, node_name
 from guardian.plugin.contract import ActionContext, Outcome, Plan, Step
 
@@ -111,7 +111,7 @@ class KubeDrain(OwnedNodeAction[DrainParams]):
     def _pods(self, node: str) -> list[Pod]:
         return list(self.client().list(Pod, namespace="*", fields={"spec.nodeName": node}))
 
-    def plan(self, ctx: ActionContext) -> Plan:
+    def plan(self, ctx: ActionContext) -> Plan[NodePayload]:
         if ctx.kind == "resolved":
             return super().plan(ctx)
         p = self.params
@@ -137,7 +137,7 @@ class KubeDrain(OwnedNodeAction[DrainParams]):
                                           f"{p.wait:g}s{force}") if x)
         return plan
 
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+    def apply(self, plan: Plan[NodePayload], ctx: ActionContext) -> Outcome:
         cordon = super().apply(plan, ctx)
         if ctx.kind == "resolved" or not cordon.ok:
             return cordon

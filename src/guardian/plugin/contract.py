@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from string import Template
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, cast
 
 from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypeVar
 
+from guardian.core.errors import GuardianError
 from guardian.core.snapshot import Family, SignalSpec, Snapshot
 from guardian.hostio.host import Host
 from guardian.model.kinds import DecisionKind
@@ -29,6 +31,14 @@ class NoParams(BaseModel):
 
 P = TypeVar("P", bound=BaseModel)
 C = TypeVar("C", bound=BaseModel)
+#: What an action's plan carries to its apply. A plugin that names none gets a plain
+#: dict (``Plan`` alone is ``Plan[dict[str, Any]]``); the built-ins name a TypedDict, so a
+#: misspelled key is a type error while the payload stays a dict at run time.
+D = TypeVar("D", default=dict[str, Any])
+
+
+def _no_data() -> Any:
+    return {}
 
 
 class Source(ABC, Generic[C]):
@@ -93,7 +103,7 @@ class Source(ABC, Generic[C]):
         """Release files or sockets held between collections."""
 
 
-class SampleError(ValueError):
+class SampleError(GuardianError, ValueError):
     """A malformed rule-test sample; ``loc`` is the key path inside the sample table."""
 
     def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
@@ -110,19 +120,21 @@ class Step:
 
 
 @dataclass
-class Plan:
+class Plan(Generic[D]):
     """What an action would do, computed without changing anything.
 
     ``refused`` says why the plan must not be carried out at all: the executor never
     applies a plan with a refusal. ``skipped`` names targets that were left out (a
-    protected parent, a unit guardian never touches) while the rest may go ahead."""
+    protected parent, a unit guardian never touches) while the rest may go ahead.
+    ``data`` (of type ``D``) is what ``apply`` needs from ``plan``; it is never shown
+    nor audited."""
 
     action: str
     rule: str
     steps: list[Step] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     note: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+    data: D = field(default_factory=_no_data)
     skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,9 +189,10 @@ class ActionContext:
             rule=self.rule, values=json.dumps(self.values, sort_keys=True, default=str))
 
 
-class Action(ABC, Generic[P]):
+class Action(ABC, Generic[P, D]):
     """A remediation. ``plan`` is pure (it may read the host, never change it);
-    ``apply`` carries a plan out. Dry-run is ``plan`` without ``apply``.
+    ``apply`` carries a plan out. Dry-run is ``plan`` without ``apply``. ``P`` is the
+    ``Params`` model; ``D``, the plan's payload, is a plain dict unless named.
 
     ``disruptive`` says whether running it takes capacity from the fleet (cordon, evict,
     stop a unit); only disruptive actions need a slot of the fleet budget. An action that
@@ -195,7 +208,7 @@ class Action(ABC, Generic[P]):
         self.params: P = params
 
     @abstractmethod
-    def plan(self, ctx: ActionContext) -> Plan: ...
+    def plan(self, ctx: ActionContext) -> Plan[D]: ...
 
     @abstractmethod
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome: ...
+    def apply(self, plan: Plan[D], ctx: ActionContext) -> Outcome: ...

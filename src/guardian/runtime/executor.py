@@ -14,9 +14,13 @@ from guardian.core.audit import AuditLog
 from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.hostio.host import Host
-from guardian.plugin.contract import ActionContext, Outcome, Plan
+from guardian.plugin.contract import Action, ActionContext, Outcome, Plan
 
 log = logging.getLogger("guardian.executor")
+
+#: Any action, whatever its parameters and plan payload: the executor only hands an
+#: action's own plan back to its ``apply``.
+AnyAction = Action[Any, Any]
 
 
 class FleetGate(Protocol):
@@ -36,7 +40,7 @@ class Executed:
 
     decision: Decision
     use: str
-    plan: Plan | None
+    plan: Plan[Any] | None
     outcome: Outcome | None
     error: str = ""
     refused: bool = False  # not carried out: the plan, the fleet budget or a rail said no
@@ -154,7 +158,7 @@ class Executor:
                              kind=d.kind, evidence=d.evidence, summary=d.summary,
                              severity=d.severity, labels=dict(d.labels), reason=d.reason)
 
-    def act(self, use: str, action: Any, snapshot: Snapshot) -> Executed:
+    def act(self, use: str, action: AnyAction, snapshot: Snapshot) -> Executed:
         """The operator's manual action (``guardian act``): the same plan, refusal and
         apply path as a rule's, audited as manual."""
         d = Decision(snapshot.time, "manual", "manual", "info", f"guardian act {use}")
@@ -162,7 +166,7 @@ class Executor:
         ctx = ActionContext("manual", snapshot, self.host, self.dry_run, kind="manual")
         return self._execute(d, use, action, ctx)
 
-    def _plan_only(self, d: Decision, use: str, action: Any, ctx: ActionContext,
+    def _plan_only(self, d: Decision, use: str, action: AnyAction, ctx: ActionContext,
                    how: str) -> Executed:
         """Plan and audit an action that is not to be applied (``how`` says why)."""
         try:
@@ -176,7 +180,8 @@ class Executor:
                           "use": use, "plan": plan.to_dict()})
         return self._done(Executed(d, use, plan, None, only_planned=how))
 
-    def _execute(self, d: Decision, use: str, action: Any, ctx: ActionContext) -> Executed:
+    def _execute(self, d: Decision, use: str, action: AnyAction, ctx: ActionContext
+                 ) -> Executed:
         """Plan one action, audit the plan, apply it unless dry-run, audit the outcome."""
         try:
             plan = action.plan(ctx)
@@ -206,7 +211,7 @@ class Executor:
             log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
         return self._done(Executed(d, use, plan, outcome))
 
-    def _apply(self, action: Any, plan: Plan, ctx: ActionContext, rule: str,
+    def _apply(self, action: AnyAction, plan: Plan[Any], ctx: ActionContext, rule: str,
                use: str) -> Outcome:
         """Run apply in a worker thread, so a stuck action costs the loop at most
         ``apply_timeout`` and the loop keeps its heartbeat (the systemd watchdog) meanwhile.
@@ -248,7 +253,7 @@ class Executor:
                                        f"{self.apply_timeout:g}s (left running; its outcome "
                                        f"is audited when it ends)")
 
-    def _refuse(self, d: Decision, use: str, plan: Plan | None, why: str) -> Executed:
+    def _refuse(self, d: Decision, use: str, plan: Plan[Any] | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""
         self.audit_entry({"type": "refused", "dry_run": self.dry_run, "rule": d.rule,
                           "use": use, "reason": why})
