@@ -59,7 +59,7 @@ def _seconds(text: str) -> float:
 def run() -> Iterator[dict[str, Any]]:
     sys.path.insert(0, str(REPO))
     try:
-        from tests.nspawn import booted, nspawn_unavailable
+        from guardian.testing.nspawn import booted, nspawn_unavailable
     except ImportError as exc:
         print(f"bench: systemd_units skipped: {exc}", file=sys.stderr)
         return

@@ -21,7 +21,7 @@ frees about half of the memcgs that died dirty on Linux 6.1: their inodes keep p
 the rest. So a child cgroup is then made and removed under it: a memcg going offline makes
 the kernel retry its clean-up of offline writeback structures, which moves the clean
 inodes to the parent's (that frees nine in ten, as a drop of page cache and inodes does,
-tests/test_cgroup_v2_real.py). It is the method for a node whose other page cache must
+tests/system/test_cgroup_v2_real.py). It is the method for a node whose other page cache must
 stay.
 
 The dying count is measured before and after, and reported.

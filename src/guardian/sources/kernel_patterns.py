@@ -5,7 +5,7 @@ stalls, panics and NVIDIA Xid errors).
 Each pattern is anchored at the start of the message as the kernel or driver prints it,
 so a process cannot fire one through its own name (see guardian.core.regexsafety), and each
 names where its wording comes from. The tests build a line from every format string
-quoted here and check it matches (tests/test_kernel_patterns.py).
+quoted here and check it matches (tests/unit/sources/test_kernel_patterns.py).
 """
 
 from __future__ import annotations

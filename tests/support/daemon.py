@@ -1,0 +1,90 @@
+"""The daemon under test: `guardian run` as a process, with a datagram socket standing in
+for systemd's notify socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.checkout import write
+
+
+class NotifySocket:
+    """A datagram socket standing in for systemd's notify socket."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.address = address
+        self.messages: list[dict[str, str]] = []
+
+    def read(self, timeout: float) -> dict[str, str] | None:
+        self.sock.settimeout(timeout)
+        try:
+            raw = self.sock.recv(65536).decode()
+        except TimeoutError:
+            return None
+        msg = dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
+        self.messages.append(msg)
+        return msg
+
+    def wait_for(self, key: str, timeout: float = 10.0, value: str | None = None,
+                 contains: str = "") -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.read(max(deadline - time.monotonic(), 0.01))
+            if msg and key in msg and (value is None or msg[key] == value) and \
+                    contains in msg.get("STATUS", contains):
+                return msg
+        raise AssertionError(f"no {key} (status containing {contains!r}) within {timeout}s; "
+                             f"got {self.messages[-5:]}")
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.address.startswith("@"):
+            Path(self.address).unlink(missing_ok=True)
+
+
+RULE = '''version = 1
+[[rule]]
+name = "{name}"
+summary = "s"
+when = "processes.total > 0"
+cooldown = "1h"
+  [[rule.action]]
+  use = "log"
+'''
+
+
+@contextmanager
+def daemon(tmp_path: Path, *extra: str, watchdog_usec: int = 1_000_000,
+           rules: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], NotifySocket]]:
+    rules_dir = rules or tmp_path / "rules"
+    if rules is None:
+        rules_dir.mkdir(exist_ok=True)
+        write(rules_dir, "one.toml", RULE.format(name="always"))
+    listener = NotifySocket(str(tmp_path / "notify"))
+    env = dict(os.environ, NOTIFY_SOCKET=listener.address,
+               WATCHDOG_USEC=str(watchdog_usec))
+    env.pop("WATCHDOG_PID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "guardian", "run", "--rules", str(rules_dir), "--interval",
+         "1s", "--state", str(tmp_path / "state.json"), "--audit",
+         str(tmp_path / "audit.jsonl"), "--metrics-port", "0", *extra],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc, listener
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait(timeout=10)
+        listener.close()
+

@@ -1,0 +1,220 @@
+"""The DaemonSet a cluster admin applies (deploy/kubernetes/): every manifest valid against
+Kubernetes' own schemas (kubernetes-validate, PyPI), seeing the host (host network and
+PID namespaces), scrapeable and probed, and RBAC no wider than the node, with the
+admission policy's CEL evaluated by a CEL library (cel-python) on the requests the API
+server would hand it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.checkout import REPO
+
+DEPLOY = REPO / "deploy" / "kubernetes"
+K8S = "1.30.0"  # ValidatingAdmissionPolicy is v1 from 1.30
+
+
+def _docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def _one(kind: str) -> dict[str, Any]:
+    return next(d for p in sorted(DEPLOY.glob("*.yaml")) for d in _docs(p.name)
+                if d["kind"] == kind)
+
+
+def _validate(doc: dict[str, Any]) -> list[str]:
+    kv = pytest.importorskip("kubernetes_validate")
+    try:
+        kv.validate(doc, K8S, strict=True)
+    except kv.ValidationError as exc:
+        return [str(exc)]
+    return []
+
+
+def _unprivileged(doc: dict[str, Any]) -> dict[str, Any]:
+    """kubernetes-unprivileged/kustomization.yaml's JSON patches (``replace`` only) of
+    ``doc``, applied as kustomize would."""
+    overlay = REPO / "deploy" / "kubernetes-unprivileged" / "kustomization.yaml"
+    out: dict[str, Any] = json.loads(json.dumps(doc))
+    for patch in yaml.safe_load(overlay.read_text())["patches"]:
+        target = patch["target"]
+        if (target["kind"], target["name"]) != (doc["kind"], doc["metadata"]["name"]):
+            continue
+        for op in yaml.safe_load(patch["patch"]):
+            assert op["op"] == "replace"
+            *path, last = op["path"].strip("/").split("/")
+            node: Any = out
+            for part in path:
+                node = node[int(part)] if part.isdigit() else node[part]
+            node[last] = op["value"]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DEPLOY.glob("*.yaml")
+                                        if p.name not in ("kustomization.yaml",
+                                                          "podmonitor.yaml")))
+def test_every_manifest_is_valid_kubernetes(name: str) -> None:
+    for doc in _docs(name):
+        assert _validate(doc) == [], (name, doc["kind"])
+
+
+def test_the_unprivileged_variant_is_valid_and_unprivileged() -> None:
+    ds = _unprivileged(_one("DaemonSet"))
+    assert _validate(ds) == []
+    ctx = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert ctx["privileged"] is False and ctx["capabilities"]["add"]
+    # nsenter into PID 1 (the systemctl fallback) opens /proc/1/ns/mnt: a ptrace check
+    assert {"SYS_ADMIN", "SYS_PTRACE"} <= set(ctx["capabilities"]["add"])
+
+
+def test_the_unprivileged_rules_act_only_as_an_unprivileged_pod_can() -> None:
+    """Before: its ConfigMap shipped memcg.release, which fails without a writable
+    /proc/sys (only a privileged container has one). The rules load and check."""
+    from guardian.policy.loader import load_rules
+
+    [rules] = [d for d in _docs("configmap.yaml") if d["metadata"]["name"] == "guardian-rules"]
+    data = _unprivileged(rules)["data"]
+    assert not any(u in text for text in data.values() for u in ("memcg.release", "irq.move"))
+    with tempfile.TemporaryDirectory() as d:
+        for key, text in data.items():
+            (Path(d) / key).write_text(text)
+        assert load_rules([d]).rules
+
+
+def test_the_podmonitor_scrapes_the_named_port() -> None:
+    [pm] = _docs("podmonitor.yaml")
+    ds = _one("DaemonSet")
+    assert pm["spec"]["selector"]["matchLabels"] == ds["spec"]["selector"]["matchLabels"]
+    ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in ports}
+
+
+def test_the_pod_sees_the_host_and_is_probed() -> None:
+    """Before: no hostNetwork (the NIC and softnet rules read the pod's namespace), metrics
+    on the pod's loopback, no probe, and Windows nodes admitted."""
+    spec = _one("DaemonSet")["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True and spec["hostPID"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    [c] = spec["containers"]
+    assert "--metrics-address=$(NODE_IP)" in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    probe = c["livenessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "metrics"}
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/sys", "/dev/kmsg", "/run/systemd"} <= mounts
+
+
+def test_leases_only_in_guardians_namespace_and_only_its_slots() -> None:
+    """Before: get/create/update on any Lease in kube-system (leader locks included)."""
+    from guardian.kube.fleet import FleetParams
+
+    config = next(d for d in _docs("configmap.yaml")
+                  if d["metadata"]["name"] == "guardian-config")["data"]["guardian.toml"]
+    from guardian.core.diagnostics import parse_toml
+    fleet = FleetParams.model_validate(parse_toml("guardian.toml", config)["fleet"])
+    ns = _one("DaemonSet")["metadata"]["namespace"]
+    assert fleet.namespace == ns != "kube-system"
+    roles = [d for d in _docs("rbac.yaml") if d["kind"] == "Role"]
+    assert all(r["metadata"]["namespace"] == ns for r in roles)
+    lease_rules = [r for role in roles for r in role["rules"] if "leases" in r["resources"]]
+    named = {v for r in lease_rules if "resourceNames" in r for v in r["verbs"]}
+    assert named == {"get", "update"}
+    [by_name] = [r for r in lease_rules if "resourceNames" in r]
+    assert by_name["resourceNames"] == [f"{fleet.name}-slot-{i}"
+                                        for i in range(fleet.max_nodes or 0)]
+    unnamed = [r for r in lease_rules if "resourceNames" not in r]
+    assert [r["verbs"] for r in unnamed] == [["create"]]  # RBAC cannot name a create
+    cluster = [d for d in _docs("rbac.yaml") if d["kind"] == "ClusterRole"]
+    assert not any("leases" in r["resources"] for c in cluster for r in c["rules"])
+
+
+# -- the admission policy's CEL, evaluated ------------------------------------------------
+
+def _request(username: str, node_name: str | None, target: str) -> dict[str, Any]:
+    extra = {"authentication.kubernetes.io/node-name": [node_name]} if node_name else {}
+    return {"request": {"userInfo": {"username": username, "extra": extra}},
+            "object": {"metadata": {"name": target}}}
+
+
+def _cel(expression: str, activation: dict[str, Any]) -> bool:
+    celpy = pytest.importorskip("celpy")
+    env = celpy.Environment()
+    program = env.program(env.compile(expression))
+    return bool(program.evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()}))
+
+
+SA = "system:serviceaccount:guardian:guardian"
+
+
+@pytest.mark.parametrize(("username", "node", "target", "matched", "allowed"), [
+    (SA, "node-a", "node-a", True, True),         # its own node
+    (SA, "node-a", "node-b", True, False),        # another node: denied
+    (SA, None, "node-a", True, False),            # a token without the node: denied
+    ("system:node:node-b", "node-b", "node-a", False, True),  # not guardian: not matched
+])
+def test_the_admission_policy_holds_guardian_to_its_node(
+        username: str, node: str | None, target: str, matched: bool, allowed: bool) -> None:
+    [policy, binding] = _docs("admission.yaml")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    sa = _one("ServiceAccount")["metadata"]
+    assert f"system:serviceaccount:{sa['namespace']}:{sa['name']}" == SA
+    activation = _request(username, node, target)
+    [condition] = spec["matchConditions"]
+    assert _cel(condition["expression"], activation) is matched
+    if matched:
+        [validation] = spec["validations"]
+        assert _cel(validation["expression"], activation) is allowed
+
+
+@pytest.mark.parametrize("overlay", ["kubernetes", "kubernetes-unprivileged"])
+def test_the_kustomizations_render_valid_manifests(overlay: str) -> None:
+    """What `kubectl apply -k` would send: rendered by kubectl's own kustomize, every
+    object valid, the image renamed, the unprivileged overlay unprivileged."""
+    import shutil
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / overlay)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    kinds = sorted(d["kind"] for d in docs)
+    assert "ValidatingAdmissionPolicy" in kinds and "DaemonSet" in kinds
+    for doc in docs:
+        assert _validate(doc) == [], doc["kind"]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    [c] = ds["spec"]["template"]["spec"]["containers"]
+    assert c["image"].endswith("/node-guardian:0.1.0")
+    assert c["securityContext"]["privileged"] is (overlay == "kubernetes")
+
+
+@pytest.mark.parametrize("target", ["-k=deploy/kubernetes", "-k=deploy/kubernetes-unprivileged",
+                                    "-f=deploy/kubernetes/podmonitor.yaml"])
+def test_kubectl_apply_dry_run_accepts_the_manifests(tmp_path: Path, target: str) -> None:
+    """`kubectl apply --dry-run=client`, kubectl's own check of what it would send, against
+    the API stand-in (tests/support/kube_standin.py) for discovery: every kind maps, every object
+    would be created."""
+    import shutil
+
+    from tests.support.kube_standin import kubeconfig, kubectl, serve
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    with serve() as (url, _):
+        kc = kubeconfig(tmp_path, url)
+        flag, path = target.split("=", 1)
+        out = kubectl(kc, "apply", "--dry-run=client", "--validate=false", flag,
+                      str(REPO / path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines and all(line.endswith("created (dry run)") for line in lines), out.stdout

@@ -1,0 +1,152 @@
+"""The native packages, proven the way an image is baked: `packaging/build` makes the
+.deb and the .rpm of this checkout; the .deb is installed into a Debian 12 root under a
+real systemd (systemd-nspawn), where guardian starts through READY=1 with the default
+rules from /etc/guardian/rules, applies `systemctl reload`, and a purge leaves no file
+behind. The .rpm (Amazon Linux 2023's python3.11) is built from the same tree, lists the
+same files and passes rpmlint (its /opt findings filtered in packaging/rpmlint.toml)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from guardian.testing.nspawn import Container, booted, nspawn_unavailable
+from tests.support.checkout import REPO, STALE_MODULE, shipped_rule_count
+
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
+
+
+def _deb(dist: Path) -> Path:
+    [deb] = dist.glob("*.deb")
+    return deb
+
+
+def _deb_files(deb: Path) -> set[str]:
+    out = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True,
+                         check=True).stdout
+    names = subprocess.run(["tar", "-t"], input=out, capture_output=True, check=True
+                           ).stdout.decode().splitlines()
+    return {n.removeprefix(".").rstrip("/") for n in names if n not in ("./", ".")}
+
+
+def test_the_deb_is_what_it_says(dist: Path) -> None:
+    deb = _deb(dist)
+    control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "Package: node-guardian" in control and "Depends: python3.11" in control
+    conffiles = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True,
+                               check=True).stdout
+    listed = subprocess.run(["tar", "-xO", "./conffiles"], input=conffiles,
+                            capture_output=True, check=True).stdout.decode().split()
+    assert "/etc/guardian/guardian.toml" in listed and "/etc/guardian/rules/nic.toml" in listed
+    files = _deb_files(deb)
+    assert "/lib/systemd/system/guardian.service" in files
+    assert "/opt/guardian/bin/guardian" in files and "/usr/bin/guardian" in files
+    # bytecode compiled at build time: the unit makes /opt read-only
+    assert any(f.endswith("guardian/__pycache__/engine.cpython-311.pyc") for f in files)
+    # a build/ left in the tree by another install is not packaged (setuptools reuses it)
+    assert not [f for f in files if STALE_MODULE in f]
+
+
+def test_the_rpm_lists_the_same_files_and_passes_rpmlint(dist: Path) -> None:
+    if shutil.which("rpm") is None:
+        pytest.skip("rpm is not installed (apt-get install rpm)")
+    [rpm] = dist.glob("*.rpm")
+    listed = set(subprocess.run(["rpm", "-qlp", str(rpm)], capture_output=True, text=True,
+                                check=True).stdout.split("\n")) - {""}
+    deb = _deb_files(_deb(dist))
+    # the .deb lists every directory on the way; the .rpm owns only its own
+    assert listed - deb == set()
+    assert {f for f in deb if not any(d.startswith(f + "/") for d in deb)} <= listed
+    req = subprocess.run(["rpm", "-qp", "--requires", str(rpm)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "python3.11" in req
+    if shutil.which("rpmlint"):
+        lint = subprocess.run(["rpmlint", "-c", str(REPO / "packaging" / "rpmlint.toml"),
+                               str(rpm)], capture_output=True, text=True)
+        assert " 0 errors" in lint.stdout, lint.stdout[-3000:]
+
+
+def test_removal_restores_irqs_and_only_a_purge_deletes_data(dist: Path) -> None:
+    """Before: a plain `dnf remove` of the .rpm ran the purge step (the audit log and the
+    saved IRQ originals deleted, so `guardian irq restore` could not undo guardian's
+    moves), and the .deb's purge dropped the originals without restoring them. Now both
+    restore the affinities before the program goes, and only Debian's purge deletes."""
+    ctrl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(_deb(dist))],
+                          capture_output=True, check=True).stdout
+    prerm, postrm = (subprocess.run(["tar", "-xO", f"./{name}"], input=ctrl,
+                                    capture_output=True, check=True).stdout.decode()
+                     for name in ("prerm", "postrm"))
+    assert "guardian irq restore" in prerm
+    assert prerm.index("systemctl stop") < prerm.index("guardian irq restore")
+    assert postrm.index('[ "$1" = purge ] || exit 0') < postrm.index("rm -rf /var/lib/guardian")
+    if shutil.which("rpm") is None:
+        pytest.skip("rpm is not installed (apt-get install rpm)")
+    [rpm] = dist.glob("*.rpm")
+    scripts = subprocess.run(["rpm", "-qp", "--scripts", str(rpm)], capture_output=True,
+                             text=True, check=True).stdout
+    preun = scripts[scripts.index("preuninstall scriptlet"):
+                    scripts.index("postuninstall scriptlet")]
+    postun = scripts[scripts.index("postuninstall scriptlet"):]
+    assert "guardian irq restore" in preun
+    assert "rm -rf" not in postun and "/var/lib/guardian" not in postun
+
+
+def _files(c: Container) -> list[str]:
+    """Every path the package could touch (dpkg's own database and the journal aside)."""
+    return sorted(c.run("find", "/etc", "/opt", "/usr", "/lib/systemd", "/var/lib",
+                        "/var/log", "-xdev", "-not", "-path", "/var/lib/dpkg/*",
+                        "-not", "-path", "/var/log/journal/*", "-not", "-path",
+                        "/var/lib/systemd/*", "-not", "-path", "/var/log/apt/*",
+                        "-not", "-path", "/var/log/dpkg.log", timeout=60,
+                        check=False).stdout.splitlines())  # a missing /opt is fine
+
+
+def _status(c: Container, want: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = c.run("systemctl", "show", "guardian.service", "-p",
+                     "ActiveState,SubState,StatusText", check=False).stdout
+        if want in text:
+            return text
+        time.sleep(0.3)
+    raise AssertionError(f"no {want!r} in {text}")
+
+
+def test_the_deb_installs_boots_reloads_and_purges_clean(dist: Path) -> None:
+    why = nspawn_unavailable()
+    if why:
+        pytest.skip(f"systemd-nspawn test skipped: {why}")
+    deb = _deb(dist)
+    with booted(binds=[(str(dist), "/dist")], name="guardian-pkg") as c:
+        before = _files(c)
+        c.run("dpkg", "-i", f"/dist/{deb.name}", timeout=300)
+        # the preset policy enabled it, the maintainer script started it: Type=notify,
+        # so active (running) means READY=1 came, after the first evaluation
+        assert c.run("systemctl", "is-enabled", "guardian.service").stdout.strip() == "enabled"
+        status = _status(c, "SubState=running")
+        assert f"{shipped_rule_count()} rules" in status, status
+        # the default rules it loaded are the ones in /etc/guardian/rules
+        check = c.run("guardian", "check").stdout
+        assert check.startswith(f"ok: {shipped_rule_count()} rule(s)"), check
+        pid = c.run("systemctl", "show", "guardian.service", "-p", "MainPID").stdout
+        c.run("systemctl", "reload", "guardian.service", timeout=60)
+        deadline = time.monotonic() + 15
+        journal = ""
+        while "reloaded (SIGHUP)" not in journal and time.monotonic() < deadline:
+            time.sleep(0.3)
+            journal = c.run("journalctl", "--no-pager", "-o", "cat", "-u", "guardian.service",
+                            check=False).stdout
+        assert "reloaded (SIGHUP)" in journal, journal[-2000:]
+        assert c.run("systemctl", "show", "guardian.service", "-p", "MainPID").stdout == pid
+        # a purge removes what the package installed and made, and nothing else
+        c.run("dpkg", "--purge", "node-guardian", timeout=120)
+        after = _files(c)
+        left = set(after) ^ set(before)
+        assert left == set(), sorted(left)[:40]

@@ -1,0 +1,56 @@
+"""Issue 33 in the service: a hanging script check never holds a tick or the watchdog; it
+shows as the script source degraded in /healthz; the shipped rules fire on the check that
+says NonOK; SIGTERM is not held up by a running check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.support.checkout import RULES, write
+from tests.support.daemon import daemon
+
+
+def test_a_hanging_check_never_holds_the_loop(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(RULES / "health.toml", rules / "health.toml")
+    config = write(tmp_path, "guardian.toml", """
+[sources.script.checks.hang]
+argv = ["/bin/sleep", "60"]
+timeout = "2s"
+interval = "1s"
+[sources.script.checks.disk]
+argv = ["/bin/sh", "-c", "echo disk is sick; exit 1"]
+""")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with daemon(tmp_path, "--config", str(config), "--metrics-port", str(port),
+                rules=rules) as (proc, notify):
+        notify.wait_for("READY", timeout=20)
+        started = time.monotonic()
+        pings = 0
+        while time.monotonic() - started < 3.0:  # ticks every 1 s while "hang" runs
+            msg = notify.read(3.0 - (time.monotonic() - started))
+            pings += bool(msg and msg.get("WATCHDOG") == "1")
+        assert pings >= 4, pings
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+        text = body.decode()
+        assert text.startswith("degraded: ") and "source script failing: check hang: " \
+            "timed out after 2s" in text, text
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 2.0
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    fired = [a for a in audit if a.get("type") == "decision" and a.get("kind") == "firing"]
+    assert [a["rule"] for a in fired] == ["script-check-problem"]
+    assert fired[0]["values"]["matched"] == {'{check="disk", message="disk is sick"}': 1}
+    errors = [a for a in audit if a.get("type") == "source_error"]
+    assert errors and errors[0]["source"] == "script"

@@ -1,0 +1,134 @@
+"""guardian as a systemd service, end to end, under a real systemd (252, booted in
+systemd-nspawn: this VM has no systemd as PID 1). The package is installed in the
+container from wheels built from this checkout, with the shipped unit and rules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from guardian.testing.nspawn import Container, booted, nspawn_unavailable
+from tests.support.checkout import REPO, shipped_rule_count
+
+# Boots a container or builds packages: run on the default interpreter only (.ci/run).
+pytestmark = pytest.mark.os_integration
+
+NEW_RULE = '''version = 1
+[[rule]]
+name = "added-later"
+summary = "a rule dropped in while the service runs"
+when = "processes.total > 100000"
+'''
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    why = nspawn_unavailable()
+    if why:
+        pytest.skip(f"systemd-nspawn test skipped: {why}")
+    d = tmp_path_factory.mktemp("wheels")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(d),
+                    str(REPO)], check=True, timeout=900, capture_output=True)
+    return d
+
+
+def props(c: Container, *names: str) -> dict[str, str]:
+    out = c.run("systemctl", "show", "guardian.service", "-p", ",".join(names)).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def wait_props(c: Container, timeout: float, **want: str) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    got: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        got = props(c, "ActiveState", "SubState", "StatusText", "MainPID", "NRestarts",
+                    "Result")
+        if all(v in got.get(k, "") for k, v in want.items()):
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"service never reached {want}; last: {got}")
+
+
+def install(c: Container) -> None:
+    c.run("python3", "-m", "venv", "/opt/guardian", timeout=180)
+    c.run("/opt/guardian/bin/pip", "install", "-q", "--no-index", "--find-links", "/wheels",
+          "node-guardian", timeout=600)
+    # the package lays out /etc/guardian and the unit from the defaults it carries
+    first = c.run("/opt/guardian/bin/guardian", "init").stdout
+    assert "created /etc/guardian/rules/nic.toml" in first
+    assert "created /etc/systemd/system/guardian.service" in first
+    unit = c.run("cat", "/etc/systemd/system/guardian.service").stdout
+    assert "ExecStart=/opt/guardian/bin/guardian run" in unit
+    # the operator's change survives a second init; the shipped version goes beside it
+    c.write("/etc/guardian/guardian.toml", '[engine]\ninterval = "1s"\n')
+    again = c.run("/opt/guardian/bin/guardian", "init").stdout
+    assert "kept /etc/guardian/guardian.toml" in again
+    assert "unchanged /etc/guardian/rules/nic.toml" in again
+    c.run("test", "-f", "/etc/guardian/guardian.toml.new")
+    # the watchdog test needs a short interval; everything else is the shipped unit
+    c.run("mkdir", "-p", "/etc/systemd/system/guardian.service.d")
+    c.write("/etc/systemd/system/guardian.service.d/test.conf", "[Service]\nWatchdogSec=3s\n")
+    c.run("systemctl", "daemon-reload")
+
+
+def test_the_service_under_real_systemd(wheels: Path) -> None:
+    with booted(binds=[(str(wheels), "/wheels")]) as c:
+        install(c)
+        verify = c.run("systemd-analyze", "verify", "/etc/systemd/system/guardian.service",
+                       check=False)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+
+        # Type=notify: `systemctl start` returns once READY=1 arrived
+        c.run("systemctl", "start", "guardian.service", timeout=60)
+        up = wait_props(c, 10, ActiveState="active", SubState="running")
+        assert f"{shipped_rule_count()} rules" in up["StatusText"], up
+        status = c.run("systemctl", "status", "--no-pager", "guardian.service",
+                       check=False).stdout
+        assert f'Status: "{shipped_rule_count()} rules;' in status
+        first_pid = up["MainPID"]
+
+        # a broken rule file is rejected; the service keeps running on the last good rules
+        c.write("/etc/guardian/rules/zz-broken.toml", 'version = 1\n[[rule]]\nname = "x"\n')
+        bad = wait_props(c, 15, StatusText="reload rejected")
+        assert "zz-broken.toml:2:1: missing required key" in bad["StatusText"]
+        assert bad["ActiveState"] == "active" and bad["MainPID"] == first_pid
+        # the rejection is an error in the journal: `-p warning` shows it and not the
+        # start-up line, which is info (each line carries its "<N>" syslog priority)
+        warnings = ""
+        deadline = time.monotonic() + 10
+        while "rejected" not in warnings and time.monotonic() < deadline:
+            time.sleep(0.3)
+            warnings = c.run("journalctl", "--no-pager", "-o", "cat", "-p", "warning",
+                             "-u", "guardian.service", check=False).stdout
+        assert "zz-broken.toml:2:1: missing required key" in warnings, warnings
+        assert "rule(s) from" not in warnings and "<3>" not in warnings, warnings
+        everything = c.run("journalctl", "--no-pager", "-o", "cat", "-u",
+                           "guardian.service", check=False).stdout
+        assert "rule(s) from" in everything  # info is there, at its own priority
+
+        # a good one is picked up
+        c.run("rm", "/etc/guardian/rules/zz-broken.toml")
+        c.write("/etc/guardian/rules/zz-new.toml", NEW_RULE)
+        good = wait_props(c, 15, StatusText=f"{shipped_rule_count() + 1} rules")
+        assert "reload rejected" not in good["StatusText"]
+
+        # a stalled loop stops the pings: the watchdog kills it and systemd restarts it
+        c.run("kill", "-STOP", first_pid)
+        again = wait_props(c, 30, NRestarts="1", ActiveState="active", SubState="running")
+        assert again["MainPID"] != first_pid
+        journal = c.run("journalctl", "--no-pager", "-u", "guardian.service",
+                        check=False).stdout
+        assert "Watchdog timeout" in journal, journal[-3000:]
+        # a clean stop
+        t0 = time.monotonic()
+        c.run("systemctl", "stop", "guardian.service", timeout=30)
+        assert time.monotonic() - t0 < 3.0
+        done = props(c, "ActiveState", "Result")
+        assert done == {"ActiveState": "inactive", "Result": "success"}
+        # persisted state and the audit log live in the unit's own directories
+        c.run("test", "-s", "/var/lib/guardian/state.json")
+        c.run("test", "-f", "/var/log/guardian/audit.jsonl")

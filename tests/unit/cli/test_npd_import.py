@@ -1,0 +1,241 @@
+"""Issue 33: `guardian import npd` on node-problem-detector's own shipped configs
+(tests/fixtures/npd, copied from its repository): the output passes `guardian check`, and
+run with the plugins it fires the node conditions and events node-problem-detector's
+semantics would (pkg/custompluginmonitor/custom_plugin_monitor.go generateStatus:
+permanent rule -> condition True on NonOK, False on OK; temporary rule -> an event for
+every ExitStatus >= NonOK, Unknown included)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardian.cli.npd import ImportError_, go_duration, import_npd
+from guardian.core.snapshot import Snapshot
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.policy.loader import load_rules
+from guardian.runtime.config import load_config
+from guardian.sources.script import ScriptConfig, ScriptSource
+from tests.support.checkout import FIXTURES
+
+NPD = FIXTURES / "npd"
+SHIPPED = sorted(p.stem for p in (NPD / "config").glob("*.json"))
+
+
+def guardian(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "guardian", *argv], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_go_durations() -> None:
+    # time.ParseDuration's forms that node-problem-detector's configs use
+    assert [go_duration(t) for t in ("30s", "5s", "1m30s", "500ms", "1h")] == \
+        [30, 5, 90, 0.5, 3600]
+    with pytest.raises(ImportError_):
+        go_duration("30 seconds")
+
+
+def test_every_shipped_config_imports_into_one_configuration(tmp_path: Path) -> None:
+    """Each of node-problem-detector's shipped custom-plugin and kmsg configs imports, and
+    the fragments append into one guardian.toml that passes `guardian check` with the
+    rules (three health-checker configs share NPD's "source": names come from the file
+    names)."""
+    for name in SHIPPED:
+        got = guardian("import", "npd", str(NPD / "config" / f"{name}.json"), "-o",
+                       str(tmp_path))
+        assert got.returncode == 0, got.stderr
+    config = tmp_path / "guardian.toml"
+    config.write_text("".join(p.read_text() for p in sorted(tmp_path.glob("*.guardian.toml"))))
+    checked = guardian("check", "--config", str(config), str(tmp_path / "rules"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert len(load_rules([tmp_path / "rules"]).rules) == 27
+
+
+def test_the_custom_plugin_config_becomes_checks_with_npds_interval_and_timeout() -> None:
+    got = import_npd(NPD / "config" / "custom-plugin-monitor.json")
+    cfg = ScriptConfig.model_validate(_toml(got.config)["sources"]["script"])
+    ((_, check),) = cfg.checks.items()  # both rules run the same plugin: one check
+    assert check.argv == [str(NPD / "config" / "plugin" / "check_ntp.sh")]
+    # the rule's timeout 3s is shorter than the global 5s: it applies (plugin.go run())
+    assert (check.interval, check.timeout) == (30.0, 3.0)
+    rules = _toml(got.rules)["rule"]
+    assert [r["labels"]["npd_type"] for r in rules] == ["temporary", "permanent"]
+    perm = rules[1]["action"][0]
+    assert (perm["use"], perm["type"], perm["reason"], perm["on"]) == \
+        ("kube.condition", "NTPProblem", "NTPIsDown", "both")
+    # back at False: the default condition's reason and message, as NPD sets them
+    assert (perm["resolved_reason"], perm["resolved_message"]) == \
+        ("NTPIsUp", "ntp service is up")
+    assert rules[0]["action"][0]["use"] == "kube.event"
+
+
+def test_a_permanent_rule_without_a_default_condition_is_refused(tmp_path: Path) -> None:
+    # config.go Validate(): "permanent problem %s does not have preset default condition"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"plugin": "custom", "conditions": [], "rules": [{"type": "permanent",'
+                   ' "condition": "X", "reason": "Y", "path": "/bin/true"}]}')
+    with pytest.raises(ImportError_, match="no preset default condition"):
+        import_npd(bad)
+
+
+def test_health_checker_repair_is_turned_off_and_its_monitor_has_its_own_pool() -> None:
+    """NPD's health-checker-kubelet.json runs health-checker --enable-repair=true, which
+    restarts kubelet itself (cmd/healthchecker/options): a check runs in a dry run too,
+    so the import turns the repair off and says so. NPD runs each monitor on its own
+    workers (pluginConfig.concurrency, 1 here; 3 unless set: types.go)."""
+    got = import_npd(NPD / "config" / "health-checker-kubelet.json")
+    script = _toml(got.config)["sources"]["script"]
+    ((_, check),) = script["checks"].items()
+    assert "--enable-repair=false" in check["argv"]
+    assert not any(a.startswith("--enable-repair=t") for a in check["argv"])
+    assert "# --enable-repair=true rewritten to --enable-repair=false" in got.config
+    assert any("--enable-repair=false" in n for n in got.notes)
+    assert script["pools"] == {check["pool"]: {"concurrency": 1}}
+    ntp = _toml(import_npd(NPD / "config" / "custom-plugin-monitor.json").config)
+    assert list(ntp["sources"]["script"]["pools"].values()) == [{"concurrency": 3}]
+
+
+def test_a_reason_with_a_space_is_made_valid_and_dropped_settings_are_said(
+        tmp_path: Path) -> None:
+    # a kube action's reason must match ^[A-Za-z][A-Za-z0-9]*$ (`guardian check`)
+    own = tmp_path / "config" / "own.json"
+    own.parent.mkdir()
+    own.write_text('{"plugin": "custom", "source": "own", "pluginConfig": '
+                   '{"skip_initial_status": true}, "conditions": [{"type": "DiskBad", '
+                   '"reason": "DiskOK"}], "rules": [{"type": "permanent", "condition": '
+                   '"DiskBad", "reason": "disk full-ish", "path": "/bin/true"}]}')
+    out = tmp_path / "out"
+    got = guardian("import", "npd", str(own), "-o", str(out))
+    assert got.returncode == 0, got.stderr
+    assert "'disk full-ish' is written 'DiskFullIsh'" in got.stderr
+    assert "skip_initial_status" in got.stderr
+    checked = guardian("check", "--config", str(out / "npd-own.guardian.toml"),
+                       str(out / "rules"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_kernel_monitor_reads_the_shipped_patterns() -> None:
+    got = import_npd(NPD / "config" / "kernel-monitor.json")
+    rules = {r["labels"]["npd_reason"]: r for r in _toml(got.rules)["rule"]}
+    # every reason of node-problem-detector's kernel monitor is a pattern guardian ships
+    assert got.notes == [] and "patterns" not in got.config
+    deadlock = rules["DockerHung"]
+    assert deadlock["when"] == 'kmsg.matches{pattern="hung_task_runtime"} > 0'
+    assert deadlock["action"][0]["type"] == "KernelDeadlock"
+    assert 'pattern="oom_kill"' in rules["OOMKilling"]["when"]
+
+
+def test_a_pattern_guardian_does_not_ship_is_added_to_the_kmsg_source(tmp_path: Path) -> None:
+    own = tmp_path / "config" / "own.json"
+    own.parent.mkdir()
+    own.write_text('{"plugin": "kmsg", "source": "own", "conditions": [], "rules": ['
+                   '{"type": "temporary", "reason": "AcmeWedged", '
+                   '"pattern": "acme: device \\\\d+ wedged"}]}')
+    got = import_npd(own, log_only=True)
+    assert _toml(got.config)["sources"]["kmsg"]["patterns"] == {
+        "npd_own_acmewedged": r"acme: device \d+ wedged"}
+    assert [a["use"] for a in _toml(got.rules)["rule"][0]["action"]] == ["log"]
+
+
+def test_imported_checks_fire_what_npd_would(tmp_path: Path) -> None:
+    """NPD's custom-plugin-monitor.json, its plugin replaced by a stand-in with NPD's exit
+    codes (the real check_ntp.sh asks systemd about ntp.service): OK, NonOK, Unknown,
+    OK again."""
+    base = tmp_path / "npd"
+    plugin = base / "config" / "plugin" / "check_ntp.sh"
+    plugin.parent.mkdir(parents=True)
+    state = tmp_path / "exit"
+    plugin.write_text(f"#!/bin/sh\nread code < {state}\necho \"ntp.service code $code\"\n"
+                      "exit $code\n")
+    plugin.chmod(0o755)
+    got = import_npd(NPD / "config" / "custom-plugin-monitor.json", base=base)
+    out = tmp_path / "out"
+    (out / "rules").mkdir(parents=True)
+    (out / "guardian.toml").write_text(got.config.replace('interval = "30s"',
+                                                          'interval = "0.1s"'))
+    (out / "rules" / "npd.toml").write_text(got.rules)
+    registry = default_registry()
+    config = load_config(out / "guardian.toml", registry)
+    rules = load_rules([out / "rules"], registry)
+    src = ScriptSource(Host(Path("/")), config.sources["script"])  # type: ignore[arg-type]
+    engine = Engine(rules)
+    seen: list[tuple[str, str, str]] = []
+    t = 0.0
+    try:
+        for code in ("0", "2", "0", "1", "2", "0"):
+            state.write_text(code)
+            deadline = time.monotonic() + 5
+            while True:  # until the check has run with this code
+                values = src.collect(t)
+                result = values["script.result"]
+                assert isinstance(result, dict)
+                if any(dict(k)["message"].endswith(f"code {code}") for k in result):
+                    break
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            t += 1.0
+            snap = Snapshot.build(t, values, src.specs)
+            for d in engine.evaluate(snap):
+                if d.kind in ("firing", "resolved"):
+                    kind = d.rule.split("-")[-2]  # temporary / permanent
+                    seen.append((code, kind, d.kind))
+                    if kind == "permanent" and d.kind == "firing":
+                        assert "ntp.service code 1" in str(d.values)  # NPD's message
+    finally:
+        src.close()
+    assert seen == [
+        # Unknown: NPD emits the event (ExitStatus >= NonOK); the condition is not True
+        ("2", "temporary", "firing"),
+        ("0", "temporary", "resolved"),
+        ("1", "permanent", "firing"),   # NTPProblem=True, reason NTPIsDown (critical first)
+        ("1", "temporary", "firing"),   # an NTPIsDown event
+        # Unknown after NonOK: NPD sets the condition Unknown, no longer True; guardian
+        # has no Unknown condition: it is set False (never True without a NonOK)
+        ("2", "permanent", "resolved"),
+        ("0", "temporary", "resolved"),
+    ]
+
+
+def test_npds_own_plugins_run_unchanged() -> None:
+    """The real check_ntp.sh and network_problem.sh: whatever this host says, each ends
+    with one of its own messages and exit codes (NPD's contract)."""
+    if shutil.which("bash") is None:
+        pytest.skip("the plugins are bash scripts")
+    got = import_npd(NPD / "config" / "custom-plugin-monitor.json")
+    src = ScriptSource(Host(Path("/")), ScriptConfig.model_validate(
+        _toml(got.config)["sources"]["script"]))
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            values = src.collect(0.0)
+            if values["script.duration_seconds"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        src.close()
+    result = values["script.result"]
+    assert isinstance(result, dict)
+    if not result:  # a systemctl that did not answer within the 3 s: no value, an error
+        assert values["script.errors"], values
+        return
+    ((key, status),) = result.items()
+    message = dict(key)["message"]
+    assert (status, message) in {(0.0, "ntp.service is running"),
+                                 (1.0, "ntp.service is not running"),
+                                 (2.0, "Could not find 'systemctl' - require systemd")}
+
+
+def _toml(text: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    return tomllib.loads(text)

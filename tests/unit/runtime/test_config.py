@@ -1,0 +1,126 @@
+"""guardian's config file: defaults, per-source options, and errors at path:line:col."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardian.core.diagnostics import RuleError
+from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.runtime.collector import Collector
+from guardian.runtime.config import load_config
+from tests.support.checkout import REPO, write
+
+
+def test_shipped_sample_config_loads() -> None:
+    cfg = load_config(REPO / "systemd" / "guardian.toml", default_registry())
+    assert cfg.engine.interval == 15.0 and cfg.engine.budget.runs == 20
+    assert set(cfg.sources) == {"cpu", "kmsg", "ethtool", "systemd"}
+
+
+def test_options_reach_the_sources(tmp_path: Path) -> None:
+    p = write(tmp_path, "g.toml", '''
+[sources]
+disabled = ["pressure"]
+[sources.kmsg]
+patterns = { gpu_xid = "NVRM: Xid" }
+[sources.cpu]
+hot_pct = 50
+''')
+    cfg = load_config(p, default_registry())
+    coll = Collector.from_registry(Host(), default_registry(), cfg)
+    if "kmsg" in coll.unavailable:  # a user may not read the kernel log: a recorded one
+        coll.close()
+        host = Host(tmp_path / "host")
+        host.root.mkdir()
+        for name in ("proc", "sys"):
+            (host.root / name).symlink_to(f"/{name}")
+        write(host.root / "dev", "kmsg", "6,1,0,-;a recorded line\n")
+        coll = Collector.from_registry(host, default_registry(), cfg)
+    names = {s.name for s in coll.sources} | set(coll.unavailable)
+    assert "pressure" not in names
+    kmsg = next(s for s in coll.sources if s.name == "kmsg")
+    assert "gpu_xid" in kmsg.patterns and "ena_reset_triggered" in kmsg.patterns  # type: ignore[attr-defined]
+    cpu = next(s for s in coll.sources if s.name == "cpu")
+    assert cpu.hot_pct == 50  # type: ignore[attr-defined]
+    coll.close()
+
+
+def test_every_config_error_has_a_position(tmp_path: Path) -> None:
+    p = write(tmp_path, "g.toml", '''[engine]
+interval = "soon"
+
+[sources]
+disabled = ["presure"]
+
+[sources.kmsg]
+patterns = { bad = "([" }
+
+[sources.cpuu]
+hot_pct = 50
+
+[sources.cpu]
+hot_pct = 500
+''')
+    with pytest.raises(RuleError) as info:
+        load_config(p, default_registry())
+    got = [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics]
+    assert got[0].startswith("2:12: interval: bad duration 'soon'")
+    assert got[1].startswith("5:12: unknown source 'presure'")
+    assert got[2].startswith("8:12: source 'kmsg': patterns: pattern 'bad': bad regular")
+    assert got[3].startswith("10:1: unknown source 'cpuu'")
+    assert got[4].startswith("14:11: source 'cpu': hot_pct: Input should be less than")
+    assert len(got) == 5
+
+
+def test_fleet_section(tmp_path: Path) -> None:
+    p = write(tmp_path, "g.toml", '[fleet]\nmax_nodes = 3\nmin_healthy = "90%"\nttl = 60\n')
+    cfg = load_config(p, default_registry())
+    assert cfg.fleet is not None and cfg.fleet.max_nodes == 3  # type: ignore[attr-defined]
+    bad = write(tmp_path, "b.toml", '[fleet]\nmin_healthy = "most"\nmax_nodes = 0\n')
+    with pytest.raises(RuleError) as info:
+        load_config(bad, default_registry())
+    got = [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics]
+    assert got[0].startswith("2:15: min_healthy: min_healthy 'most': expected a count")
+    assert got[1].startswith("3:13: max_nodes: Input should be greater than or equal to 1")
+
+
+def test_the_daemonset_configmap_config_loads(tmp_path: Path) -> None:
+    text = (REPO / "deploy" / "kubernetes" / "configmap.yaml").read_text()
+    body = text.split("guardian.toml: |\n", 1)[1].split("\n---", 1)[0]
+    toml_text = "\n".join(line[4:] for line in body.splitlines())
+    cfg = load_config(write(tmp_path, "g.toml", toml_text), default_registry())
+    assert cfg.fleet is not None and cfg.sources["systemd"].systemctl[0] == "nsenter"  # type: ignore[attr-defined]
+
+
+def test_every_rule_file_in_the_daemonset_configmap_loads(tmp_path: Path) -> None:
+    """The rules ConfigMap (node-problem-detector's conditions and events among them)
+    is checked like any rule file, with the Kubernetes actions installed."""
+    import yaml
+
+    from guardian.policy.loader import load_rules
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "configmap.yaml")
+                                   .read_text()))
+    rules = next(d for d in docs if d["metadata"]["name"] == "guardian-rules")["data"]
+    assert "kernel.toml" in rules
+    for name, text in rules.items():
+        write(tmp_path, name, text)
+    loaded = load_rules([tmp_path])
+    uses = {a.use for r in loaded.rules for a in r.actions}
+    assert {"kube.condition", "kube.event"} <= uses
+
+
+def test_guardian_check_checks_the_config_too(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    bad = write(tmp_path, "g.toml", '[engine]\ninterval = "soon"\n')
+    proc = subprocess.run([sys.executable, "-m", "guardian", "check", "--config", str(bad),
+                           str(REPO / "rules")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"{bad}:2:12: interval: bad duration 'soon'")
+    good = subprocess.run([sys.executable, "-m", "guardian", "check", "--config",
+                           str(REPO / "systemd" / "guardian.toml"), str(REPO / "rules")],
+                          capture_output=True, text=True, timeout=60)
+    assert good.returncode == 0 and good.stdout.startswith("ok: ")

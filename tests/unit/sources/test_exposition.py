@@ -1,0 +1,334 @@
+"""The exposition source: local endpoints and textfile-collector files, parsed with
+prometheus_client's parser; a slow endpoint never holds a collection, a failing or stale
+one is no value, a cardinality cap; and dcgm-exporter's pages (tests/data/dcgm_exporter,
+each naming its origin) through the source into the shipped GPU rules."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardian.core.snapshot import labels_of
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
+from guardian.policy.loader import load_rules
+from guardian.runtime.collector import Collector
+from guardian.sources.exposition import ExpositionConfig, ExpositionSource, parse
+from tests.support.checkout import REPO
+from tests.support.kernel import need_root
+
+PAGES = REPO / "tests" / "data" / "dcgm_exporter"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _serve(body: bytes, delay: float = 0.0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(delay)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+
+
+@pytest.fixture
+def page_server() -> Iterator[list[http.server.ThreadingHTTPServer]]:
+    servers: list[http.server.ThreadingHTTPServer] = []
+    yield servers
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _source(clock: _Clock | None = None, **cfg: object) -> ExpositionSource:
+    return ExpositionSource(Host(), ExpositionConfig.model_validate(cfg),
+                            clock=clock or time.monotonic)
+
+
+def test_a_page_is_families_with_their_labels() -> None:
+    # origin: dcgm-exporter README.md, Quickstart (recorded)
+    text = (PAGES / "readme-quickstart.prom").read_text()
+    fam, dropped = parse(text, "dcgm", 100, ["*"])
+    assert dropped == 0
+    key = labels_of({"target": "dcgm", "metric": "DCGM_FI_DEV_SM_CLOCK",
+                     "series": "UUID=GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52,gpu=0"})
+    assert fam[key] == 139.0
+    assert len(fam) == 3
+    only, _ = parse(text, "dcgm", 100, ["DCGM_FI_DEV_*_CLOCK"])
+    assert len(only) == 2
+
+
+def test_the_cardinality_cap_drops_and_counts() -> None:
+    text = "# TYPE x gauge\n" + "".join(f'x{{i="{i}"}} {i}\n' for i in range(50)) + "y 1\n"
+    fam, dropped = parse(text, "t", 10, ["*"])
+    assert dropped == 40 and len(fam) == 11  # 10 of x, and y
+
+
+def test_an_endpoint_is_scraped_off_the_loop_and_a_slow_one_never_holds_it(
+        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+    fast, fast_url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
+    slow, slow_url = _serve(b"x 1\n", delay=3.0)
+    page_server += [fast, slow]
+    src = _source(endpoints={"dcgm": fast_url, "app": slow_url}, timeout=1.5,
+                  interval=0.1)
+    try:
+        t0 = time.perf_counter()
+        out = src.collect(0.0)  # starts the worker; nothing read yet: no value
+        assert time.perf_counter() - t0 < 0.3
+        assert out["prom.sample"] is None
+        deadline = time.monotonic() + 5
+        while src.errors.get("app", 0) < 1 and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            out = src.collect(0.0)
+            assert time.perf_counter() - t0 < 0.3  # never waits on the slow endpoint
+            time.sleep(0.05)
+        assert src.errors["app"] >= 1
+        out = src.collect(0.0)
+        # one target failing: the family is no value, never part of it; up says which
+        assert out["prom.sample"] is None
+        assert out["prom.up"] == {labels_of({"target": "dcgm"}): 1.0,
+                                  labels_of({"target": "app"}): 0.0}
+    finally:
+        src.close()
+
+
+def test_a_failing_then_stale_endpoint_is_no_value(
+        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+    srv, url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
+    page_server.append(srv)
+    clock = _Clock()
+    src = _source(clock, endpoints={"dcgm": url}, max_age=30)
+    src.refresh()
+    fam = src.collect(0.0)["prom.sample"]
+    assert isinstance(fam, dict) and len(fam) == 3
+    clock.t += 31  # no read since: stale numbers are no value
+    assert src.collect(0.0)["prom.sample"] is None
+    srv.shutdown()
+    srv.server_close()
+    page_server.clear()
+    src.refresh()  # connection refused
+    out = src.collect(0.0)
+    assert out["prom.sample"] is None
+    # the worker the first collect started reads on its own too, and may have met the
+    # refused connection as well
+    errors = out["prom.errors"]
+    assert isinstance(errors, dict) and errors[labels_of({"target": "dcgm"})] >= 1.0
+    assert out["prom.up"] == {labels_of({"target": "dcgm"}): 0.0}
+
+
+def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path: Path) -> None:
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "node.prom").write_text("# TYPE reboot_required gauge\nreboot_required 1\n")
+    os.mkfifo(d / "fifo.prom")  # a FIFO named *.prom is refused, never waited on
+    (d / "big.prom").write_text("x 1\n" * 1000)
+    (d / "ignored.txt").write_text("y 1\n")
+    src = _source(textfile_directories=[str(d)], max_bytes=1000, max_age=60)
+    t0 = time.perf_counter()
+    src.refresh()
+    assert time.perf_counter() - t0 < 1
+    out = src.collect(0.0)
+    assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 1.0,
+                              labels_of({"target": "file:fifo.prom"}): 0.0,
+                              labels_of({"target": "file:big.prom"}): 0.0}
+    node = {labels_of({"target": "file:node.prom", "metric": "reboot_required",
+                       "series": ""}): 1.0}
+    # files are judged one by one (node_exporter's textfile collector): the two that
+    # cannot be read contribute nothing, and are faults
+    assert out["prom.sample"] == node
+    assert src.faults() == ["file:big.prom: ValueError: larger than 1000 bytes",
+                            "file:fifo.prom: ValueError: not a regular file"]
+    (d / "fifo.prom").unlink()
+    (d / "big.prom").unlink()
+    src.refresh()
+    assert src.collect(0.0)["prom.sample"] == node
+    assert src.faults() == []
+    old = time.time() - 120  # a writer that stopped: its numbers are no value
+    os.utime(d / "node.prom", (old, old))
+    src.refresh()
+    out = src.collect(0.0)
+    assert out["prom.sample"] == {}
+    assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 0.0}
+    assert src.faults() == ["file:node.prom: last modified over max_age (60 s) ago"]
+
+
+def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
+        tmp_path: Path, page_server: list[http.server.ThreadingHTTPServer],
+        caplog: pytest.LogCaptureFixture) -> None:
+    srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
+    page_server.append(srv)
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "bad.prom").write_text("this is { not exposition\n")
+    (d / "old.prom").write_text("x 1\n")
+    old = time.time() - 120
+    os.utime(d / "old.prom", (old, old))
+    gone = str(tmp_path / "missing")
+    src = _source(endpoints={"dcgm": url}, textfile_directories=[str(d), gone],
+                  max_age=60, interval=3600)
+    assert ExpositionSource.config_warnings(src.cfg) == [
+        f"textfile directory {gone} does not exist"]
+    collector = Collector(Host(), [src])
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    caplog.set_level("INFO", logger="guardian.sources.exposition")
+    try:
+        src.refresh()
+        for t in (0.0, 15.0):
+            snap = collector.collect(t)
+            engine.evaluate(snap)
+        # the GPU rules still see dcgm: the bad files are faults of the source instead
+        assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
+        assert [f.split(":")[0:2] for f in src.faults()] == [
+            ["dir", gone], ["file", "bad.prom"], ["file", "old.prom"]]
+        assert "bad.prom" in snap.errors["exposition"]
+        assert collector.error_counts["exposition"] == 2
+        up = snap.get("prom.up")
+        assert isinstance(up, dict) and up[labels_of({"target": "dcgm"})] == 1.0
+        assert up[labels_of({"target": "file:bad.prom"})] == 0.0
+        # logged once when a target starts failing and once when it ends, not every tick
+        warned = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 3
+        (d / "bad.prom").unlink()
+        src.refresh()
+        collector.collect(30.0)
+        collector.collect(45.0)
+        assert len([r for r in caplog.records if "bad.prom" in r.getMessage()]) == 2
+        assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 3
+    finally:
+        src.close()
+
+
+def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
+    # anyone who can write a .prom file would fire the shipped GPU rules
+    need_root()  # to give a file to another user
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "ok.prom").write_text("x 1\n")
+    (d / "nobody.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
+    os.chown(d / "nobody.prom", 65534, 65534)  # nobody (the tests run as root)
+    (d / "open.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
+    os.chmod(d / "open.prom", 0o666)
+    src = _source(textfile_directories=[str(d)], interval=3600)
+    src.refresh()
+    out = src.collect(0.0)
+    assert out["prom.sample"] == {labels_of({"target": "file:ok.prom", "metric": "x",
+                                             "series": ""}): 1.0}
+    assert src.faults() == [
+        "file:nobody.prom: ValueError: owned by uid 65534, neither root nor guardian's",
+        "file:open.prom: ValueError: writable by group or others (mode 0666)"]
+    os.chmod(d, 0o1777)  # a directory anyone may add files to is refused whole
+    src.refresh()
+    assert src.collect(0.0)["prom.sample"] == {}
+    assert src.faults() == [f"dir:{d}: ValueError: writable by group or others "
+                            "(mode 1777)"]
+    src.close()
+
+
+def test_a_targets_samples_are_capped_in_all_and_a_huge_page_bounded() -> None:
+    # 150,000 distinct names, each under max_series: capped by max_samples in all
+    text = "".join(f"m{i} 1\n" for i in range(150_000))
+    t0 = time.perf_counter()
+    fam, dropped = parse(text, "t", 2_000, ["*"], max_samples=10_000)
+    took = time.perf_counter() - t0
+    assert len(fam) == 10_000 and dropped >= 10_000
+    assert took < 0.5, took  # parsing stops at twice max_samples
+    cfg = ExpositionConfig.model_validate({"textfile_directories": ["/x"]})
+    assert cfg.max_samples == 10_000
+
+
+def test_no_targets_no_source_and_remote_endpoints_warned() -> None:
+    assert ExpositionSource(Host()).unavailable() is not None
+    cfg = ExpositionConfig.model_validate({"endpoints": {
+        "dcgm": "http://127.0.0.1:9400/metrics", "far": "http://10.0.0.7:9100/metrics"}})
+    assert ExpositionSource.config_warnings(cfg) == [
+        "endpoint 'far' (http://10.0.0.7:9100/metrics) is not on this node's loopback"]
+    with pytest.raises(ValueError, match="not an http"):
+        ExpositionConfig.model_validate({"endpoints": {"x": "file:///etc/passwd"}})
+
+
+# -- dcgm-exporter pages through the source into rules/gpu-dcgm.toml ------------------
+
+# (pages in order, one a minute, and the GPU rules firing after the last; origins in
+# each file's first line and tests/data/dcgm_exporter/README.md)
+GPU_CASES = [
+    (["readme-quickstart.prom"], []),
+    (["xid13-application.prom"], []),
+    (["xid79-fallen-off-bus.prom"], ["gpu-dcgm-fallen-off-bus"]),
+    (["xid48-dbe.prom"], ["gpu-dcgm-ecc-uncorrectable", "gpu-dcgm-xid-needs-reset"]),
+    (["ecc-dbe-0.prom", "ecc-dbe-2.prom"], ["gpu-dcgm-ecc-uncorrectable"]),
+    (["ecc-dbe-0.prom", "ecc-dbe-0.prom"], []),
+    (["row-remap-failure.prom"], ["gpu-dcgm-row-remap-failed"]),
+    (["row-remap-pending.prom"], ["gpu-dcgm-row-remap-pending"]),
+    (["nvlink-0.prom", "nvlink-recovery.prom"], ["gpu-dcgm-nvlink-errors"]),
+    (["throttle-sw-power-cap.prom"] * 4, []),
+    (["throttle-hw-thermal.prom"] * 4, ["gpu-dcgm-power-throttle",
+                                        "gpu-dcgm-thermal-throttle"]),
+    (["throttle-power-brake.prom"] * 4, ["gpu-dcgm-power-throttle"]),
+]
+
+
+@pytest.mark.parametrize(("pages", "want"), GPU_CASES, ids=[c[0][-1] for c in GPU_CASES])
+def test_dcgm_exporter_pages_fire_the_shipped_gpu_rules(
+        tmp_path: Path, pages: list[str], want: list[str]) -> None:
+    d = tmp_path / "textfile"
+    d.mkdir()
+    clock = _Clock()
+    src = _source(clock, textfile_directories=[str(d)], max_age=120)
+    collector = Collector(Host(), [src])
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    try:
+        for i, page in enumerate(pages):
+            (d / "dcgm.prom").write_text((PAGES / page).read_text())
+            src.refresh()
+            snap = collector.collect(60.0 * i)
+            assert snap.get("prom.sample"), snap.errors
+            engine.evaluate(snap)
+            clock.t += 60
+        assert sorted(engine.firing()) == want
+    finally:
+        src.close()
+
+
+def test_an_endpoint_page_fires_a_shipped_rule(
+        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+    srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
+    page_server.append(srv)
+    src = _source(endpoints={"dcgm": url})
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    src.refresh()
+    engine.evaluate(Collector(Host(), [src]).collect(0.0))
+    assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
+
+
+def test_the_dcgm_xid_rule_and_the_kernel_log_rule_agree_on_the_reset_codes() -> None:
+    """gpu-dcgm-xid-needs-reset names the codes kmsg's gpu.xid_by_action calls reset_gpu
+    (NVIDIA's catalog, guardian/sources/kernel_patterns.py), no more and no fewer."""
+    import re
+
+    from guardian.sources.kernel_patterns import XID_ACTIONS
+    text = (REPO / "rules" / "gpu-dcgm.toml").read_text()
+    rule = text.split('name = "gpu-dcgm-xid-needs-reset"')[1].split("[[rule]]")[0]
+    codes = {int(c) for c in re.findall(r'XID_ERRORS"\} == (\d+)', rule)}
+    assert codes == {c for c, a in XID_ACTIONS.items() if a == "reset_gpu"}

@@ -1,0 +1,33 @@
+"""The shipped unit file: sandbox score and the settings the service relies on."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.support.checkout import REPO
+
+UNIT = REPO / "systemd" / "guardian.service"
+
+
+def test_security_exposure_is_5_or_better() -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--threshold=50",
+                           str(UNIT)], capture_output=True, text=True, timeout=60)
+    m = re.search(r"Overall exposure level for guardian.service: (\d+\.\d)", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    assert float(m.group(1)) <= 5.0 and proc.returncode == 0
+
+
+def test_unit_settings() -> None:
+    text = UNIT.read_text()
+    for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "StateDirectory=guardian",
+                 "RestartPreventExitStatus=78", "ProtectSystem=strict", "ProtectHome=yes",
+                 "PrivateTmp=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet=CAP_KILL "
+                 "CAP_SYSLOG", "SystemCallFilter=@system-service", "MemoryLow=",
+                 "OOMScoreAdjust=-900"):
+        assert line in text, line
