@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -32,18 +34,28 @@ def read_capped(path: Path, max_bytes: int) -> tuple[str, float]:
             raise ValueError(why)
         if st.st_size > max_bytes:
             raise ValueError(f"larger than {max_bytes} bytes")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise ValueError(f"larger than {max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8"), st.st_mtime
+        return read_capped_stream(lambda n: os.read(fd, n), max_bytes), st.st_mtime
     finally:
         os.close(fd)
+
+
+def read_capped_stream(read: Callable[[int], bytes], max_bytes: int,
+                       deadline: float | None = None) -> str:
+    """All of a stream as UTF-8 text, read in chunks by ``read`` until it gives none: at
+    most ``max_bytes``, and (with a monotonic ``deadline``) whole by then. Raises
+    ValueError past the cap and TimeoutError past the deadline."""
+    chunks, size = [], 0
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("not read whole in time")
+        chunk = read(1 << 16)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > max_bytes:
+            raise ValueError(f"larger than {max_bytes} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8")
 
 
 def textfiles(directory: Path) -> list[str]:

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from guardian.core.durations import Duration
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host
-from guardian.hostio.textfile import read_capped, textfiles
+from guardian.hostio.textfile import read_capped, read_capped_stream, textfiles
 from guardian.plugin.contract import Source
 
 log = logging.getLogger("guardian.sources.exposition")
@@ -135,18 +135,10 @@ def scrape(url: str, timeout: float, max_bytes: int) -> str:
     deadline = time.monotonic() + timeout
     req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
-        chunks, size = [], 0
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not read whole within {timeout:g} s")
-            chunk = resp.read1(1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise ValueError(f"larger than {max_bytes} bytes")
-            chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8")
+        try:
+            return read_capped_stream(resp.read1, max_bytes, deadline)
+        except TimeoutError:
+            raise TimeoutError(f"not read whole within {timeout:g} s") from None
 
 
 class ExpositionSource(Source[ExpositionConfig]):
