@@ -10,7 +10,7 @@ from typing import Any
 from guardian.core.snapshot import Family, Value, format_key
 from guardian.model.kinds import DecisionKind
 from guardian.model.ruleset import BoundAction, CompiledRule
-from guardian.model.schema import Severity
+from guardian.model.schema import Mode, Severity
 
 # Decisions the engine emits carry this mark; the executor applies no other decision
 # (a dry run may still plan one). It guards against mistakes, not against code that sets
@@ -43,7 +43,7 @@ class Decision:
     actions: list[BoundAction] = field(default_factory=list)
     reason: str = ""
     fleet: bool = False  # the rule's disruptive actions need a slot of the fleet budget
-    mode: str = "act"  # "observe": shadow mode, planned and audited, never applied
+    mode: Mode = "act"  # "observe": shadow mode, planned and audited, never applied
     labels: dict[str, str] = field(default_factory=dict)  # the rule's labels
     would: list[BoundAction] = field(default_factory=list)  # held: planned, not applied
     _mark: object = field(default=None, repr=False, compare=False)

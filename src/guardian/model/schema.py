@@ -17,6 +17,7 @@ from guardian.model.window import Window
 SCHEMA_VERSION = 1
 
 Severity = Literal["info", "warning", "critical"]
+Mode = Literal["act", "observe"]  # observe: shadow mode, planned and audited, never applied
 
 
 class ActionSpec(BaseModel):
@@ -74,7 +75,7 @@ class Rule(BaseModel):
                                "budget (Kubernetes Leases, [fleet] in guardian.toml) before "
                                "acting; a rule with a disruptive kube.* action must say "
                                "(false: on purpose without it)")
-    mode: Literal["act", "observe"] = Field(
+    mode: Mode = Field(
         "act", description="observe: shadow mode, the rule evaluates, plans and audits what "
         "it would do and never applies it")
     window: Window | None = Field(None, description="when its disruptive actions may run "

@@ -22,6 +22,7 @@ from guardian.engine.bounds import Budget
 from guardian.engine.decision import Decision, decision_values, render_values
 from guardian.engine.engine import Engine
 from guardian.model.ruleset import Ruleset
+from guardian.model.schema import Severity
 from guardian.runtime import state as state_file
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
@@ -65,7 +66,7 @@ class RuleReport:
     run (``plans``: :meth:`Executed.to_dict` of each)."""
 
     rule: str
-    severity: str
+    severity: Severity
     condition: Condition
     phase: str
     values: dict[str, Any]

@@ -17,6 +17,7 @@ from guardian.engine.decision import Decision, decision_values, render_values, s
 from guardian.engine.engine import Engine
 from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
+from guardian.model.schema import Mode, Severity
 
 ACTIVE: tuple[Phase, ...] = ("pending", "firing")
 
@@ -28,7 +29,7 @@ class Link:
     rule: str
     summary: str
     phase: Phase
-    severity: str
+    severity: Severity
     since: float | None  # when its condition began to hold
     evidence: dict[str, Any]
     causes: list[str]  # active rules that cause it
@@ -36,7 +37,7 @@ class Link:
     did: list[str] = field(default_factory=list)  # actions run (or planned)
     held: list[str] = field(default_factory=list)  # what it holds back, and why
     held_at: list[float] = field(default_factory=list)  # when it held them
-    mode: str = "act"  # "observe": shadow mode, it never applies
+    mode: Mode = "act"  # "observe": shadow mode, it never applies
     needs_human: bool = False  # its actions ran their limit and it still fires
     paused: str = ""  # the hold that pauses it now
 
