@@ -21,7 +21,7 @@ from guardian.actions.command import CommandAction, CommandParams
 from guardian.actions.irq import IrqMove, IrqParams, interface_irqs, parse_cpu_list
 from guardian.actions.memcg import MemcgParams, MemcgRelease
 from guardian.actions.reap import LadderStep, ReapParams, ReapZombies
-from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.actions.systemd import SystemdUnit, UnitParams
 from guardian.core.snapshot import Snapshot, Value
 from guardian.hostio.host import Host
 from guardian.plugin.contract import ActionContext
@@ -486,7 +486,7 @@ def test_crash_looping_unit_is_stopped_and_masked_under_real_systemd() -> None:
 OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
-from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.actions.systemd import SystemdUnit, UnitParams
 from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
 from guardian.plugin.contract import ActionContext

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.actions.reboot import NodeReboot, RebootParams, under
+from guardian.actions.node import NodeReboot, RebootParams, under
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
 from guardian.kube.fleet import FleetBudget, FleetParams
@@ -238,7 +238,7 @@ def test_a_reboot_on_a_kubernetes_node_needs_the_fleet_budget(tmp_path: Path) ->
 REBOOT_OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
-from guardian.actions.reboot import NodeReboot, RebootParams, under
+from guardian.actions.node import NodeReboot, RebootParams, under
 from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
 from guardian.plugin.contract import ActionContext

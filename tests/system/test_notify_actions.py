@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.actions.webhook import (
+from guardian.actions.notify import (
     Alertmanager,
     AlertmanagerParams,
     Webhook,

@@ -13,7 +13,7 @@ from typing import cast
 
 import pytest
 
-from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.actions.systemd import SystemdUnit, UnitParams
 from guardian.hostio.host import Host
 from guardian.plugin.contract import ActionContext
 from guardian.plugin.registry import default_registry

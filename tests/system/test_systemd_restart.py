@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.actions.systemd import SystemdUnit, UnitParams
 from guardian.core.snapshot import Snapshot
 from guardian.hostio.host import Host
 from guardian.plugin.contract import ActionContext
@@ -190,7 +190,7 @@ def test_restart_under_real_systemd(state: str) -> None:
 OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
-from guardian.actions.systemd_unit import SystemdUnit, UnitParams
+from guardian.actions.systemd import SystemdUnit, UnitParams
 from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
 from guardian.plugin.contract import ActionContext

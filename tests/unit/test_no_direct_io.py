@@ -35,7 +35,7 @@ PATH_METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", 
                 "glob", "rglob"}
 # (module, the call as written) -> why it is no file access
 ALLOWED = {
-    ("actions/webhook.py", "_OPENER.open"): "an HTTP request (urllib's OpenerDirector)",
+    ("actions/notify.py", "_OPENER.open"): "an HTTP request (urllib's OpenerDirector)",
 }
 
 

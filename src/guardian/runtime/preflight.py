@@ -24,7 +24,7 @@ def errors(rs: Ruleset, config: Config) -> list[Diagnostic]:
 def _reboot_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
     if not any(a.use == "node.reboot" for r in rs.rules for a in [*r.actions, *r.escalate]):
         return []
-    from guardian.actions.reboot import check
+    from guardian.actions.node import check
 
     kubernetes = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or \
         Path("/var/lib/kubelet").is_dir()
