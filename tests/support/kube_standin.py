@@ -396,7 +396,8 @@ def serve(tls: tuple[str, str] | None = None) -> Iterator[tuple[str, Store]]:
         ctx.load_cert_chain(*tls)
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
         scheme = "https"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     try:
         yield f"{scheme}://127.0.0.1:{server.server_address[1]}", store

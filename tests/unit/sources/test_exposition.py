@@ -49,7 +49,8 @@ def _serve(body: bytes, delay: float = 0.0) -> tuple[http.server.ThreadingHTTPSe
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     return srv, f"http://127.0.0.1:{srv.server_address[1]}/metrics"
 
 
