@@ -48,7 +48,7 @@ def test_the_deb_is_what_it_says(dist: Path) -> None:
     assert "/lib/systemd/system/guardian.service" in files
     assert "/opt/guardian/bin/guardian" in files and "/usr/bin/guardian" in files
     # bytecode compiled at build time: the unit makes /opt read-only
-    assert any(f.endswith("guardian/__pycache__/engine.cpython-311.pyc") for f in files)
+    assert any(f.endswith("guardian/engine/__pycache__/engine.cpython-311.pyc") for f in files)
     # a build/ left in the tree by another install is not packaged (setuptools reuses it)
     assert not [f for f in files if STALE_MODULE in f]
 
