@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from guardian.cli.npd import ImportError_, go_duration, import_npd
 from guardian.core.snapshot import Snapshot
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
+from guardian.policy.npd import NpdConfigError, go_duration, import_npd
 from guardian.runtime.config import load_config
 from guardian.sources.script import ScriptConfig, ScriptSource
 from tests.support.checkout import FIXTURES
@@ -39,7 +39,7 @@ def test_go_durations() -> None:
     # time.ParseDuration's forms that node-problem-detector's configs use
     assert [go_duration(t) for t in ("30s", "5s", "1m30s", "500ms", "1h")] == \
         [30, 5, 90, 0.5, 3600]
-    with pytest.raises(ImportError_):
+    with pytest.raises(NpdConfigError):
         go_duration("30 seconds")
 
 
@@ -82,7 +82,7 @@ def test_a_permanent_rule_without_a_default_condition_is_refused(tmp_path: Path)
     bad = tmp_path / "bad.json"
     bad.write_text('{"plugin": "custom", "conditions": [], "rules": [{"type": "permanent",'
                    ' "condition": "X", "reason": "Y", "path": "/bin/true"}]}')
-    with pytest.raises(ImportError_, match="no preset default condition"):
+    with pytest.raises(NpdConfigError, match="no preset default condition"):
         import_npd(bad)
 
 
