@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.atomicfile import write_json
-from guardian.hostio.host import Host
+from guardian.hostio.host import Host, exists
 from guardian.hostio.irq import (
     affinity_path,
     format_cpu_list,
@@ -188,7 +188,7 @@ def restore(host: Host, state_file: str = DEFAULT_STATE) -> list[dict[str, Any]]
     for irq, cpus in sorted(saved.items(), key=lambda kv: int(kv[0])):
         path = affinity_path(host, irq)
         r = _write(str(path), cpus) | {"irq": int(irq)}
-        if r["ok"] or not path.exists():  # an IRQ that is gone needs no restoring
+        if r["ok"] or not exists(path):  # an IRQ that is gone needs no restoring
             saved.pop(irq)
         results.append(r)
     save_state(state_file, saved)

@@ -47,9 +47,15 @@ from guardian.hostio.cgroupfs import (
     layout_problem,
     leaking_cgroup,
     locate,
+    make_and_remove_child,
     memory_current,
 )
-from guardian.hostio.host import write_kernel_file
+from guardian.hostio.host import (
+    exists,
+    on_read_only_filesystem,
+    sync_filesystems,
+    write_kernel_file,
+)
 from guardian.hostio.sandbox import cgroupfs_read_only
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
 
@@ -95,29 +101,6 @@ class MemcgParams(BaseModel):
         if ".." in v.split("/"):
             raise ValueError("cgroup must be a path under the cgroup2 mount, without '..'")
         return "/" if v and not v.strip("/") else v.strip("/")
-
-
-def _offline_one(probe: Path) -> str:
-    """Make and remove ``probe``, a child cgroup: its memcg going offline queues the
-    kernel's clean-up of offline writeback structures (wb_memcg_offline, then
-    cleanup_offline_cgwbs_workfn in mm/backing-dev.c), which the structures of memcgs that
-    died dirty were skipped by, and moves their now clean inodes to the parent's."""
-    try:
-        probe.mkdir()
-    except OSError as exc:
-        return f"not triggered: mkdir {probe}: {exc.strerror}"
-    try:
-        probe.rmdir()
-    except OSError as exc:
-        return f"made, not removed: rmdir {probe}: {exc.strerror}"
-    return "triggered"
-
-
-def _read_only(path: Path) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def sandbox_problem(params: MemcgParams, unit: list[str]) -> str | None:
@@ -185,11 +168,11 @@ class MemcgRelease(Action[MemcgParams, MemcgPayload]):
             if cgroup is None:
                 return plan
             target = cgroup / "memory.reclaim"
-            if not target.exists():
+            if not exists(target):
                 plan.refused.append(f"{target} does not exist (kernel before 5.19, or no "
                                     "such cgroup)")
                 return plan
-            if _read_only(cgroup):
+            if on_read_only_filesystem(cgroup):
                 plan.refused.append(
                     f"{target} is on a read-only file system: the systemd unit's "
                     "ProtectControlGroups=yes (add a drop-in with ProtectControlGroups=no) "
@@ -243,7 +226,7 @@ class MemcgRelease(Action[MemcgParams, MemcgPayload]):
             return Outcome(ok=False, error="nothing planned")
         before = plan.data["dying_before"]
         if p.method == "drop_caches" and p.sync_first:
-            os.sync()
+            sync_filesystems()
         text = plan.data.get("value", "1" if p.method == "drop_caches" else p.amount)
         partial = False
         try:
@@ -252,7 +235,7 @@ class MemcgRelease(Action[MemcgParams, MemcgPayload]):
             if exc.errno != errno.EAGAIN or p.method != "reclaim":
                 return Outcome(ok=False, error=f"write {plan.data['path']}: {exc.strerror}")
             partial = True  # memory.reclaim reclaimed less than the amount (cgroup-v2.rst)
-        cleanup = _offline_one(Path(plan.data["probe"])) if "probe" in plan.data else None
+        cleanup = make_and_remove_child(Path(plan.data["probe"])) if "probe" in plan.data else None
         time.sleep(p.settle)
         after = dying_memcgs(ctx.host)
         data: dict[str, Any] = {"dying_before": before, "dying_after": after,

@@ -23,7 +23,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.atomicfile import write_json
 from guardian.core.durations import Duration
-from guardian.hostio.host import boot_id
+from guardian.hostio.host import boot_id, exists, resolve_under
 from guardian.hostio.records import read_json
 from guardian.hostio.systemdclient import SystemdClient, client_for
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported when used: kubernetes is an extra
     from guardian.kube.drain import KubeDrain
 
 TARGET, MODE = "reboot.target", "replace-irreversibly"
+under = resolve_under  # its name here before hostio had it (tests import it from here)
 
 
 class RebootParams(BaseModel):
@@ -66,29 +67,6 @@ class RebootParams(BaseModel):
         return v
 
 
-def under(root: Path, path: str) -> Path:
-    """``path`` on the host at ``root``, its symlinks followed inside that root (an
-    absolute link such as /var/run -> /run points into the host, not out of it)."""
-    out = root
-    parts = [x for x in path.split("/") if x]
-    for _ in range(40):  # symlink hops
-        if not parts:
-            return out
-        part = parts.pop(0)
-        if part == "..":
-            out = out.parent if out != root else root
-            continue
-        nxt = out / part
-        if nxt.is_symlink():
-            target = str(nxt.readlink())
-            parts = [x for x in target.split("/") if x] + parts
-            if target.startswith("/"):
-                out = root
-            continue
-        out = nxt
-    return out
-
-
 class RebootPayload(TypedDict):
     boot: str  # the boot id when planned
     pending: NotRequired[bool]  # a reboot was already asked for in this boot
@@ -103,7 +81,7 @@ class NodeReboot(Action[RebootParams, RebootPayload]):
 
     # -- what outlives the reboot --------------------------------------------------------
     def _file(self, ctx: ActionContext) -> Path:
-        return under(ctx.host.root, self.params.state_dir) / "reboots.json"
+        return resolve_under(ctx.host.root, self.params.state_dir) / "reboots.json"
 
     def _history(self, ctx: ActionContext) -> list[dict[str, Any]]:
         """The recorded reboots; none if the record does not exist. A record that exists
@@ -123,7 +101,7 @@ class NodeReboot(Action[RebootParams, RebootPayload]):
         return got
 
     def _boot(self, ctx: ActionContext) -> str:
-        return boot_id(under(ctx.host.root, self.params.boot_id))
+        return boot_id(resolve_under(ctx.host.root, self.params.boot_id))
 
     def _client(self, ctx: ActionContext) -> SystemdClient:
         return client_for(ctx.host.root, self.params.systemctl, self.params.timeout)
@@ -155,7 +133,7 @@ class NodeReboot(Action[RebootParams, RebootPayload]):
                          f"waiting for it")
             plan.data["pending"] = True
             return plan
-        if p.sentinel and not under(ctx.host.root, p.sentinel).exists():
+        if p.sentinel and not exists(resolve_under(ctx.host.root, p.sentinel)):
             plan.note = f"no reboot required ({p.sentinel} is absent): nothing to do"
             return plan
         now = time.time()

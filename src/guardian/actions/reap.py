@@ -25,6 +25,7 @@ from guardian.hostio.procfs import (
     ProcStat,
     all_stats,
     cgroup_paths,
+    owner_uid,
     read_proc_stat,
     uptime,
     zombies_by_parent,
@@ -111,8 +112,8 @@ def _other_uid(proc: Path, ppid: int, zombies: list[Zombie]) -> str:
     """Why a parent's user differs from its zombies' (owners of their /proc entries), or
     "" when they agree."""
     try:
-        parent_uid = os.stat(proc / str(ppid)).st_uid
-        others = {os.stat(proc / str(z.pid)).st_uid for z in zombies} - {parent_uid}
+        parent_uid = owner_uid(proc, ppid)
+        others = {owner_uid(proc, z.pid) for z in zombies} - {parent_uid}
     except OSError:
         return "its processes could not be read"
     if others:

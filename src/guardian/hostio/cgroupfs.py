@@ -267,3 +267,20 @@ def memory_current(cgroup: Path) -> int:
     """A cgroup v2 cgroup's ``memory.current``, in bytes (the root has none). Raises
     OSError or ValueError."""
     return int(read_value(cgroup / "memory.current"))
+
+
+def make_and_remove_child(probe: Path) -> str:
+    """Make and remove ``probe``, a child cgroup: its memcg going offline queues the
+    kernel's clean-up of offline writeback structures (wb_memcg_offline, then
+    cleanup_offline_cgwbs_workfn in mm/backing-dev.c), which the structures of memcgs that
+    died dirty were skipped by, and moves their now clean inodes to the parent's. Says
+    "triggered", or which step failed and why."""
+    try:
+        probe.mkdir()
+    except OSError as exc:
+        return f"not triggered: mkdir {probe}: {exc.strerror}"
+    try:
+        probe.rmdir()
+    except OSError as exc:
+        return f"made, not removed: rmdir {probe}: {exc.strerror}"
+    return "triggered"

@@ -31,6 +31,54 @@ class Host:
         return self.root == Path("/")
 
 
+def exists(path: str | Path) -> bool:
+    """Whether ``path`` is there (a symlink: its target). Raises OSError other than "no
+    such file" (a permission denied on the way), as ``Path.exists`` does."""
+    return Path(path).exists()
+
+
+def is_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory (symlinks followed). Raises as :func:`exists`."""
+    return Path(path).is_dir()
+
+
+def on_read_only_filesystem(path: str | Path) -> bool:
+    """Whether ``path`` is on a file system mounted read-only; False when that cannot be
+    asked."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def sync_filesystems() -> None:
+    """Write every file system's dirty pages back (sync(2))."""
+    os.sync()
+
+
+def resolve_under(root: Path, path: str) -> Path:
+    """``path`` on the host at ``root``, its symlinks followed inside that root (an
+    absolute link such as /var/run -> /run points into the host, not out of it)."""
+    out = root
+    parts = [x for x in path.split("/") if x]
+    for _ in range(40):  # symlink hops
+        if not parts:
+            return out
+        part = parts.pop(0)
+        if part == "..":
+            out = out.parent if out != root else root
+            continue
+        nxt = out / part
+        if nxt.is_symlink():
+            target = str(nxt.readlink())
+            parts = [x for x in target.split("/") if x] + parts
+            if target.startswith("/"):
+                out = root
+            continue
+        out = nxt
+    return out
+
+
 def read_kernel_file(path: str | Path) -> str:
     """The whole text of a /proc or /sys file, read with plain system calls: these files
     are read every tick, and a buffered text file costs several times the read itself.

@@ -226,3 +226,9 @@ def system_unit_of(proc: Path, pid: int) -> str | None:
         if found:
             return found[1]
     return None
+
+
+def owner_uid(proc: Path, pid: int) -> int:
+    """The UID owning ``/proc/<pid>`` (root's for a non-dumpable process, whoever runs it:
+    :func:`real_uid` reads the real one). Raises OSError when it is gone."""
+    return os.stat(proc / str(pid)).st_uid

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import threading
@@ -35,6 +36,23 @@ class Ran:
     seconds: float
     error: str = ""
     timed_out: bool = False
+
+
+def find_program(name: str, path: str | None = None) -> str | None:
+    """Where the program ``name`` is found on ``path`` (guardian's own $PATH when None),
+    as ``shutil.which`` finds it; None when it is not."""
+    return shutil.which(name, path=path)
+
+
+def cannot_run(prog: str, path: str = MINIMAL_ENV["PATH"]) -> str | None:
+    """Why ``prog`` (an absolute path, or a name looked for on ``path``) cannot be run:
+    "not found" (no such regular file) or "is not executable"; None when it can."""
+    found = prog if prog.startswith("/") else find_program(prog, path)
+    if found is None or not os.path.isfile(found):
+        return "not found"
+    if not os.access(found, os.X_OK):
+        return "is not executable"
+    return None
 
 
 def run_bounded(argv: list[str], timeout: float, keep: int = 4096,

@@ -58,6 +58,12 @@ def read_capped_stream(read: Callable[[int], bytes], max_bytes: int,
     return b"".join(chunks).decode("utf-8")
 
 
+def is_directory(path: str | Path) -> bool:
+    """Whether a textfile directory is there (symlinks followed); False also when it
+    cannot be looked at."""
+    return os.path.isdir(path)
+
+
 def textfiles(directory: Path) -> list[str]:
     """The names of the ``*.prom`` files in a textfile directory, sorted; a directory
     others could write is refused. Raises OSError or ValueError."""

@@ -16,6 +16,8 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from pydantic import BaseModel, ConfigDict, Field
 
+from guardian.hostio.host import exists
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
@@ -41,7 +43,7 @@ def make_client(params: KubeParams) -> Client:
     """A client from the kubeconfig, the in-cluster service account, or $KUBECONFIG."""
     if params.kubeconfig:
         config = KubeConfig.from_file(params.kubeconfig)
-    elif (Path(params.service_account) / "token").exists():
+    elif exists(Path(params.service_account) / "token"):
         config = KubeConfig.from_service_account(params.service_account)
     else:
         config = KubeConfig.from_env()

@@ -13,7 +13,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.snapshot import Family, SignalSpec, label
-from guardian.hostio.host import Host, read_kernel_file
+from guardian.hostio.host import Host, exists, read_kernel_file
 from guardian.hostio.procfs import CLK_TCK, all_stats, read_proc_stat
 from guardian.plugin.contract import Source
 
@@ -74,7 +74,7 @@ class CpuSource(Source[CpuConfig]):
         self.stat_path = str(host.proc / "stat")
 
     def unavailable(self) -> str | None:
-        return None if (self.host.proc / "stat").exists() else "no /proc/stat"
+        return None if exists(self.host.proc / "stat") else "no /proc/stat"
 
     def collect(self, now: float) -> dict[str, object]:
         cur = parse_proc_stat_cpus(read_kernel_file(self.stat_path))

@@ -28,7 +28,7 @@ from guardian.hostio.ethtool import (
 )
 from guardian.hostio.ethtool import parse_gstats as parse_gstats
 from guardian.hostio.ethtool import parse_gstrings as parse_gstrings
-from guardian.hostio.host import Host
+from guardian.hostio.host import Host, is_dir
 from guardian.plugin.contract import Source
 
 # (the reply parsers are re-exported as they were: tests import them from here)
@@ -86,7 +86,7 @@ class EthtoolSource(Source[EthtoolConfig]):
         self.net_dir = str(host.sys / "class" / "net")
 
     def unavailable(self) -> str | None:
-        if not (self.host.sys / "class" / "net").is_dir():
+        if not is_dir(self.host.sys / "class" / "net"):
             return "no /sys/class/net"
         return None
 

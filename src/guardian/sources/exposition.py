@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-import os
 import threading
 import time
 import urllib.error
@@ -49,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from guardian.core.durations import Duration
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host
-from guardian.hostio.textfile import read_capped, read_capped_stream, textfiles
+from guardian.hostio.textfile import is_directory, read_capped, read_capped_stream, textfiles
 from guardian.plugin.contract import Source
 
 log = logging.getLogger("guardian.sources.exposition")
@@ -181,7 +180,7 @@ class ExpositionSource(Source[ExpositionConfig]):
                   for name, url in config.endpoints.items()
                   if not url.split("//", 1)[1].startswith(local)),
                 *(f"textfile directory {d} does not exist"
-                  for d in config.textfile_directories if not os.path.isdir(d))]
+                  for d in config.textfile_directories if not is_directory(d))]
 
     def unavailable(self) -> str | None:
         if not self.cfg.endpoints and not self.cfg.textfile_directories:

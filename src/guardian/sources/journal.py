@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from guardian.core.atomicfile import write_json
 from guardian.core.regexsafety import named_pattern_problem
 from guardian.core.snapshot import Family, SignalSpec, labels_of
-from guardian.hostio.host import Host
+from guardian.hostio.host import Host, exists, is_dir
 from guardian.hostio.programs import read_pipe
 from guardian.hostio.records import read_json
 from guardian.plugin.contract import SampleError, Source
@@ -177,9 +177,9 @@ class JournalSource(Source[JournalConfig]):
             return "no journal patterns configured ([sources.journal] patterns)"
         root = self.host.root
         if self.cfg.directory:
-            if not (root / self.cfg.directory.lstrip("/")).is_dir():
+            if not is_dir(root / self.cfg.directory.lstrip("/")):
                 return f"journal directory {self.cfg.directory} does not exist"
-        elif not any((root / p).exists() for p in _JOURNALD):
+        elif not any(exists(root / p) for p in _JOURNALD):
             return ("no journald on this host (none of /" + ", /".join(_JOURNALD) +
                     " exists)")
         return None

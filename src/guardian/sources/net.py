@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from guardian.core.snapshot import Family, SignalSpec
 from guardian.core.snapshot import label as label_of
-from guardian.hostio.host import Host, read_kernel_file
+from guardian.hostio.host import Host, exists, read_kernel_file
 from guardian.plugin.contract import NoParams, Source
 
 SOFTNET_COLUMNS = {0: "processed", 1: "dropped", 2: "time_squeeze"}
@@ -100,7 +100,7 @@ class NetSource(Source[NoParams]):
 
     def unavailable(self) -> str | None:
         missing = [p for p in ("softirqs", "net/softnet_stat", "net/dev")
-                   if not (self.host.proc / p).exists()]
+                   if not exists(self.host.proc / p)]
         return f"missing {', '.join('/proc/' + m for m in missing)}" if missing else None
 
     def __init__(self, host: Host, config: NoParams | None = None) -> None:

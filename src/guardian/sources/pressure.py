@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from guardian.core.snapshot import SignalSpec
-from guardian.hostio.host import Host, read_kernel_file
+from guardian.hostio.host import Host, is_dir, read_kernel_file
 from guardian.plugin.contract import NoParams, Source
 
 RESOURCES = ("cpu", "memory", "io")
@@ -52,7 +52,7 @@ class PressureSource(Source[NoParams]):
                       for res in RESOURCES}
 
     def unavailable(self) -> str | None:
-        if not (self.host.proc / "pressure").is_dir():
+        if not is_dir(self.host.proc / "pressure"):
             return "no /proc/pressure (kernel without PSI, or psi=0 on its command line)"
         return None
 

@@ -10,7 +10,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.snapshot import Family, SignalSpec, labels_of
-from guardian.hostio.host import Host
+from guardian.hostio.host import Host, exists
 from guardian.hostio.procfs import (
     CLK_TCK,
     ProcessTable,
@@ -61,7 +61,7 @@ class ProcessesSource(Source[ProcessesConfig]):
         self.table = ProcessTable(host.proc)
 
     def unavailable(self) -> str | None:
-        return None if (self.host.proc / "self").exists() or pids(self.host.proc) \
+        return None if exists(self.host.proc / "self") or pids(self.host.proc) \
             else "no processes in procfs"
 
     def collect(self, now: float) -> dict[str, object]:

@@ -20,9 +20,7 @@ counted in ``script.errors`` and as an error of the source, never as a problem.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from guardian.core.durations import PositiveDuration
 from guardian.core.snapshot import Family, SignalSpec, label, labels_of
 from guardian.hostio.host import Host
-from guardian.hostio.programs import MINIMAL_ENV, Ran, run_bounded
+from guardian.hostio.programs import MINIMAL_ENV, Ran, cannot_run, run_bounded
 from guardian.plugin.contract import Source
 from guardian.sources.periodic import Periodic
 
@@ -157,12 +155,8 @@ class ScriptSource(Source[ScriptConfig]):
         out = []
         for name, check in getattr(config, "checks", {}).items():
             prog = check.argv[0]
-            found = prog if prog.startswith("/") else shutil.which(prog,
-                                                                  path=MINIMAL_ENV["PATH"])
-            if found is None or not os.path.isfile(found):
-                out.append(f"check {name}: {prog} not found")
-            elif not os.access(found, os.X_OK):
-                out.append(f"check {name}: {prog} is not executable")
+            if (why := cannot_run(prog)) is not None:
+                out.append(f"check {name}: {prog} {why}")
         return out
 
     def __init__(self, host: Host, config: ScriptConfig | None = None) -> None:

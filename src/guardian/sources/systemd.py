@@ -8,7 +8,6 @@ the configurable argv, e.g. through nsenter; see :mod:`guardian.hostio.systemctl
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections import deque
 from fnmatch import fnmatchcase
@@ -20,6 +19,7 @@ from guardian.core.durations import Duration
 from guardian.core.snapshot import Family, SignalSpec, labels_of
 from guardian.hostio import systemctl
 from guardian.hostio.host import Host
+from guardian.hostio.programs import find_program
 from guardian.hostio.systemctl import parse_show
 from guardian.hostio.systemdbus import PRIVATE_SOCKET, SystemdBus
 from guardian.hostio.systemdclient import SystemdSettings, configure
@@ -101,7 +101,7 @@ class SystemdSource(Source[SystemdConfig]):
                 bus_said += "; "
         if self.cfg.transport == "auto":
             self._share("systemctl")  # the bus did not answer: the action uses what this does
-        if shutil.which(self.cfg.systemctl[0]) is None:
+        if find_program(self.cfg.systemctl[0]) is None:
             return f"{bus_said}{self.cfg.systemctl[0]} not found"
         try:
             self._run("show", "--property=Version")
