@@ -1,16 +1,31 @@
-"""Sources, actions and the Kubernetes plugins read and write the host only through
-``guardian.hostio``: a scan of their syntax fails on any call that opens, reads, writes
-or lists a file or device itself (builtin ``open``, ``io.open``, ``os.open``/``read``/
-``write``/``listdir``/``scandir``, ``fcntl.ioctl``, ``glob``, and the ``Path`` methods
-``open``/``read_text``/``read_bytes``/``write_text``/``write_bytes``/``iterdir``/``glob``/
-``rglob``), naming file:line. Before hostio took them over it failed on, among others,
-sources/kmsg.py (``os.open``/``os.read`` of /dev/kmsg), sources/ethtool.py
-(``fcntl.ioctl``) and actions/irq.py (``smp_affinity_list``).
+"""Sources, actions and the Kubernetes plugins touch the host only through
+``guardian.hostio``: a scan of their syntax fails on any call that opens, reads, writes,
+lists, looks at or changes a file or device itself, naming file:line:
+
+- reading and writing: builtin ``open``, ``io.open``, ``os.open``/``read``/``write``/
+  ``listdir``/``scandir``, ``fcntl.ioctl``, ``glob``, ``tempfile``;
+- looking: ``os.stat``/``lstat``/``statvfs``/``access``/``readlink``, the ``os.path``
+  questions (``exists``, ``isdir``, ``isfile``, ``realpath`` ...), ``shutil.which``;
+- changing: ``os.mkdir``/``makedirs``/``rmdir``/``unlink``/``remove``/``rename``/
+  ``replace``/``chmod``/``chown``/``symlink``/``sync`` and ``shutil``'s copies and moves;
+- the ``Path`` methods that do any of these (``read_text``, ``iterdir``, ``exists``,
+  ``is_dir``, ``stat``, ``readlink``, ``mkdir``, ``unlink``, ``touch`` ...), and
+  ``resolve``: it follows the symlinks of the machine guardian runs on, not of the host
+  root a fixture or recording relocates (``hostio.host.resolve_under`` follows them
+  inside that root). ``Path.rename``/``replace`` are left out: a scan of syntax cannot
+  tell them from ``str.replace`` or the Kubernetes client's ``replace``.
+
+Before hostio took them over it failed on, among others, sources/kmsg.py (``os.open``/
+``os.read`` of /dev/kmsg), sources/ethtool.py (``fcntl.ioctl``), actions/irq.py
+(``smp_affinity_list``), the sources' availability checks (``Path.exists``/``is_dir``),
+actions/memcg.py (its probe cgroup's ``mkdir``/``rmdir``, ``os.statvfs``, ``os.sync``),
+actions/reap.py (``os.stat`` for owners), actions/node.py (``readlink``),
+sources/script.py (``os.access``) and sources/systemd.py (``shutil.which``).
 
 Network sockets are not file reads and stay where they are: the probe source's connects,
 the webhook action's HTTP request (urllib's ``OpenerDirector.open``, the one allowed
-``.open``) and the Kubernetes client. Asking whether a path exists (``exists``,
-``is_dir``, ``stat``) and running programs (``subprocess``) are not checked.
+``.open``) and the Kubernetes client. Running programs (``subprocess``) and signalling
+processes (``os.kill``, ``os.killpg``, pidfds) are process operations, not checked.
 """
 
 from __future__ import annotations
@@ -27,12 +42,25 @@ PACKAGES = ("sources", "actions", "kube")
 MODULE_CALLS = {
     "builtins": {"open"},
     "io": {"open"},
-    "os": {"open", "read", "write", "listdir", "scandir", "fdopen", "pread", "pwrite"},
+    "os": {"open", "read", "write", "listdir", "scandir", "fdopen", "pread", "pwrite",
+           "stat", "lstat", "statvfs", "access", "readlink", "walk", "fwalk",
+           "mkdir", "makedirs", "rmdir", "removedirs", "unlink", "remove", "rename",
+           "renames", "replace", "truncate", "utime", "mkfifo", "mknod",
+           "chmod", "lchmod", "chown", "lchown", "symlink", "link", "sync"},
+    "os.path": {"exists", "lexists", "isdir", "isfile", "islink", "ismount", "realpath",
+                "samefile", "getsize", "getmtime", "getatime", "getctime"},
     "fcntl": {"ioctl"},
     "glob": {"glob", "iglob"},
+    "shutil": {"which", "copy", "copy2", "copyfile", "copyfileobj", "copymode",
+               "copystat", "copytree", "move", "rmtree", "chown", "disk_usage"},
+    "tempfile": {"mkstemp", "mkdtemp", "TemporaryFile", "NamedTemporaryFile",
+                 "SpooledTemporaryFile", "TemporaryDirectory"},
 }
 PATH_METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir",
-                "glob", "rglob"}
+                "glob", "rglob", "exists", "is_dir", "is_file", "is_symlink", "is_mount",
+                "is_fifo", "is_socket", "is_block_device", "is_char_device", "stat",
+                "lstat", "readlink", "resolve", "samefile", "mkdir", "rmdir", "unlink",
+                "touch", "chmod", "lchmod", "symlink_to", "hardlink_to"}
 # (module, the call as written) -> why it is no file access
 ALLOWED = {
     ("actions/notify.py", "_OPENER.open"): "an HTTP request (urllib's OpenerDirector)",
@@ -50,8 +78,13 @@ def direct_io(tree: ast.Module) -> list[tuple[int, str]]:
                 modules[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
                 if alias.name in MODULE_CALLS.get(node.module, ()):
-                    functions[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    functions[alias.asname or alias.name] = dotted
+                elif dotted in MODULE_CALLS or node.module.startswith("guardian.hostio"):
+                    # `from os import path`; `from guardian.hostio import host` (its
+                    # functions may share a name with a Path method: host.exists)
+                    modules[alias.asname or alias.name] = dotted
     shadowed = {n.name for n in ast.walk(tree)
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     found: list[tuple[int, str]] = []
@@ -65,14 +98,25 @@ def direct_io(tree: ast.Module) -> list[tuple[int, str]]:
             elif func.id == "open" and "open" not in shadowed:
                 call = "open"
         elif isinstance(func, ast.Attribute):
-            if isinstance(func.value, ast.Name) and func.value.id in modules:
-                if func.attr in MODULE_CALLS.get(modules[func.value.id], ()):
-                    call = f"{modules[func.value.id]}.{func.attr}"
+            module = _module_of(func.value, modules)
+            if module is not None:
+                if func.attr in MODULE_CALLS.get(module, ()):
+                    call = f"{module}.{func.attr}"
             elif func.attr in PATH_METHODS:
                 call = ast.unparse(func)
         if call is not None:
             found.append((node.lineno, call))
     return sorted(found)
+
+
+def _module_of(node: ast.expr, modules: dict[str, str]) -> str | None:
+    """The module an expression names (``os``, ``os.path`` from ``os.path``), or None."""
+    if isinstance(node, ast.Name):
+        return modules.get(node.id)
+    if isinstance(node, ast.Attribute):
+        parent = _module_of(node.value, modules)
+        return None if parent is None else f"{parent}.{node.attr}"
+    return None
 
 
 def _modules() -> list[Path]:
@@ -110,6 +154,25 @@ def test_sources_and_actions_touch_the_host_only_through_hostio() -> None:
     "with self.position.open() as f: pass",
     "list(d.iterdir())",
     "list(d.rglob('*.prom'))",
+    "(host.proc / 'stat').exists()",
+    "if not (host.sys / 'class' / 'net').is_dir(): pass",
+    "probe.mkdir()\nprobe.rmdir()",
+    "nxt.readlink()",
+    "Path(p).resolve()",
+    "Path(p).touch()",
+    "import os\nos.stat(proc / '1').st_uid",
+    "import os\nos.statvfs(path).f_flag",
+    "import os\nos.sync()",
+    "import os\nos.access(found, os.X_OK)",
+    "import os\nos.path.isfile(found)",
+    "import os.path\nos.path.exists(p)",
+    "from os import path\npath.isdir(d)",
+    "import os.path as osp\nosp.realpath(p)",
+    "from os.path import isdir\nisdir(d)",
+    "from os import unlink as rm\nrm(p)",
+    "import os\nos.replace(tmp, dst)",
+    "import shutil\nshutil.which('systemctl')",
+    "import tempfile\ntempfile.mkstemp()",
 ])
 def test_the_scan_sees_direct_io(code: str) -> None:
     assert direct_io(ast.parse(code)), code
@@ -118,10 +181,18 @@ def test_the_scan_sees_direct_io(code: str) -> None:
 @pytest.mark.parametrize("code", [
     "import urllib.request\nurllib.request.urlopen(url)",
     "import socket\nsocket.socket().connect(addr)",
-    "path.exists() and path.is_dir()",
     "from guardian.hostio.records import read_json\nread_json(p)",
     "def open(x): return x\nopen(1)",
     "import os\nos.lseek(fd, 0, os.SEEK_END)",
+    "import os, signal\nos.kill(pid, signal.SIGTERM)\nos.killpg(pid, signal.SIGKILL)",
+    "import os\nos.pidfd_open(pid)\nos.getpid()",
+    "import os\nos.path.join(d, 'x')",
+    "name.replace('_', ' ')",
+    "self.client.replace(lease)",
+    "m.group(1)",
+    "from guardian.hostio.host import exists\nexists(host.proc / 'stat')",
+    "from guardian.hostio import host\nhost.exists(p)",
+    "import guardian.hostio.procfs as procfs\nprocfs.stat(p)",
 ])
 def test_the_scan_lets_other_calls_be(code: str) -> None:
     assert not direct_io(ast.parse(code)), code
