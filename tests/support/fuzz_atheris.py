@@ -20,15 +20,19 @@ import atheris
 with atheris.instrument_imports():
     from guardian.core.diagnostics import RuleError
     from guardian.core.snapshot import SignalSpec
+    from guardian.hostio.kernelstats import (
+        parse_net_dev,
+        parse_pressure,
+        parse_proc_stat_cpus,
+        parse_softirqs,
+        parse_softnet_stat,
+    )
     from guardian.hostio.procfs import parse_proc_stat
     from guardian.hostio.systemctl import parse_show
     from guardian.policy.expr import ExprError, compile_condition
     from guardian.policy.loader import load_text
     from guardian.policy.ruletest import parse_series, run_test_file
-    from guardian.sources.cpu import parse_proc_stat_cpus
     from guardian.sources.kmsg import parse_record
-    from guardian.sources.net import parse_net_dev, parse_softirqs, parse_softnet_stat
-    from guardian.sources.pressure import parse_pressure
 
 CAT = {s.name: s for s in (SignalSpec("a.x", ""), SignalSpec("c.core", "", labels=("cpu",)))}
 TEST_DIR = tempfile.mkdtemp(prefix="guardian-fuzz-")

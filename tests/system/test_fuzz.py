@@ -19,16 +19,20 @@ from guardian.core.durations import parse_duration
 from guardian.core.positions import key_positions
 from guardian.core.snapshot import SignalSpec, labels_of, parse_series_key
 from guardian.engine.history import History
+from guardian.hostio.kernelstats import (
+    parse_net_dev,
+    parse_pressure,
+    parse_proc_stat_cpus,
+    parse_softirqs,
+    parse_softnet_stat,
+)
 from guardian.hostio.procfs import parse_proc_stat
 from guardian.hostio.systemctl import parse_show
 from guardian.policy.expr import ExprError, compile_condition
 from guardian.policy.loader import load_text
 from guardian.policy.ruletest import parse_series
-from guardian.sources.cpu import parse_proc_stat_cpus
 from guardian.sources.ethtool import parse_gstats, parse_gstrings
 from guardian.sources.kmsg import parse_record
-from guardian.sources.net import parse_net_dev, parse_softirqs, parse_softnet_stat
-from guardian.sources.pressure import parse_pressure
 
 # GUARDIAN_FUZZ_EXAMPLES raises the count for a longer hunt than CI's
 FUZZ = settings(max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "300")),

@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.snapshot import Family, SignalSpec, label
 from guardian.hostio.host import Host, exists, read_kernel_file
+from guardian.hostio.kernelstats import COLUMNS, parse_proc_stat_cpus
 from guardian.hostio.procfs import CLK_TCK, all_stats, read_proc_stat
 from guardian.plugin.contract import Source
 
 # /proc/stat cpuN columns, in order; guest time is already counted in user.
-COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 PCT_SIGNALS = {"user": "user_pct", "system": "sys_pct", "irq": "irq_pct",
                "softirq": "softirq_pct", "iowait": "iowait_pct", "steal": "steal_pct",
                "idle": "idle_pct", "nice": "nice_pct"}
@@ -29,21 +29,6 @@ class CpuConfig(BaseModel):
 
     hot_pct: float = Field(90.0, gt=0, le=100, description="a core is hot when its system "
                            "+ irq + softirq share reaches this")
-
-
-def parse_proc_stat_cpus(text: str) -> dict[str, tuple[int, ...]]:
-    """Per-core tick counters from /proc/stat (the aggregate ``cpu`` line excluded)."""
-    out: dict[str, tuple[int, ...]] = {}
-    for line in text.splitlines():
-        if line.startswith("cpu") and line[3:4].isdigit():
-            parts = line.split()
-            if len(parts) < 1 + len(COLUMNS):
-                raise ValueError(f"/proc/stat line {parts[0]!r} has {len(parts) - 1} "
-                                 f"columns, expected at least {len(COLUMNS)}")
-            out[parts[0][3:]] = tuple(int(x) for x in parts[1:1 + len(COLUMNS)])
-    if not out:
-        raise ValueError("no cpuN lines in /proc/stat")
-    return out
 
 
 class CpuSource(Source[CpuConfig]):

@@ -10,66 +10,8 @@ from typing import ClassVar
 from guardian.core.snapshot import Family, SignalSpec
 from guardian.core.snapshot import label as label_of
 from guardian.hostio.host import Host, exists, read_kernel_file
+from guardian.hostio.kernelstats import NET_DEV, parse_net_dev, parse_softirqs, parse_softnet_stat
 from guardian.plugin.contract import NoParams, Source
-
-SOFTNET_COLUMNS = {0: "processed", 1: "dropped", 2: "time_squeeze"}
-NET_DEV = {"rx_bytes": 0, "rx_packets": 1, "rx_errors": 2, "rx_dropped": 3,
-           "tx_bytes": 8, "tx_packets": 9, "tx_errors": 10, "tx_dropped": 11}
-
-
-def parse_softirqs(text: str) -> dict[str, dict[str, int]]:
-    """Rows of /proc/softirqs: name -> cpu -> count."""
-    lines = text.splitlines()
-    if not lines or not lines[0].split() or not all(
-            c.startswith("CPU") for c in lines[0].split()):
-        raise ValueError("/proc/softirqs: no CPU header line")
-    cpus = [c[3:] for c in lines[0].split()]
-    out: dict[str, dict[str, int]] = {}
-    for line in lines[1:]:
-        name, sep, rest = line.partition(":")
-        vals = rest.split()
-        if not sep or len(vals) != len(cpus):
-            raise ValueError(f"/proc/softirqs row {name.strip()!r} has {len(vals)} values "
-                             f"for {len(cpus)} CPUs")
-        out[name.strip()] = {cpu: int(v) for cpu, v in zip(cpus, vals, strict=True)}
-    if "NET_RX" not in out or "NET_TX" not in out:
-        raise ValueError("/proc/softirqs has no NET_RX or NET_TX row")
-    return out
-
-
-def parse_softnet_stat(text: str) -> dict[str, dict[str, int]]:
-    """Rows of /proc/net/softnet_stat (hex): column -> cpu -> count. Older kernels have
-    fewer columns and no CPU id; then the row number is the CPU."""
-    out: dict[str, dict[str, int]] = {c: {} for c in SOFTNET_COLUMNS.values()}
-    for row, line in enumerate(text.split("\n")):
-        cols = line.split()
-        if not cols:
-            continue
-        if len(cols) < 9:
-            raise ValueError(f"softnet_stat row {row} has {len(cols)} columns, expected 9+")
-        cpu = str(int(cols[12], 16)) if len(cols) >= 13 else str(row)
-        for idx, name in SOFTNET_COLUMNS.items():
-            out[name][cpu] = int(cols[idx], 16)
-    if not out["processed"]:
-        raise ValueError("/proc/net/softnet_stat has no rows")
-    return out
-
-
-def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
-    """/proc/net/dev: counter -> interface -> value."""
-    out: dict[str, dict[str, int]] = {k: {} for k in NET_DEV}
-    lines = text.splitlines()
-    if len(lines) < 2 or "|" not in lines[0]:
-        raise ValueError("/proc/net/dev: no header")
-    for line in lines[2:]:
-        iface, sep, rest = line.partition(":")
-        vals = rest.split()
-        if not sep or len(vals) != 16:
-            raise ValueError(f"/proc/net/dev row {iface.strip()!r} has {len(vals)} columns, "
-                             "expected 16")
-        for name, idx in NET_DEV.items():
-            out[name][iface.strip()] = int(vals[idx])
-    return out
 
 
 def _family(name: str, values: dict[str, int]) -> Family:

@@ -6,28 +6,11 @@ from typing import ClassVar
 
 from guardian.core.snapshot import SignalSpec
 from guardian.hostio.host import Host, is_dir, read_kernel_file
+from guardian.hostio.kernelstats import KINDS, parse_pressure
 from guardian.plugin.contract import NoParams, Source
 
 RESOURCES = ("cpu", "memory", "io")
-KINDS = ("some", "full")
 _WHO = {"some": "at least one task", "full": "all non-idle tasks"}
-
-
-def parse_pressure(text: str) -> dict[str, float]:
-    """``some avg10=0.00 avg60=0.00 avg300=0.00 total=123`` -> {"some_avg10": 0.0, ...}."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        kind, *fields = line.split() or [""]
-        if kind not in KINDS or len(fields) != 4:
-            raise ValueError(f"bad pressure line {line!r}")
-        for f in fields:
-            k, _, v = f.partition("=")
-            if k not in ("avg10", "avg60", "avg300", "total"):
-                raise ValueError(f"bad pressure field {f!r}")
-            out[f"{kind}_{k}"] = float(v)
-    if "some_total" not in out:
-        raise ValueError("pressure file has no 'some' line")
-    return out
 
 
 class PressureSource(Source[NoParams]):
