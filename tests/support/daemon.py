@@ -88,3 +88,17 @@ def daemon(tmp_path: Path, *extra: str, watchdog_usec: int = 1_000_000,
             proc.wait(timeout=10)
         listener.close()
 
+
+def threads_of(pid: int) -> int:
+    """How many threads process ``pid`` runs (``Threads:`` of /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now, for the daemon's metrics."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
