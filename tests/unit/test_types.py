@@ -1,15 +1,13 @@
-"""Types that say what they mean: one base error class, a typed action in the executor,
-and plan payloads whose keys mypy checks in the built-ins while a plugin that names no
-payload still passes ``mypy --strict`` unchanged."""
+"""Types that say what they mean: one base error class and a typed action in the
+executor. That mypy checks the built-in plan payloads' keys while a plugin that names no
+payload still passes ``mypy --strict``: tests/system/test_typing.py."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pkgutil
-import textwrap
 import typing
-from pathlib import Path
 
 import pytest
 
@@ -63,79 +61,3 @@ def test_the_executor_types_its_action(method: str) -> None:
     hint = typing.get_type_hints(getattr(Executor, method))["action"]
     assert hint is not typing.Any
     assert typing.get_origin(hint) is Action or hint is Action
-
-
-MISUSE = """
-from guardian.actions.memcg import MemcgPayload, MemcgRelease
-from guardian.plugin.contract import ActionContext, Plan
-
-
-def path_of(action: MemcgRelease, ctx: ActionContext) -> str:
-    return action.plan(ctx).data["pth"]
-
-
-def made(rule: str) -> Plan[MemcgPayload]:
-    return Plan("memcg.release", rule, data={"dying_befor": 3})
-"""
-
-PLUGIN = """
-from typing import ClassVar
-
-from pydantic import BaseModel, ConfigDict
-
-from guardian import Action, ActionContext, Outcome, Plan, Step
-
-
-class NoteParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    path: str
-
-
-class Bare(Action[NoteParams]):
-    name: ClassVar[str] = "acme.bare"
-    Params = NoteParams
-
-    def plan(self, ctx: ActionContext) -> Plan:
-        return Plan(self.name, ctx.rule)
-
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
-        return Outcome(ok=True)
-
-
-class Note(Action[NoteParams]):
-    name: ClassVar[str] = "acme.note"
-    Params = NoteParams
-
-    def plan(self, ctx: ActionContext) -> Plan:
-        plan = Plan(self.name, ctx.rule, [Step(self.params.path, "append")])
-        plan.data["line"] = ctx.rule
-        return plan
-
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
-        return Outcome(ok=True, detail=str(plan.data["line"]))
-"""
-
-
-def test_mypy_checks_builtin_payloads_and_passes_a_plugin_without_one(
-        tmp_path: Path) -> None:
-    api = pytest.importorskip("mypy.api")
-    src = Path(guardian.__file__).resolve().parent.parent
-    (tmp_path / "mypy.ini").write_text(textwrap.dedent(f"""\
-        [mypy]
-        mypy_path = {src}
-        plugins = pydantic.mypy
-        cache_dir = {tmp_path / "cache"}
-        """))
-    (tmp_path / "misuse.py").write_text(MISUSE)
-    (tmp_path / "plugin.py").write_text(PLUGIN)
-    out, err, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--strict",
-                           "--python-version", "3.10", "--no-error-summary",
-                           "--follow-imports=silent", "--show-error-codes",
-                           str(tmp_path / "misuse.py"), str(tmp_path / "plugin.py")])
-    lines = [line for line in out.splitlines() if ": error:" in line]
-    assert not err, err
-    assert not [line for line in lines if "plugin.py" in line], out
-    misuse = [line for line in lines if "misuse.py" in line]
-    assert any('"pth"' in line for line in misuse), out
-    assert any('"dying_befor"' in line for line in misuse), out
-    assert all("misuse.py" in line for line in lines), out

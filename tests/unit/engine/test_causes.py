@@ -1,18 +1,15 @@
 """Rules that know their causes (`caused_by`): while a cause is pending or firing, the
 symptom's disruptive actions are held (a `held` decision says by what) and its log,
 condition and event actions still run; when the cause resolves and the symptom still
-holds, the held actions run at once. Unknown causes and cycles are located errors."""
+holds, the held actions run at once. Unknown causes and cycles are located errors
+(tests/system/test_causes_cli.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from guardian import Engine, Snapshot, load_text
 from guardian.engine.decision import Decision
-from tests.support.checkout import write
 
 CHAIN = '''version = 1
 [[rule]]
@@ -86,33 +83,3 @@ def test_holding_is_deterministic_and_survives_a_restart() -> None:
     out = again.evaluate(Snapshot(60, {"memcg.dying": 10.0, "cpu.hottest_core_pct": 99.0}))
     assert [(d.rule, d.kind, [a.use for a in d.actions]) for d in out] == [
         ("dying-memcgs", "resolved", []), ("core-hot", "retry", ["log", "command"])]
-
-
-def test_unknown_causes_and_cycles_are_located_errors(tmp_path: Path) -> None:
-    rules = write(tmp_path, "r.toml", '''version = 1
-[[rule]]
-name = "a"
-summary = "s"
-when = "memcg.dying > 1"
-caused_by = ["b"]
-
-[[rule]]
-name = "b"
-summary = "s"
-when = "memcg.dying > 2"
-caused_by = ["a"]
-
-[[rule]]
-name = "c"
-summary = "s"
-when = "memcg.dying > 3"
-caused_by = ["dying-memcg", "c"]
-''')
-    proc = subprocess.run([sys.executable, "-m", "guardian", "check", str(rules)],
-                          capture_output=True, text=True, timeout=30)
-    out = proc.stdout
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "r.toml:6:13: caused_by: causes go round in a cycle: a → b → a" in out
-    assert "r.toml:12:13: caused_by: causes go round in a cycle: b → a → b" in out
-    assert "r.toml:18:13: caused_by: no rule named 'dying-memcg'" in out
-    assert "r.toml:18:13: caused_by: a rule cannot cause itself" in out

@@ -1,26 +1,16 @@
-"""Rule files: every mistake is reported as path:line:col, all of them in one pass."""
+"""Rule files: every mistake is reported as path:line:col, all of them in one pass
+(`guardian check` on them: tests/system/test_loader_cli.py)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from guardian.core.diagnostics import RuleError
 from guardian.policy.loader import load_rules
-from guardian.runtime.schemas import rule_file_schema
 from tests.support.checkout import RULES, write
-
-GOOD = '''version = 1
-
-[[rule]]
-name = "ok"
-summary = "fine"
-when = "memcg.dying > 1"
-'''
+from tests.support.rule_texts import GOOD_RULES
 
 
 def errors(tmp_path: Path, text: str, name: str = "r.toml") -> list[str]:
@@ -53,7 +43,7 @@ def test_toml_syntax_error_has_position(tmp_path: Path) -> None:
     ('labels = { team = 3 }', "r.toml:7:19: labels.team: Input should be a valid string"),
 ])
 def test_schema_errors_point_at_the_value(tmp_path: Path, body: str, expected: str) -> None:
-    text = GOOD + body + "\n"
+    text = GOOD_RULES + body + "\n"
     got = errors(tmp_path, text)
     assert len(got) == 1
     assert got[0].startswith(expected), got
@@ -65,14 +55,14 @@ def test_missing_required_key_points_at_the_table(tmp_path: Path) -> None:
 
 
 def test_condition_errors_point_into_the_expression(tmp_path: Path) -> None:
-    text = GOOD.replace('when = "memcg.dying > 1"', 'when = "memcg.dyin > 1"')
+    text = GOOD_RULES.replace('when = "memcg.dying > 1"', 'when = "memcg.dyin > 1"')
     [got] = errors(tmp_path, text)
     assert got.startswith(
         "r.toml:6:9: in `when`: unknown signal 'memcg.dyin'; did you mean memcg.dying")
 
 
 def test_multiline_condition_error_line(tmp_path: Path) -> None:
-    text = GOOD.replace('when = "memcg.dying > 1"',
+    text = GOOD_RULES.replace('when = "memcg.dying > 1"',
                         "when = '''\nmemcg.dying > 1\n  and rate(memcg.live, \"1x\") > 0\n'''")
     assert errors(tmp_path, text) == ["r.toml:8:24: in `when`: bad duration '1x'; expected "
                                       'a number with a unit (ms, s, m, h, d, w), e.g. "90s", '
@@ -80,7 +70,7 @@ def test_multiline_condition_error_line(tmp_path: Path) -> None:
 
 
 def test_unknown_action_and_bad_params(tmp_path: Path) -> None:
-    text = GOOD + '''
+    text = GOOD_RULES + '''
   [[rule.action]]
   use = "logg"
 
@@ -104,8 +94,8 @@ def test_wrong_version_and_unknown_top_level_key(tmp_path: Path) -> None:
 
 
 def test_duplicate_names_across_files(tmp_path: Path) -> None:
-    write(tmp_path, "a.toml", GOOD)
-    write(tmp_path, "b.toml", GOOD)
+    write(tmp_path, "a.toml", GOOD_RULES)
+    write(tmp_path, "b.toml", GOOD_RULES)
     with pytest.raises(RuleError) as info:
         load_rules([tmp_path])
     [d] = info.value.diagnostics
@@ -114,78 +104,15 @@ def test_duplicate_names_across_files(tmp_path: Path) -> None:
     assert "a.toml:3:1" in d.message
 
 
-def test_every_mistake_of_every_file_in_one_run(tmp_path: Path) -> None:
-    """`guardian check` reports all errors of all files and exits 1."""
-    write(tmp_path, "one.toml", '''version = 1
-
-[[rule]]
-name = "bad-signal"
-summary = "s"
-when = "zombies.totl > 5"
-
-[[rule]]
-name = "bad-function"
-summary = "s"
-when = "rat(memcg.dying, '5m') > 1"
-for = "5 min"
-
-[[rule]]
-name = "bad-args"
-summary = "s"
-when = "increase(memcg.dying) > 1"
-severity = "high"
-
-  [[rule.action]]
-  use = "reboot"
-''')
-    write(tmp_path, "two.toml", 'version = 1\n[[rule]\nname = "x"\n')
-    proc = subprocess.run([sys.executable, "-m", "guardian", "check", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    lines = [ln.replace(str(tmp_path) + "/", "") for ln in proc.stdout.splitlines()]
-    assert [ln.split(": ")[0] for ln in lines] == [
-        "one.toml:6:9", "one.toml:11:9", "one.toml:12:7", "one.toml:17:9",
-        "one.toml:18:12", "one.toml:21:9", "two.toml:2:7",
-    ], lines
-    assert "unknown signal 'zombies.totl'" in lines[0]
-    assert "unknown function 'rat'; did you mean rate" in lines[1]
-    assert "bad duration '5 min'" in lines[2]
-    assert "increase() takes 2 arguments, got 1" in lines[3]
-    assert "severity: Input should be" in lines[4]
-    assert "unknown action 'reboot'" in lines[5]
-    assert "TOML syntax" in lines[6]
-    assert "7 error(s)" in proc.stderr
-
-
 def test_nothing_is_half_loaded(tmp_path: Path) -> None:
-    write(tmp_path, "good.toml", GOOD)
-    write(tmp_path, "bad.toml", GOOD.replace('"ok"', '"other"').replace("> 1", "> "))
+    write(tmp_path, "good.toml", GOOD_RULES)
+    write(tmp_path, "bad.toml", GOOD_RULES.replace('"ok"', '"other"').replace("> 1", "> "))
     with pytest.raises(RuleError):
         load_rules([tmp_path])
 
 
-def test_check_json_output(tmp_path: Path) -> None:
-    p = write(tmp_path, "r.toml", GOOD.replace("memcg.dying", "memcg.nope"))
-    proc = subprocess.run([sys.executable, "-m", "guardian", "check", "--json", str(p)],
-                          capture_output=True, text=True, timeout=60)
-    out = json.loads(proc.stdout)
-    assert proc.returncode == 1 and out["ok"] is False
-    assert out["errors"][0]["line"] == 6 and out["errors"][0]["col"] == 9
-
-
-def test_schema_command_prints_a_json_schema() -> None:
-    proc = subprocess.run([sys.executable, "-m", "guardian", "schema"], capture_output=True,
-                          text=True, timeout=60)
-    schema = json.loads(proc.stdout)
-    assert schema == rule_file_schema()
-    rule = schema["$defs"]["Rule"]["properties"]
-    assert {"name", "summary", "when", "for", "keep_firing_for", "cooldown", "severity",
-            "labels", "enabled", "action", "limit"} <= set(rule)
-    assert rule["severity"]["enum"] == ["info", "warning", "critical"]
-
-
 def test_action_parameter_errors_have_positions(tmp_path: Path) -> None:
-    text = GOOD + '''
+    text = GOOD_RULES + '''
   [[rule.action]]
   use = "reap.zombies"
   ladder = [{ signal = "SIGFOO", wait = "2s" }]

@@ -1,15 +1,15 @@
-"""`guardian test`: promtool-style rule unit tests."""
+"""`guardian test`: promtool-style rule unit tests (the command itself:
+tests/system/test_ruletest_cli.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from guardian.policy.ruletest import parse_series, run_test_file
 from tests.support.checkout import PROMETHEUS, RULES, write
+from tests.support.rule_texts import HOT_RULE_TEST, HOT_RULES, ZOMBIE_RULES
 
 
 def test_series_notation() -> None:
@@ -75,40 +75,8 @@ def test_shipped_rule_tests_pass(path: Path) -> None:
     assert res.tests >= 3
 
 
-RULE = '''version = 1
-[[rule]]
-name = "many-zombies"
-summary = "s"
-when = "processes.zombies > 10"
-for = "2m"
-  [[rule.action]]
-  use = "log"
-'''
-
-
-def test_wrong_expectation_fails_with_a_diff(tmp_path: Path) -> None:
-    write(tmp_path, "z.toml", RULE)
-    t = write(tmp_path, "z.test.toml", '''rule_files = ["z.toml"]
-interval = "1m"
-[[test]]
-name = "wrong on purpose"
-[test.series]
-"processes.zombies" = "50x5"
-  [[test.expect]]
-  at = "1m"
-  firing = ["many-zombies"]
-''')
-    proc = subprocess.run([sys.executable, "-m", "guardian", "test", str(t)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    assert "FAIL" in proc.stdout and "'wrong on purpose' at 1m" in proc.stdout
-    assert "firing: expected ['many-zombies'], got [] (nothing)" in proc.stdout
-    assert "-many-zombies" in proc.stdout  # the diff line
-    assert "1 test(s), 1 problem(s)" in proc.stdout
-
-
 def test_empty_expectation_asserts_nothing_fires(tmp_path: Path) -> None:
-    write(tmp_path, "z.toml", RULE)
+    write(tmp_path, "z.toml", ZOMBIE_RULES)
     t = write(tmp_path, "z.test.toml", '''rule_files = ["z.toml"]
 interval = "1m"
 [[test]]
@@ -127,7 +95,7 @@ name = "fires, so an empty expectation fails"
 
 
 def test_action_parameters_are_compared_when_named(tmp_path: Path) -> None:
-    write(tmp_path, "z.toml", RULE.replace('use = "log"', 'use = "log"\n  level = "error"'))
+    write(tmp_path, "z.toml", ZOMBIE_RULES.replace('use = "log"', 'use = "log"\n  level = "error"'))
     t = write(tmp_path, "z.test.toml", '''rule_files = ["z.toml"]
 interval = "1m"
 [[test]]
@@ -144,7 +112,7 @@ name = "params"
 
 
 def test_bad_test_input_is_reported_with_position(tmp_path: Path) -> None:
-    write(tmp_path, "z.toml", RULE)
+    write(tmp_path, "z.toml", ZOMBIE_RULES)
     t = write(tmp_path, "z.test.toml", '''rule_files = ["z.toml"]
 interval = "1m"
 [[test]]
@@ -161,7 +129,7 @@ name = "bad"
 
 
 def test_broken_rule_file_fails_the_test_file(tmp_path: Path) -> None:
-    write(tmp_path, "z.toml", RULE.replace("processes.zombies", "processes.zombiez"))
+    write(tmp_path, "z.toml", ZOMBIE_RULES.replace("processes.zombies", "processes.zombiez"))
     t = write(tmp_path, "z.test.toml", 'rule_files = ["z.toml"]\n[[test]]\nname = "x"\n'
                                        '[[test.expect]]\nat = 0\nfiring = []\n')
     res = run_test_file(t)
@@ -170,29 +138,9 @@ def test_broken_rule_file_fails_the_test_file(tmp_path: Path) -> None:
 
 # -- rule tests that never lie -----------------------------------------------------------
 
-RULE_FILE = '''version = 1
-
-[[rule]]
-name = "hot"
-summary = "s"
-when = "memcg.dying > 5"
-'''
-GOOD_TEST = '''rule_files = ["r.toml"]
-interval = "1m"
-
-[[test]]
-name = "t"
-[test.series]
-"memcg.dying" = "10x3"
-
-  [[test.expect]]
-  at = "1m"
-  firing = ["hot"]
-'''
-
 
 def _bad(tmp_path: Path, test_text: str) -> list[str]:
-    (tmp_path / "r.toml").write_text(RULE_FILE)
+    (tmp_path / "r.toml").write_text(HOT_RULES)
     f = tmp_path / "t.test.toml"
     f.write_text(test_text)
     res = run_test_file(f)
@@ -228,15 +176,15 @@ def test_bad_test_files_are_located_errors(tmp_path: Path, old: str, new: str,
     problem is at the offending token, and none is a traceback (before: `firng` was
     ignored and the test passed, `firing = [1]` raised a TypeError, and a TOML syntax
     error's position was in the message at 1:1)."""
-    assert old in GOOD_TEST
-    got = _bad(tmp_path, GOOD_TEST.replace(old, new))
+    assert old in HOT_RULE_TEST
+    got = _bad(tmp_path, HOT_RULE_TEST.replace(old, new))
     assert any(line.startswith(want) for line in got), got
 
 
 def test_at_zero_is_the_first_evaluation(tmp_path: Path) -> None:
-    (tmp_path / "r.toml").write_text(RULE_FILE)
+    (tmp_path / "r.toml").write_text(HOT_RULES)
     f = tmp_path / "t.test.toml"
-    f.write_text(GOOD_TEST.replace('at = "1m"', "at = 0"))
+    f.write_text(HOT_RULE_TEST.replace('at = "1m"', "at = 0"))
     res = run_test_file(f)
     assert res.ok and res.tests == 1, (res.errors, res.failures)
 
@@ -244,23 +192,9 @@ def test_at_zero_is_the_first_evaluation(tmp_path: Path) -> None:
 def test_a_far_evaluation_time_is_refused_at_once(tmp_path: Path) -> None:
     import time
     start = time.monotonic()
-    got = _bad(tmp_path, GOOD_TEST.replace('at = "1m"', 'at = "500w"'))
+    got = _bad(tmp_path, HOT_RULE_TEST.replace('at = "1m"', 'at = "500w"'))
     assert time.monotonic() - start < 5
     assert "evaluations away" in got[0]
-
-
-def test_one_bad_file_does_not_stop_the_others(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-    (tmp_path / "r.toml").write_text(RULE_FILE)
-    (tmp_path / "a.test.toml").write_text(GOOD_TEST.replace('  firing = ["hot"]',
-                                                           "  firing = [1]"))
-    (tmp_path / "b.test.toml").write_text(GOOD_TEST)
-    proc = subprocess.run([sys.executable, "-m", "guardian", "test", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
-    assert f"PASS {tmp_path / 'b.test.toml'}" in proc.stdout
-    assert f"FAIL {tmp_path / 'a.test.toml'}" in proc.stdout
 
 
 def test_a_test_file_cannot_expand_without_bound(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The exposition source: local endpoints and textfile-collector files, parsed with
 prometheus_client's parser; a slow endpoint never holds a collection, a failing or stale
 one is no value, a cardinality cap; and dcgm-exporter's pages (tests/data/dcgm_exporter,
-each naming its origin) through the source into the shipped GPU rules."""
+each naming its origin) through the source into the shipped GPU rules. A file another
+user may write is refused: tests/system/test_exposition_textfile.py (needs root)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from guardian.policy.loader import load_rules
 from guardian.runtime.collector import Collector
 from guardian.sources.exposition import ExpositionConfig, ExpositionSource, parse
 from tests.support.checkout import REPO
-from tests.support.kernel import need_root
+from tests.support.exposition import exposition_source
 
 PAGES = REPO / "tests" / "data" / "dcgm_exporter"
 
@@ -63,11 +64,6 @@ def page_server() -> Iterator[list[http.server.ThreadingHTTPServer]]:
         s.server_close()
 
 
-def _source(clock: _Clock | None = None, **cfg: object) -> ExpositionSource:
-    return ExpositionSource(Host(), ExpositionConfig.model_validate(cfg),
-                            clock=clock or time.monotonic)
-
-
 def test_a_page_is_families_with_their_labels() -> None:
     # origin: dcgm-exporter README.md, Quickstart (recorded)
     text = (PAGES / "readme-quickstart.prom").read_text()
@@ -92,8 +88,8 @@ def test_an_endpoint_is_scraped_off_the_loop_and_a_slow_one_never_holds_it(
     fast, fast_url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
     slow, slow_url = _serve(b"x 1\n", delay=3.0)
     page_server += [fast, slow]
-    src = _source(endpoints={"dcgm": fast_url, "app": slow_url}, timeout=1.5,
-                  interval=0.1)
+    src = exposition_source(endpoints={"dcgm": fast_url, "app": slow_url}, timeout=1.5,
+                            interval=0.1)
     try:
         t0 = time.perf_counter()
         out = src.collect(0.0)  # starts the worker; nothing read yet: no value
@@ -120,7 +116,7 @@ def test_a_failing_then_stale_endpoint_is_no_value(
     srv, url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
     page_server.append(srv)
     clock = _Clock()
-    src = _source(clock, endpoints={"dcgm": url}, max_age=30)
+    src = exposition_source(clock, endpoints={"dcgm": url}, max_age=30)
     src.refresh()
     fam = src.collect(0.0)["prom.sample"]
     assert isinstance(fam, dict) and len(fam) == 3
@@ -146,7 +142,7 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path:
     os.mkfifo(d / "fifo.prom")  # a FIFO named *.prom is refused, never waited on
     (d / "big.prom").write_text("x 1\n" * 1000)
     (d / "ignored.txt").write_text("y 1\n")
-    src = _source(textfile_directories=[str(d)], max_bytes=1000, max_age=60)
+    src = exposition_source(textfile_directories=[str(d)], max_bytes=1000, max_age=60)
     t0 = time.perf_counter()
     src.refresh()
     assert time.perf_counter() - t0 < 1
@@ -187,8 +183,8 @@ def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
     old = time.time() - 120
     os.utime(d / "old.prom", (old, old))
     gone = str(tmp_path / "missing")
-    src = _source(endpoints={"dcgm": url}, textfile_directories=[str(d), gone],
-                  max_age=60, interval=3600)
+    src = exposition_source(endpoints={"dcgm": url}, textfile_directories=[str(d), gone],
+                            max_age=60, interval=3600)
     assert ExpositionSource.config_warnings(src.cfg) == [
         f"textfile directory {gone} does not exist"]
     collector = Collector(Host(), [src])
@@ -219,32 +215,6 @@ def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
         assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 3
     finally:
         src.close()
-
-
-def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
-    # anyone who can write a .prom file would fire the shipped GPU rules
-    need_root()  # to give a file to another user
-    d = tmp_path / "textfile"
-    d.mkdir()
-    (d / "ok.prom").write_text("x 1\n")
-    (d / "nobody.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
-    os.chown(d / "nobody.prom", 65534, 65534)  # nobody (the tests run as root)
-    (d / "open.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
-    os.chmod(d / "open.prom", 0o666)
-    src = _source(textfile_directories=[str(d)], interval=3600)
-    src.refresh()
-    out = src.collect(0.0)
-    assert out["prom.sample"] == {labels_of({"target": "file:ok.prom", "metric": "x",
-                                             "series": ""}): 1.0}
-    assert src.faults() == [
-        "file:nobody.prom: ValueError: owned by uid 65534, neither root nor guardian's",
-        "file:open.prom: ValueError: writable by group or others (mode 0666)"]
-    os.chmod(d, 0o1777)  # a directory anyone may add files to is refused whole
-    src.refresh()
-    assert src.collect(0.0)["prom.sample"] == {}
-    assert src.faults() == [f"dir:{d}: ValueError: writable by group or others "
-                            "(mode 1777)"]
-    src.close()
 
 
 def test_a_targets_samples_are_capped_in_all_and_a_huge_page_bounded() -> None:
@@ -296,7 +266,7 @@ def test_dcgm_exporter_pages_fire_the_shipped_gpu_rules(
     d = tmp_path / "textfile"
     d.mkdir()
     clock = _Clock()
-    src = _source(clock, textfile_directories=[str(d)], max_age=120)
+    src = exposition_source(clock, textfile_directories=[str(d)], max_age=120)
     collector = Collector(Host(), [src])
     engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
     try:
@@ -316,7 +286,7 @@ def test_an_endpoint_page_fires_a_shipped_rule(
         page_server: list[http.server.ThreadingHTTPServer]) -> None:
     srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
     page_server.append(srv)
-    src = _source(endpoints={"dcgm": url})
+    src = exposition_source(endpoints={"dcgm": url})
     engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
     src.refresh()
     engine.evaluate(Collector(Host(), [src]).collect(0.0))

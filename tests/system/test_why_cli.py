@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.checkout import DATA, RULES
+from tests.support.cli import guardian
 
 
 def _why(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guardian", "why", *args],
-                          capture_output=True, text=True, timeout=120)
+    return guardian("why", *args)
 
 
 def test_why_names_the_crash_looping_unit_as_the_root_cause() -> None:

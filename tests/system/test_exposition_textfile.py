@@ -1,0 +1,39 @@
+"""The exposition source refuses a textfile-collector file another user owns or may
+write, and a directory anyone may add files to: anyone who can write a .prom file would
+fire the shipped GPU rules. Needs root, to give a file to another user (the rest of the
+source: tests/unit/sources/test_exposition.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from guardian.core.snapshot import labels_of
+from tests.support.exposition import exposition_source
+from tests.support.kernel import need_root
+
+
+def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
+    # anyone who can write a .prom file would fire the shipped GPU rules
+    need_root()  # to give a file to another user
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "ok.prom").write_text("x 1\n")
+    (d / "nobody.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
+    os.chown(d / "nobody.prom", 65534, 65534)  # nobody (the tests run as root)
+    (d / "open.prom").write_text("DCGM_FI_DEV_XID_ERRORS 79\n")
+    os.chmod(d / "open.prom", 0o666)
+    src = exposition_source(textfile_directories=[str(d)], interval=3600)
+    src.refresh()
+    out = src.collect(0.0)
+    assert out["prom.sample"] == {labels_of({"target": "file:ok.prom", "metric": "x",
+                                             "series": ""}): 1.0}
+    assert src.faults() == [
+        "file:nobody.prom: ValueError: owned by uid 65534, neither root nor guardian's",
+        "file:open.prom: ValueError: writable by group or others (mode 0666)"]
+    os.chmod(d, 0o1777)  # a directory anyone may add files to is refused whole
+    src.refresh()
+    assert src.collect(0.0)["prom.sample"] == {}
+    assert src.faults() == [f"dir:{d}: ValueError: writable by group or others "
+                            "(mode 1777)"]
+    src.close()

@@ -1,0 +1,49 @@
+"""Issue 33, through the command line: `guardian import npd` on node-problem-detector's
+own shipped configs (tests/fixtures/npd) writes fragments and rules that pass `guardian
+check` (the conversion itself: tests/unit/policy/test_npd.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guardian.policy.loader import load_rules
+from tests.support.checkout import FIXTURES
+from tests.support.cli import guardian
+
+NPD = FIXTURES / "npd"
+SHIPPED = sorted(p.stem for p in (NPD / "config").glob("*.json"))
+
+
+def test_every_shipped_config_imports_into_one_configuration(tmp_path: Path) -> None:
+    """Each of node-problem-detector's shipped custom-plugin and kmsg configs imports, and
+    the fragments append into one guardian.toml that passes `guardian check` with the
+    rules (three health-checker configs share NPD's "source": names come from the file
+    names)."""
+    for name in SHIPPED:
+        got = guardian("import", "npd", str(NPD / "config" / f"{name}.json"), "-o",
+                       str(tmp_path))
+        assert got.returncode == 0, got.stderr
+    config = tmp_path / "guardian.toml"
+    config.write_text("".join(p.read_text() for p in sorted(tmp_path.glob("*.guardian.toml"))))
+    checked = guardian("check", "--config", str(config), str(tmp_path / "rules"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert len(load_rules([tmp_path / "rules"]).rules) == 27
+
+
+def test_a_reason_with_a_space_is_made_valid_and_dropped_settings_are_said(
+        tmp_path: Path) -> None:
+    # a kube action's reason must match ^[A-Za-z][A-Za-z0-9]*$ (`guardian check`)
+    own = tmp_path / "config" / "own.json"
+    own.parent.mkdir()
+    own.write_text('{"plugin": "custom", "source": "own", "pluginConfig": '
+                   '{"skip_initial_status": true}, "conditions": [{"type": "DiskBad", '
+                   '"reason": "DiskOK"}], "rules": [{"type": "permanent", "condition": '
+                   '"DiskBad", "reason": "disk full-ish", "path": "/bin/true"}]}')
+    out = tmp_path / "out"
+    got = guardian("import", "npd", str(own), "-o", str(out))
+    assert got.returncode == 0, got.stderr
+    assert "'disk full-ish' is written 'DiskFullIsh'" in got.stderr
+    assert "skip_initial_status" in got.stderr
+    checked = guardian("check", "--config", str(out / "npd-own.guardian.toml"),
+                       str(out / "rules"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
