@@ -6,6 +6,7 @@ the benchmarks import nothing of the tests."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from guardian.core import tomlread
@@ -35,6 +36,83 @@ def test_unit_folders_are_packages_of_guardian() -> None:
     folders = {p.name for p in (TESTS / "unit").iterdir()
                if p.is_dir() and p.name != "__pycache__"}
     assert folders <= packages, f"tests/unit folders that are no package: {folders - packages}"
+
+
+# What starts a program from Python (or checks for root, or runs mypy): modules whose import
+# is enough, and os/asyncio functions by name.
+PROCESS_MODULES = ("subprocess", "multiprocessing", "pty", "mypy")
+PROCESS_CALLS = re.compile(r"system|popen|exec\w*|spawn\w*|posix_spawn\w*|fork\w*"
+                           r"|create_subprocess_\w+|geteuid|getuid")
+GUARDIAN = "guardian"  # a name: the literal pair below would be flagged itself
+
+
+def _starts_processes(node: ast.AST) -> list[str]:
+    """What in ``node`` starts a process, needs root or runs mypy."""
+    found = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            found += [f"import {a.name}" for a in n.names
+                      if a.name.split(".")[0] in PROCESS_MODULES]
+        elif isinstance(n, ast.ImportFrom) and not n.level and \
+                (n.module or "").split(".")[0] in PROCESS_MODULES:
+            found.append(f"from {n.module} import ...")
+        elif isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant) and \
+                isinstance(n.args[0].value, str) and \
+                n.args[0].value.split(".")[0] in PROCESS_MODULES and \
+                getattr(n.func, "attr", getattr(n.func, "id", "")) in ("importorskip",
+                                                                       "import_module"):
+            found.append(f"import {n.args[0].value}")
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
+                n.value.id in ("os", "asyncio") and PROCESS_CALLS.fullmatch(n.attr):
+            found.append(f"{n.value.id}.{n.attr}")
+        elif isinstance(n, ast.List | ast.Tuple):
+            argv = [e.value if isinstance(e, ast.Constant) else None for e in n.elts]
+            if any(argv[i:i + 2] == ["-m", GUARDIAN] for i in range(len(argv) - 1)):
+                found.append('an argv of "-m", "guardian"')
+    return found
+
+
+def _process_helpers(support: Path) -> dict[str, set[str]]:
+    """tests/support's functions and classes that start a process or need root, by module."""
+    helpers: dict[str, set[str]] = {}
+    for path in sorted(support.glob("*.py")):
+        module = "tests.support." + path.stem
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and _starts_processes(node):
+                helpers.setdefault(module, set()).add(node.name)
+    return helpers
+
+
+def _unit_modules_that_start_processes(tests: Path) -> list[str]:
+    """Each module under ``tests/unit`` that starts a process (of guardian's or a tool's),
+    needs root or runs mypy, itself or through a helper of tests/support."""
+    helpers = _process_helpers(tests / "support")
+    wrong = []
+    for path in sorted((tests / "unit").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        found = _starts_processes(tree)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module in helpers:
+                found += [f"{n.module}.{a.name}" for a in n.names
+                          if a.name in helpers[n.module] or a.name == "*"]
+            elif isinstance(n, ast.Import):
+                found += [a.name for a in n.names if a.name in helpers]
+        wrong += [f"{path.relative_to(tests.parent)}: {f}" for f in sorted(set(found))]
+    return wrong
+
+
+def test_unit_tests_start_no_process_and_need_no_root() -> None:
+    """No module under tests/unit starts a process of guardian's (`python -m guardian`)
+    or a tool's (mypy, systemd-analyze), or needs root: those are system tests. The scan
+    is of what could start one at all rather than of guardian's argv alone, which a helper
+    or a variable would hide: importing subprocess, multiprocessing, pty or mypy, calling
+    os.system/popen/exec*/spawn*/fork* or asyncio.create_subprocess_*, asking os.geteuid,
+    or importing a tests/support helper that does any of these. An argv of "-m",
+    "guardian" is refused wherever it appears. A program the code under test starts
+    itself (the journal source's stand-in journalctl, a script check) is the unit's own
+    behaviour and allowed."""
+    wrong = _unit_modules_that_start_processes(TESTS)
+    assert not wrong, "move these tests to tests/system/:\n" + "\n".join(wrong)
 
 
 def test_no_test_module_imports_another() -> None:
