@@ -71,3 +71,27 @@ def test_the_readme_is_a_front_door() -> None:
     docs/."""
     size = len((REPO / "README.md").read_bytes())
     assert size <= 15_000, f"README.md is {size} bytes; move reference text to docs/"
+
+
+def test_every_cited_file_and_test_exists() -> None:
+    """The docs cite their evidence (`tests/system/test_x.py::test_y`, or `::test_z` after
+    a file already named): a file or test that moved or was renamed fails here."""
+    import ast
+    wrong = []
+    for doc in _docs():
+        cited: Path | None = None
+        for m in re.finditer(r"((?:tests|bench|src|examples)/[\w/.-]*\.py)(?:::(\w+))?"
+                             r"|`::(\w+)", doc.read_text()):
+            if m.group(1):
+                cited = REPO / m.group(1)
+                if not cited.is_file():
+                    wrong.append(f"{doc.relative_to(REPO)}: {m.group(1)}")
+                    cited = None
+                    continue
+            name = m.group(2) or m.group(3)
+            if name and cited is not None:
+                defined = {n.name for n in ast.walk(ast.parse(cited.read_text()))
+                           if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+                if name not in defined:
+                    wrong.append(f"{doc.relative_to(REPO)}: {cited.relative_to(REPO)}::{name}")
+    assert not wrong, "\n".join(wrong)
