@@ -1,5 +1,6 @@
-"""The tests are laid out like the code: unit tests (no root, no processes of guardian's,
-no stand-in servers, fast) under tests/unit/, one folder per package; system tests under
+"""The tests are laid out like the code: unit tests (no root, no process started, no
+stand-in API server; at most a loopback socket the test serves itself; fast) under
+tests/unit/, one folder per package; system tests under
 tests/system/; what they share under tests/support/. No test module imports another, and
 the benchmarks import nothing of the tests."""
 
