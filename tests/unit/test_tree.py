@@ -1,4 +1,4 @@
-"""The tests are laid out like the code: unit tests (no root, no process started, no
+"""The tests are laid out like the code: unit tests (no root, no process the test starts, no
 stand-in API server; at most a loopback socket the test serves itself; fast) under
 tests/unit/, one folder per package; system tests under
 tests/system/; what they share under tests/support/. No test module imports another, and
