@@ -281,6 +281,12 @@ def _compiled() -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str]]:
     return each, re.compile("|".join(f"(?:{rx})" for rx in unnamed))
 
 
+def prepare() -> None:
+    """Compile the templates now (at a source's start), so that the first kernel line
+    after it does not wait for them."""
+    _compiled()
+
+
 def mask(line: str) -> str:
     """``line`` with every field a process chose replaced by :data:`MASK` (the line
     itself when it is none of :data:`TEMPLATES`)."""

@@ -64,7 +64,7 @@ from guardian.sources.kernel_patterns import (
     XID_ACTION_NAMES,
     xid_of,
 )
-from guardian.sources.kernel_usertext import mask, named_task, spoofable
+from guardian.sources.kernel_usertext import mask, named_task, prepare, spoofable
 
 # (BadRecord and parse_record are re-exported as they were: tests and the fuzzers
 # import them from here)
@@ -236,6 +236,7 @@ class KmsgSource(Source[KmsgConfig]):
         self.cfg: KmsgConfig = self.config
         self.patterns = self.cfg.compiled()
         self.screen_start, self.screen_anywhere = _screens(self.cfg.merged())
+        prepare()
         self.facilities = frozenset(FACILITIES[f] for f in self.cfg.facilities)
         self.c_continues = (c_continues_previous(os.uname().release)
                             if self.cfg.continuation == "auto"
@@ -444,10 +445,11 @@ class KmsgSource(Source[KmsgConfig]):
                 line = self.line = text
                 if self.line_matched:
                     self.line_matched = set()
-        if "gpu.xid" not in self.line_matched and (xid := xid_of(mask(line))) is not None:
+        masked = mask(line)
+        if "gpu.xid" not in self.line_matched and (xid := xid_of(masked)) is not None:
             self.line_matched.add("gpu.xid")
             self.xids[xid] = self.xids.get(xid, 0) + 1
-        for name in self.matches(line):
+        for name in self._matches(line, masked):
             if name not in self.line_matched:  # once per line, however many fragments
                 self.line_matched.add(name)
                 self.counts[name] += 1
@@ -459,7 +461,9 @@ class KmsgSource(Source[KmsgConfig]):
         source counts, and what rule tests check. Fields a process chose (its name, its
         file names: see :mod:`.kernel_usertext`) are masked first, so no pattern matches
         inside them."""
-        masked = mask(line)
+        return self._matches(line, mask(line))
+
+    def _matches(self, line: str, masked: str) -> list[str]:
         if not self.screen_start.match(masked) and (
                 self.screen_anywhere is None or not self.screen_anywhere.search(masked)):
             return []
