@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.checkout import RULES, write
+from tests.support.cli import guardian
 
 SHAPE = {"command", "ok", "errors", "warnings", "data"}
-
-
-def guardian(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guardian", *args], capture_output=True,
-                          text=True, timeout=120)
 
 
 def _bad_rules(tmp: Path) -> Path:

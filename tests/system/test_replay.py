@@ -21,14 +21,10 @@ from guardian.policy.loader import load_rules
 from guardian.runtime.recording import RecordingError, read
 from guardian.runtime.replay import replay
 from tests.support.checkout import DATA, RULES
+from tests.support.cli import guardian
 
 INCIDENT = DATA / "incident.rec"
 HEALTHY = DATA / "healthy.rec"
-
-
-def guardian(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guardian", *args], capture_output=True,
-                          text=True, timeout=120)
 
 
 def shipped(rec_path: Path) -> tuple[object, object]:
