@@ -27,12 +27,12 @@ with atheris.instrument_imports():
         parse_softirqs,
         parse_softnet_stat,
     )
+    from guardian.hostio.kmsg import parse_record
     from guardian.hostio.procfs import parse_proc_stat
     from guardian.hostio.systemctl import parse_show
     from guardian.policy.expr import ExprError, compile_condition
     from guardian.policy.loader import load_text
     from guardian.policy.ruletest import parse_series, run_test_file
-    from guardian.sources.kmsg import parse_record
 
 CAT = {s.name: s for s in (SignalSpec("a.x", ""), SignalSpec("c.core", "", labels=("cpu",)))}
 TEST_DIR = tempfile.mkdtemp(prefix="guardian-fuzz-")

@@ -18,12 +18,13 @@ from typing import cast
 import pytest
 
 from guardian.actions.command import CommandAction, CommandParams
-from guardian.actions.irq import IrqMove, IrqParams, interface_irqs, parse_cpu_list
+from guardian.actions.irq import IrqMove, IrqParams
 from guardian.actions.memcg import MemcgParams, MemcgRelease
 from guardian.actions.reap import LadderStep, ReapParams, ReapZombies
 from guardian.actions.systemd import SystemdUnit, UnitParams
 from guardian.core.snapshot import Snapshot, Value
 from guardian.hostio.host import Host
+from guardian.hostio.irq import interface_irqs, parse_cpu_list
 from guardian.plugin.contract import ActionContext
 from guardian.runtime.executor import Executor
 from guardian.sources.systemd import SystemdSource

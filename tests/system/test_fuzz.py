@@ -13,12 +13,13 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guardian.actions.irq import parse_cpu_list
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
 from guardian.core.positions import key_positions
 from guardian.core.snapshot import SignalSpec, labels_of, parse_series_key
 from guardian.engine.history import History
+from guardian.hostio.ethtool import parse_gstats, parse_gstrings
+from guardian.hostio.irq import parse_cpu_list
 from guardian.hostio.kernelstats import (
     parse_net_dev,
     parse_pressure,
@@ -26,13 +27,12 @@ from guardian.hostio.kernelstats import (
     parse_softirqs,
     parse_softnet_stat,
 )
+from guardian.hostio.kmsg import parse_record
 from guardian.hostio.procfs import parse_proc_stat
 from guardian.hostio.systemctl import parse_show
 from guardian.policy.expr import ExprError, compile_condition
 from guardian.policy.loader import load_text
 from guardian.policy.ruletest import parse_series
-from guardian.sources.ethtool import parse_gstats, parse_gstrings
-from guardian.sources.kmsg import parse_record
 
 # GUARDIAN_FUZZ_EXAMPLES raises the count for a longer hunt than CI's
 FUZZ = settings(max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "300")),

@@ -29,6 +29,7 @@ import pytest
 from guardian.core.regexsafety import example_match
 from guardian.core.snapshot import labels_of
 from guardian.hostio.host import Host
+from guardian.hostio.kmsg import parse_record
 from guardian.sources.kernel_patterns import SHIPPED
 from guardian.sources.kernel_usertext import (
     MASK,
@@ -38,7 +39,7 @@ from guardian.sources.kernel_usertext import (
     named_task,
     spoofable,
 )
-from guardian.sources.kmsg import KmsgConfig, KmsgSource, match_line, parse_record
+from guardian.sources.kmsg import KmsgConfig, KmsgSource, match_line
 from tests.support.checkout import REPO, write
 from tests.support.kernel import inject_kmsg, need_root
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from guardian.core.snapshot import labels_of
 from guardian.hostio.host import Host
-from guardian.sources.kmsg import BadRecord, KmsgSource, parse_record
+from guardian.hostio.kmsg import BadRecord, parse_record
+from guardian.sources.kmsg import KmsgSource
 from tests.support.kernel import drop_caches, inject_kmsg, need_root
 
 # The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.

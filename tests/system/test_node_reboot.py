@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
-from guardian.actions.node import NodeReboot, RebootParams, under
+from guardian.actions.node import NodeReboot, RebootParams
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
+from guardian.hostio.host import resolve_under
 from guardian.kube.fleet import FleetBudget, FleetParams
 from guardian.model.kinds import DecisionKind
 from guardian.plugin.contract import ActionContext
@@ -131,9 +132,9 @@ def test_the_sentinel_is_found_through_the_hosts_own_var_run_link(tmp_path: Path
     (root / "run/reboot-required").write_text("")
     (root / "var/lib").mkdir()
     (root / "var/lib/up").symlink_to("../../run")
-    assert under(root, "/var/run/reboot-required") == root / "run/reboot-required"
-    assert under(root, "/var/lib/up/reboot-required") == root / "run/reboot-required"
-    assert under(root, "/../../etc/passwd") == root / "etc/passwd"
+    assert resolve_under(root, "/var/run/reboot-required") == root / "run/reboot-required"
+    assert resolve_under(root, "/var/lib/up/reboot-required") == root / "run/reboot-required"
+    assert resolve_under(root, "/../../etc/passwd") == root / "etc/passwd"
 
 
 def test_reboot_without_a_boot_id_or_through_a_missing_program_fails_safe(
@@ -238,7 +239,8 @@ def test_a_reboot_on_a_kubernetes_node_needs_the_fleet_budget(tmp_path: Path) ->
 REBOOT_OVER_THE_BUS = r"""
 import json, sys
 from pathlib import Path
-from guardian.actions.node import NodeReboot, RebootParams, under
+from guardian.actions.node import NodeReboot, RebootParams
+from guardian.hostio.host import resolve_under
 from guardian.hostio.host import Host
 from guardian.hostio.systemdclient import SystemdSettings, configure
 from guardian.plugin.contract import ActionContext

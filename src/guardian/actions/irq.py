@@ -20,18 +20,15 @@ from guardian.hostio.host import Host, exists
 from guardian.hostio.irq import (
     affinity_path,
     format_cpu_list,
+    interface_irqs,
     irq_names,
     online_cpus,
     read_affinity,
     write_affinity,
 )
-from guardian.hostio.irq import interface_irqs as interface_irqs
-from guardian.hostio.irq import parse_cpu_list as parse_cpu_list
 from guardian.hostio.procfs import all_stats, real_uid
 from guardian.hostio.records import read_json
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
-
-# (interface_irqs and parse_cpu_list are re-exported as they were: tests import them here)
 
 DEFAULT_STATE = "/var/lib/guardian/irq-affinity.json"
 _MANAGEMENT = ("config", "mgmnt", "mgmt")

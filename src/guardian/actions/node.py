@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # imported when used: kubernetes is an extra
     from guardian.kube.drain import KubeDrain
 
 TARGET, MODE = "reboot.target", "replace-irreversibly"
-under = resolve_under  # its name here before hostio had it (tests import it from here)
 
 
 class RebootParams(BaseModel):

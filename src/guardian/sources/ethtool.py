@@ -17,7 +17,6 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
-from guardian.hostio.ethtool import ETH_GSTRING_LEN as ETH_GSTRING_LEN
 from guardian.hostio.ethtool import (
     MAX_STATS,
     driver_info,
@@ -26,8 +25,6 @@ from guardian.hostio.ethtool import (
     stat_names,
     stat_values,
 )
-from guardian.hostio.ethtool import parse_gstats as parse_gstats
-from guardian.hostio.ethtool import parse_gstrings as parse_gstrings
 from guardian.hostio.host import Host, is_dir
 from guardian.plugin.contract import Source
 

@@ -52,9 +52,7 @@ from guardian.core.durations import Duration
 from guardian.core.regexsafety import named_pattern_problem
 from guardian.core.snapshot import Family, SignalSpec, labels_of
 from guardian.hostio.host import Host, boot_id
-from guardian.hostio.kmsg import RECORD_MAX, KmsgDevice, record_fields
-from guardian.hostio.kmsg import BadRecord as BadRecord
-from guardian.hostio.kmsg import parse_record as parse_record
+from guardian.hostio.kmsg import RECORD_MAX, BadRecord, KmsgDevice, record_fields
 from guardian.hostio.procfs import system_unit_of
 from guardian.hostio.records import read_json
 from guardian.plugin.contract import SampleError, Source
@@ -65,9 +63,6 @@ from guardian.sources.kernel_patterns import (
     xid_of,
 )
 from guardian.sources.kernel_usertext import mask, named_task, prepare, spoofable
-
-# (BadRecord and parse_record are re-exported as they were: tests and the fuzzers
-# import them from here)
 
 # syslog facility numbers (RFC 5424, <sys/syslog.h>)
 FACILITIES: dict[str, int] = {

@@ -13,6 +13,7 @@ import pytest
 
 from guardian.core.snapshot import labels_of
 from guardian.hostio.cgroupfs import detect_layout
+from guardian.hostio.ethtool import ETH_GSTRING_LEN, parse_gstats, parse_gstrings
 from guardian.hostio.host import Host
 from guardian.hostio.procfs import ProcessTable, parse_proc_stat
 from guardian.hostio.systemctl import parse_show
@@ -20,7 +21,6 @@ from guardian.plugin.contract import Source
 from guardian.runtime.collector import Collector
 from guardian.sources.cgroups import CgroupsSource
 from guardian.sources.cpu import CpuSource
-from guardian.sources.ethtool import ETH_GSTRING_LEN, parse_gstats, parse_gstrings
 from guardian.sources.kmsg import KmsgSource
 from guardian.sources.net import NetSource
 from guardian.sources.pressure import PressureSource
