@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from guardian.core.atomicfile import write_json
 from guardian.engine.engine import Engine
+from guardian.hostio.host import boot_id
 from guardian.model.kinds import Phase
 
 log = logging.getLogger("guardian.state")
@@ -65,16 +66,9 @@ class SavedState(BaseModel):
     global_runs: list[Time] = Field(default_factory=list)
 
 
-def boot_id() -> str:
-    try:
-        return BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
 def save(engine: Engine, path: Path) -> None:
     """Write the engine's state atomically. Raises OSError."""
-    write_json(path, {"format": FORMAT, "boot_id": boot_id(), "saved_mono": time.monotonic(),
+    write_json(path, {"format": FORMAT, "boot_id": boot_id(BOOT_ID), "saved_mono": time.monotonic(),
                       "saved_at": time.time(), **engine.export_state()})
 
 
@@ -99,7 +93,7 @@ def load(engine: Engine, path: Path) -> list[str]:
             log.error("state file %s: dropping the state of rule %r: %s", path, name,
                       exc.errors()[0]["msg"])
     now_mono, now_wall = time.monotonic(), time.time()
-    if state.format == 2 and state.boot_id and state.boot_id == boot_id():
+    if state.format == 2 and state.boot_id and state.boot_id == boot_id(BOOT_ID):
         offset = 0.0  # the same boot: monotonic times are exact
     else:
         saved_ref = state.saved_mono if state.format == 2 else state.saved_at

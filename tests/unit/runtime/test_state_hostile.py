@@ -49,7 +49,7 @@ def test_a_wrong_wall_clock_never_suppresses_actions_for_good(
     state_file.load(same, path)
     assert abs((same.states["r"].last_run or 0) - now) < 1.0
     # another boot (the wall clock a year behind): nothing lands after now
-    monkeypatch.setattr(state_file, "boot_id", lambda: "another-boot")
+    monkeypatch.setattr(state_file, "boot_id", lambda path: "another-boot")
     other = Engine(rules)
     state_file.load(other, path)
     last = other.states["r"].last_run
