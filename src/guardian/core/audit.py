@@ -1,5 +1,12 @@
 """The audit log: one JSON object per line, appended and fsynced before the next action,
-so a crash never loses what was decided or done."""
+so a crash never loses what was decided or done.
+
+Rotation: before each record the log checks that its path still names the file it holds
+open. When logrotate (the packages' /etc/logrotate.d/guardian) has renamed it away,
+the next record opens a new file at the path, so a plain rename rotation works without a
+signal, a postrotate or copytruncate. Nothing guardian needs at run time is read back
+from this log (the state, the restart records and the IRQ originals live in the state
+directory), so a rotation loses nothing it depends on."""
 
 from __future__ import annotations
 
@@ -24,9 +31,25 @@ class AuditLog:
         self._fd = open_append(self.path)
         self._torn = _ends_torn(self._fd)
 
+    def _follow_rotation(self) -> None:
+        """Open the file at the path again if it is no longer the one held open (renamed
+        away by a rotation, or removed)."""
+        held = os.fstat(self._fd)
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return
+        except FileNotFoundError:
+            pass
+        fd = open_append(self.path)  # raises (a link planted there): no record is written
+        os.close(self._fd)
+        self._fd = fd
+        self._torn = _ends_torn(fd)
+
     def write(self, record: dict[str, Any]) -> None:
         """Append and fsync one record. Raises OSError (ENOSPC, EROFS, EIO): then nothing
         that depends on the record may happen."""
+        self._follow_rotation()
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str) + "\n"
         data = (b"\n" if self._torn else b"") + line.encode()
         self._torn = True  # until the whole line is down
