@@ -17,7 +17,7 @@ from tests.support.checkout import REPO, write
 def test_shipped_sample_config_loads() -> None:
     cfg = load_config(REPO / "systemd" / "guardian.toml", default_registry())
     assert cfg.engine.interval == 15.0 and cfg.engine.budget.runs == 20
-    assert set(cfg.sources) == {"cpu", "kmsg", "ethtool", "systemd"}
+    assert set(cfg.sources) == {"cpu", "kmsg", "ethtool", "systemd", "processes"}
 
 
 def test_options_reach_the_sources(tmp_path: Path) -> None:
