@@ -315,8 +315,13 @@ def test_privileged_runs_acts_on_the_api_reads_back_kmsg_and_stops_at_once(
         check = p.exec("/opt/guardian/bin/guardian", "check",
                        "--config=/etc/guardian/guardian.toml")
         assert check.returncode == 0, check.stdout + check.stderr
-        health = p.exec("/opt/guardian/bin/guardian", "health")  # the exec probe's words
+        # an exec liveness probe's words: alive, degraded or not
+        health = p.exec("/opt/guardian/bin/guardian", "health", "--live")
         assert health.returncode == 0, health.stdout + health.stderr
+        # asked plainly, degraded is its own exit code (3), never ok
+        plain = p.exec("/opt/guardian/bin/guardian", "health")
+        assert plain.returncode == (3 if body.startswith("degraded") else 0), \
+            (body, plain.returncode, plain.stdout + plain.stderr)
         took, code = p.stop()
         assert code == 0 and took < 10, (took, code, p.logs())
     # logged while no guardian ran: the next one reads it back from where the last stopped

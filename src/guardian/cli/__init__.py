@@ -275,11 +275,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="rule files (default), rule-test files, or guardian.toml")
     s.set_defaults(func=_command("schema", "cmd_schema"))
 
-    hl = sub.add_parser("health", help="ask the running service whether its loop is alive "
-                        "(exit 0) or stuck (exit 1): for exec probes and scripts")
+    hl = sub.add_parser("health", help="ask the running service whether it is healthy (exit "
+                        "0), alive but degraded: a blind rule or a source down (exit 3), or "
+                        "stuck or not answering (exit 1): for exec probes and scripts")
     hl.add_argument("--address", help="where the service listens (default: the config's)")
     hl.add_argument("--port", type=port, help="its metrics port (default: the config's)")
     hl.add_argument("--timeout", type=duration(positive=True), default="5s")
+    hl.add_argument("--live", action="store_true", help="a liveness probe's question: exit 0 "
+                    "while the loop is alive, degraded or not (a restart would not bring a "
+                    "missing device back)")
     hl.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(hl)
     hl.set_defaults(func=_command("health", "cmd_health"))

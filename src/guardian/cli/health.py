@@ -1,4 +1,8 @@
-"""`guardian health`: the running service's /healthz, for exec probes and scripts."""
+"""`guardian health`: the running service's /healthz, for exec probes and scripts.
+
+Exit 0: ok; 3: alive but degraded (a blind rule, a source unavailable or failing); 1: no
+answer, or stuck. ``--live`` asks only whether the loop is alive (a liveness probe: a
+restart would not bring a missing device back), so degraded exits 0 there."""
 
 from __future__ import annotations
 
@@ -31,9 +35,14 @@ def cmd_health(args: argparse.Namespace) -> ExitCode:
         ok, text = False, exc.read().decode(errors="replace").strip()
     except (urllib.error.URLError, OSError) as exc:
         ok, text = False, f"no answer from {url}: {getattr(exc, 'reason', exc)}"
+    degraded = ok and text.startswith("degraded")
+    state = "degraded" if degraded else "ok" if ok else "unhealthy"
     if args.json:
-        json_out("health", {"url": url, "healthy": ok, "detail": text}, ok=ok,
+        json_out("health", {"url": url, "healthy": ok and not degraded, "alive": ok,
+                            "state": state, "detail": text}, ok=ok,
                  errors=[] if ok else [text])
     else:
         print(text, file=sys.stdout if ok else sys.stderr)
-    return ExitCode.OK if ok else ExitCode.FAILED
+    if not ok:
+        return ExitCode.FAILED
+    return ExitCode.DEGRADED if degraded and not args.live else ExitCode.OK

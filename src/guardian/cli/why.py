@@ -1,25 +1,36 @@
 """`guardian why`: what is wrong, as chains from root cause to symptoms
-(:mod:`guardian.runtime.why`), on this host now or at a point of a recording."""
+(:mod:`guardian.runtime.why`), and what guardian cannot see (the blind rules,
+:mod:`guardian.runtime.coverage`): on this host now, or at a point of a recording.
+
+Where the service runs (it holds the lock on its state directory), the answer is what the
+service saw at its last tick, read from its state directory: a fresh process would count a
+unit's restarts from zero and start every ``for`` again."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from guardian.cli.common import host_collector, json_out, rules_and_recording, warm_snapshot
-from guardian.core.durations import parse_duration
+from guardian.core.durations import format_duration, parse_duration
 from guardian.core.exitcodes import ExitCode
 from guardian.engine.engine import Engine
+from guardian.runtime import seen as seen_file
+from guardian.runtime import why
+from guardian.runtime.coverage import Blind, Sight, blind_rules, sight_of
 
 
 def cmd_why(args: argparse.Namespace) -> ExitCode:
-    """The pending and firing rules as chains, root cause first."""
-    from guardian.runtime import why
+    """The pending and firing rules as chains, root cause first; then the blind rules."""
     loaded = rules_and_recording(args)
     if isinstance(loaded, ExitCode):
         return loaded
     config, rec, rules, _ = loaded
+    note = ""
+    blind: list[Blind]
+    seen: seen_file.Seen | None = None
     if rec is not None:
         from guardian.runtime.replay import replay
         r = replay(rec, rules, parse_duration(args.at) if args.at else None)
@@ -27,30 +38,82 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
         if snap is None:
             print("guardian why: no snapshot at or before --at", file=sys.stderr)
             return ExitCode.USAGE
+        chain = why.links(engine, snap, decisions)
+        now, total = snap.time, len(rules.rules)
+        blind = blind_rules(rules, engine.states, snap, _recorded_sight())
     else:
-        from guardian.runtime import state as state_file
-        from guardian.runtime.operate import Operations
         from guardian.runtime.paths import service_paths
-        engine = Engine(rules)
-        if args.state and Path(args.state).exists():
-            state_file.load(engine, Path(args.state))
-        # the holds the service sees now (guardian pause's beside the state file)
-        Operations(config, Path(args.state) if args.state else service_paths(config).state
-                   ).before(engine)
-        snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
-        decisions = engine.evaluate(snap)
-    chain = why.links(engine, snap, decisions)
+        state = Path(args.state) if args.state else service_paths(config).state
+        seen, note = _service_saw(state.parent)
+        if seen is not None:
+            chain, blind, now, total = seen.chain, seen.blind, seen.now, seen.rules
+        else:
+            from guardian.runtime import state as state_file
+            from guardian.runtime.operate import Operations
+            engine = Engine(rules)
+            if args.state and Path(args.state).exists():
+                state_file.load(engine, Path(args.state))
+            Operations(config, state).before(engine)  # the holds the service sees now
+            coll = host_collector(args.root, config)
+            snap = warm_snapshot(coll, args.warmup, engine)
+            decisions = engine.evaluate(snap)
+            chain = why.links(engine, snap, decisions)
+            now, total = snap.time, len(rules.rules)
+            from guardian.plugin.registry import default_registry
+            blind = blind_rules(rules, engine.states, snap, sight_of(coll, default_registry()))
+    lately = seen.actions[-5:] if seen is not None else []
     if args.json:
-        json_out("why", {"time": snap.time, "recording": args.recording,
-                         "chain": [link.to_dict() for link in chain]})
+        json_out("why", {"time": now, "recording": args.recording,
+                         "service_pid": seen.pid if seen is not None else None,
+                         "chain": [link.to_dict() for link in chain],
+                         "blind": [b.to_dict() for b in blind], "lately": lately})
     else:
-        for line in why.text(chain, snap.time, "would act" if rec is not None else "acted"):
+        if note:
+            print(note)
+        for line in why.text(chain, now, "would act" if rec is not None else "acted",
+                             blind, total):
             print(line)
+        if lately:
+            print("Its last actions:")
+            for entry in lately:
+                print(f"  {seen_file.action_line(entry)} (rule {entry['rule']})")
     if args.plot:
         from guardian.runtime.plot import plot_why
         try:
-            plot_why(chain, snap.time, Path(args.plot))
+            plot_why(chain, now, Path(args.plot))
         except RuntimeError as exc:
             print(f"guardian why: {exc}", file=sys.stderr)
             return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _recorded_sight() -> Sight:
+    """Over a recording: which source gives each signal (why one gave none is not
+    recorded)."""
+    from guardian.plugin.registry import default_registry
+    sources = default_registry().sources
+    sight = Sight.of({n: [s.name for s in src.specs] for n, src in sources.items()},
+                     sources, {})
+    sight.absent = "gave no such value in the recording"
+    return sight
+
+
+def _service_saw(directory: Path) -> tuple[seen_file.Seen | None, str]:
+    """What the running service saw at its last tick, and a line saying so; or None,
+    and a line saying why this command evaluates on its own."""
+    from guardian.service.instancelock import holder
+    pid = holder(directory)
+    if pid is None:
+        return None, (f"(no guardian service holds {directory}: evaluated by this command "
+                      "alone, which remembers nothing: restarts within a window, rates and "
+                      "`for` start from now)")
+    try:
+        seen = seen_file.read(directory / seen_file.SEEN_NAME)
+    except (OSError, ValueError) as exc:
+        why_not = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return None, (f"(the guardian service{f' (pid {pid})' if pid else ''} runs, but what "
+                      f"it saw cannot be read: {why_not}; evaluated by this command alone, "
+                      "which remembers nothing)")
+    age = max(time.time() - seen.wall, 0.0)
+    return seen, (f"As the guardian service (pid {seen.pid}) saw it at "
+                  f"{seen_file.clock(seen.wall)}, {format_duration(round(age))} ago:")

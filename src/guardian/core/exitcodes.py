@@ -19,6 +19,9 @@ class ExitCode(enum.IntEnum):
     # what was asked cannot be done as given: a bad argument, an unknown action, an
     # unreadable recording, an output file that exists
     USAGE = 2
+    # `guardian health`: the service runs, but cannot see everything (a blind rule, a
+    # source unavailable or failing); a liveness probe asks `--live`, which exits 0 then
+    DEGRADED = 3
     CANTCREAT = 73  # EX_CANTCREAT: an output file (the audit log) cannot be created
     TEMPFAIL = 75  # EX_TEMPFAIL: try again later (the metrics port is taken for now)
     CONFIG = 78  # EX_CONFIG: a configuration error; the unit does not restart on it

@@ -63,6 +63,18 @@ class Executed:
             return "failed"
         return "unverified" if self.outcome.verified is False else "ok"
 
+    def describe(self) -> str:
+        """One line for the journal and `guardian why`: the action, its result and what
+        it changed or would change (``systemd.stop ok: systemctl stop ecs.service``)."""
+        what = "; ".join(s.change for s in self.plan.steps) if self.plan else ""
+        if self.plan and not what:
+            what = self.plan.note or "nothing to change"
+        if self.outcome is not None and not self.outcome.ok:
+            what = f"{what} ({self.outcome.error})" if what else self.outcome.error
+        elif self.error:
+            what = f"{what} ({self.error})" if what else self.error
+        return f"{self.use} {self.result}: {what}" if what else f"{self.use} {self.result}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.decision.rule, "use": self.use,
@@ -261,6 +273,8 @@ class Executor:
         return self._done(Executed(d, use, plan, None, error=why, refused=True))
 
     def _done(self, ex: Executed) -> Executed:
+        if ex.outcome is not None and ex.outcome.ok:  # a failure or a refusal said so already
+            log.warning("rule %s: %s", ex.decision.rule, ex.describe())
         for cb in self.on_result:
             cb(ex)
         return ex

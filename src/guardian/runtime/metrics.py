@@ -211,6 +211,10 @@ class Metrics:
         self.persistence_ok = Gauge("guardian_persistence_ok", "1 while the state file and "
                                     "the audit log can be written (nothing is acted on "
                                     "otherwise)", registry=r)
+        self.rules_blind = Gauge("guardian_rules_blind", "rules whose condition had no "
+                                 "value at the last tick (blind: what they watch is not "
+                                 "seen); each is guardian_rule_state{state=\"unknown\"}",
+                                 registry=r)
         self.signals = SignalCollector()
         r.register(self.signals)
         self.operations = Operations()

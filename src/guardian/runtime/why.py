@@ -8,6 +8,7 @@ guardian did or would do there, and what it holds back while a cause is being fi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from guardian.engine.engine import Engine
 from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
 from guardian.model.schema import Mode, Severity
+from guardian.runtime.coverage import Blind
 
 ACTIVE: tuple[Phase, ...] = ("pending", "firing")
 
@@ -40,13 +42,19 @@ class Link:
     mode: Mode = "act"  # "observe": shadow mode, it never applies
     needs_human: bool = False  # its actions ran their limit and it still fires
     paused: str = ""  # the hold that pauses it now
+    unseen_causes: list[str] = field(default_factory=list)  # its causes that are blind
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "summary": self.summary, "phase": self.phase,
                 "severity": self.severity, "since": self.since, "evidence": self.evidence,
                 "causes": self.causes, "effects": self.effects, "did": self.did,
                 "held": self.held, "mode": self.mode, "needs_human": self.needs_human,
-                "paused": self.paused}
+                "paused": self.paused, "unseen_causes": self.unseen_causes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Link:
+        """A link as :meth:`to_dict` wrote it (the service's report)."""
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list[Link]:
@@ -61,7 +69,9 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list
                          st.active_at if st.active_at is not None else st.since,
                          _evidence(engine, rule, snapshot),
                          [c for c in rule.spec.caused_by if c in active],
-                         mode=rule.spec.mode, needs_human=st.escalated, paused=st.paused)
+                         mode=rule.spec.mode, needs_human=st.escalated, paused=st.paused,
+                         unseen_causes=[c for c in rule.spec.caused_by
+                                        if c in engine.states and engine.states[c].unknown])
     for link in out.values():
         for cause in link.causes:
             out[cause].effects.append(link.rule)
@@ -118,11 +128,38 @@ def _began(link: Link) -> float:
     return link.since if link.since is not None else float("inf")
 
 
-def text(chain: list[Link], now: float, acted: str = "acted") -> list[str]:
+def text(chain: list[Link], now: float, acted: str = "acted",
+         blind: Sequence[Blind] = (), rules: int | None = None) -> list[str]:
     """The chain for people: root cause first, each link with its evidence; ``acted``
-    names what the actions were ("would act" over a recording)."""
+    names what the actions were ("would act" over a recording). The ``blind`` rules
+    (of ``rules`` in all) follow, causes first: nothing is "wrong" or "right" there,
+    it is not seen; "Nothing is wrong" is said only when no rule is blind."""
     if not chain:
-        return ["Nothing is wrong: no rule is pending or firing."]
+        if not blind:
+            return ["Nothing is wrong: no rule is pending or firing."]
+        seen = "" if rules is None else f" among the {rules - len(blind)} rules that have values"
+        return [f"Nothing is pending or firing{seen}, but {len(blind)} "
+                f"rule{'s are' if len(blind) > 1 else ' is'} BLIND: what "
+                f"{'they watch' if len(blind) > 1 else 'it watches'} is not seen.",
+                *blind_text(blind)]
+    lines = _chain_text(chain, now, acted)
+    if blind:
+        lines += ["", *blind_text(blind)]
+    return lines
+
+
+def blind_text(blind: Sequence[Blind]) -> list[str]:
+    """The blind rules, causes first, and why each source gives no value (once each)."""
+    lines = [f"Blind ({len(blind)}: no value, neither firing nor clear), causes first:"]
+    lines += [f"  {b.line()}" for b in blind]
+    reasons = list(dict.fromkeys(r for b in blind for r in b.reasons))
+    if reasons:
+        lines.append("Why:")
+        lines += [f"  {r}" for r in reasons]
+    return lines
+
+
+def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
     depth: dict[str, int] = {}
     lines: list[str] = []
     roots = [lk for lk in chain if not lk.causes]
@@ -146,6 +183,9 @@ def text(chain: list[Link], now: float, acted: str = "acted") -> list[str]:
             lines.append(f"{pad}   held: {link.paused}")
         for key, value in link.evidence.items():
             lines.append(f"{pad}   evidence: {key} = {short(value)}")
+        if link.unseen_causes:
+            lines.append(f"{pad}   its cause {', '.join(link.unseen_causes)} is BLIND: "
+                         "whether it is active is not seen")
         for did in link.did[-3:]:
             lines.append(f"{pad}   {acted}: {did}")
         for held in link.held[-2:]:

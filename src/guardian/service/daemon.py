@@ -29,9 +29,12 @@ from guardian.hostio.host import Host
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import Registry, default_registry
 from guardian.policy.loader import load_rules, rule_files
+from guardian.runtime import seen as seen_file
 from guardian.runtime import state as state_file
+from guardian.runtime import why as why_chain
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
+from guardian.runtime.coverage import Blind, Sight, blind_rules, sight_of, summary
 from guardian.runtime.executor import Executed, Executor
 from guardian.runtime.metrics import STATES, Metrics
 from guardian.runtime.operate import Operations
@@ -128,6 +131,12 @@ class Daemon:
         self.acting: threading.Thread | None = None  # the worker carrying out decisions
         self.act_fault = ""  # why no worker could be started to act
         self.operations = Operations(config, opts.state_path)  # holds, windows (issue 31)
+        self.sight = Sight()  # which source gives which signal, and why some give none
+        self.blind: list[Blind] = []  # rules with no value at the last tick
+        self.recent = seen_file.Recent()  # the last actions, for `guardian why`
+        self.seen_path = opts.state_path.parent / seen_file.SEEN_NAME \
+            if opts.state_path else None
+        self.seen_fault = ""  # why what the service saw cannot be written now
 
     # -- control from signal handlers and watchers --------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -219,8 +228,9 @@ class Daemon:
                          self.opts.state_path)
         self.collector = Collector.from_registry(Host(self.opts.root), self.registry,
                                                  self.config)
-        for name, why in sorted(self.collector.unavailable.items()):
-            log.warning("source %s unavailable: %s", name, why)
+        for name, reason in sorted(self.collector.unavailable.items()):
+            log.warning("source %s unavailable: %s", name, reason)
+        self.sight = sight_of(self.collector, self.registry)
         if self.opts.state_path is not None:
             for src in self.collector.sources:
                 src.keep_state(self.opts.state_path.parent)
@@ -358,7 +368,9 @@ class Daemon:
         elif self.executor.audit_fault:
             self._undo(before)  # not in the audit log, so not decided: again later
             self._persist()
+        self.blind = blind_rules(self.ruleset, self.engine.states, snap, self.sight)
         self._update_metrics(snap)
+        self._write_seen(snap, decisions)
         self.operations.after(self.engine, self.metrics)
         self.metrics.tick.observe(time.monotonic() - started)
         self.metrics.last_tick.set(time.time())
@@ -463,6 +475,28 @@ class Daemon:
         outcome = ex.result
         self.metrics.actions.labels(ex.decision.rule, ex.use, outcome).inc()
         self.last_action = f"{ex.use} for {ex.decision.rule}: {outcome}"
+        self.recent.add(ex, time.time())
+
+    def _write_seen(self, snap: Snapshot, decisions: list[Decision]) -> None:
+        """Keep what this tick saw where `guardian why` reads it; a failure is logged
+        once (it changes nothing the service decides)."""
+        if self.seen_path is None:
+            return
+        assert self.engine and self.ruleset
+        chain = why_chain.links(self.engine, snap, decisions)
+        for link in chain:
+            link.did = self.recent.of(link.rule)
+        seen = seen_file.Seen(os.getpid(), time.time(), snap.time, len(self.ruleset.rules),
+                              chain, self.blind, list(self.recent.entries))
+        try:
+            seen_file.write(self.seen_path, seen)
+        except OSError as exc:
+            if not self.seen_fault:
+                log.error("cannot write %s: %s; `guardian why` cannot show what the "
+                          "service sees until it can", self.seen_path, exc.strerror or exc)
+            self.seen_fault = str(exc.strerror or exc)
+            return
+        self.seen_fault = ""
 
     def _update_metrics(self, snap: Snapshot) -> None:
         assert self.engine and self.collector
@@ -476,6 +510,7 @@ class Daemon:
             **{n: n not in self.failing for n in self.collector.error_counts},
             **dict.fromkeys(self.collector.unavailable, False)}
         self.metrics.persistence_ok.set(0 if self.persistence_fault() else 1)
+        self.metrics.rules_blind.set(len(self.blind))
 
     def health(self) -> tuple[bool, str]:
         """Whether the loop is alive: a tick completed within three intervals (at least
@@ -492,9 +527,11 @@ class Daemon:
             return False, f"stuck: the last tick completed {age:.0f}s ago (limit {limit:.0f}s)"
         text = f"the last tick completed {age:.1f}s ago"
         degraded = self.degraded()
-        if degraded:
-            return True, f"degraded: {text}; " + "; ".join(
-                f"source {name} {why}" for name, why in sorted(degraded.items()))
+        if degraded or self.blind:
+            return True, "; ".join([f"degraded: {text}",
+                                    *([summary(self.blind, limit=10)] if self.blind else []),
+                                    *(f"source {name} {reason}"
+                                      for name, reason in sorted(degraded.items()))])
         return True, f"ok: {text}"
 
     def degraded(self) -> dict[str, str]:
@@ -519,6 +556,7 @@ class Daemon:
         firing = self.engine.firing()
         parts = [f"{len(self.ruleset.rules)} rules",
                  f"{len(firing)} firing" + (f" ({', '.join(firing[:3])})" if firing else ""),
+                 *([summary(self.blind)] if self.blind else []),
                  f"last action: {self.last_action}"]
         if self.opts.dry_run:
             parts.insert(0, "dry run")

@@ -57,6 +57,22 @@ class InstanceLock:
             self.fd = -1
 
 
+def holder(directory: Path) -> str | None:
+    """The pid of the guardian that holds the lock on ``directory`` now ("" when it
+    wrote none), or None when no process holds it (or the lock file cannot be read)."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return _read(fd)  # held: exclusively, by the service
+    finally:
+        os.close(fd)  # closing drops a shared lock this took
+    return None
+
+
 def _read(fd: int) -> str:
     with contextlib.suppress(OSError):
         return os.pread(fd, 32, 0).decode(errors="replace").strip()

@@ -1,0 +1,142 @@
+"""Coverage: the rules guardian cannot see.
+
+A rule whose condition has no value (a signal missing because its source is unavailable,
+disabled or failing, an input refused or stale, a check that cannot run) is *blind*: it
+neither fires nor clears, and what it watches is not seen. Every surface that sums up
+health names the blind rules and why (``why``, ``run --once``, the ``STATUS=`` line,
+``/healthz``, ``guardian health``, the metrics); a blind rule is never counted healthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from guardian.core.snapshot import Snapshot
+from guardian.engine.lifecycle import RuleState
+from guardian.model.ruleset import CompiledRule, Ruleset
+from guardian.model.schema import Severity
+from guardian.plugin.registry import Registry
+from guardian.runtime.collector import Collector
+
+__all__ = ["Blind", "Sight", "blind_rules", "sight_of", "summary"]
+
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class Sight:
+    """What a host's sources can give: which source provides each signal, and why a
+    source gives nothing at all (unavailable on this host, or disabled in the config)."""
+
+    provider: dict[str, str] = field(default_factory=dict)
+    off: dict[str, str] = field(default_factory=dict)
+    absent: str = "reports no such value now"  # a running source without the value
+
+    @classmethod
+    def of(cls, specs_by_source: Mapping[str, Collection[str]], running: Collection[str],
+           unavailable: Mapping[str, str]) -> Sight:
+        """From each registered source's signal names, the names of the sources that
+        run, and why the others do not."""
+        provider = {sig: src for src, sigs in specs_by_source.items() for sig in sigs}
+        off = {src: f"unavailable: {why}" for src, why in unavailable.items()}
+        for src in specs_by_source:
+            if src not in running and src not in off:
+                off[src] = "disabled in the config ([sources] disabled)"
+        return cls(provider, off)
+
+
+def sight_of(collector: Collector, registry: Registry) -> Sight:
+    """The sight of ``collector``'s host: its running sources among ``registry``'s."""
+    return Sight.of({name: [spec.name for spec in src.specs]
+                     for name, src in registry.sources.items()},
+                    {src.name for src in collector.sources}, collector.unavailable)
+
+
+@dataclass(frozen=True)
+class Blind:
+    """One blind rule: what has no value, from which sources, and why."""
+
+    rule: str
+    severity: Severity
+    missing: tuple[str, ...]  # the signal selections with no value
+    sources: tuple[str, ...]  # the sources they come from
+    reasons: tuple[str, ...]  # "source systemd unavailable: ...", one per source
+    causes_of: tuple[str, ...]  # rules that name it in `caused_by`: it is their cause
+
+    @property
+    def root_cause(self) -> bool:
+        """Whether other rules name it as their cause."""
+        return bool(self.causes_of)
+
+    def line(self) -> str:
+        """One line for people: the rule, what it is a cause of, what has no value."""
+        role = f"; a cause of {', '.join(self.causes_of)}" if self.causes_of else ""
+        what = ", ".join(self.missing) or "a computed value (a rate needs two samples)"
+        src = f" (source {', '.join(self.sources)})" if self.sources else ""
+        return f"{self.rule} [{self.severity}{role}]: no value for {what}{src}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "missing": list(self.missing),
+                "sources": list(self.sources), "reasons": list(self.reasons),
+                "causes_of": list(self.causes_of)}
+
+
+def blind_rules(ruleset: Ruleset, states: Mapping[str, RuleState], snapshot: Snapshot,
+                sight: Sight | None = None) -> list[Blind]:
+    """The enabled rules whose condition had no value at the last evaluation
+    (``states[...].unknown``): first the causes of rules that are not blind themselves,
+    then other causes, then the rest, each by severity and name."""
+    causes_of: dict[str, list[str]] = {}
+    for rule in ruleset.rules:
+        if rule.spec.enabled:
+            for cause in rule.spec.caused_by:
+                causes_of.setdefault(cause, []).append(rule.name)
+    out = [_blind(rule, snapshot, sight, tuple(sorted(causes_of.get(rule.name, ()))))
+           for rule in ruleset.rules
+           if rule.spec.enabled and (st := states.get(rule.name)) is not None and st.unknown]
+    names = {b.rule for b in out}
+
+    def rank(b: Blind) -> tuple[int, int, str]:
+        # first the blind causes of rules that are seen: the chain from a symptom one can
+        # see back to its cause breaks there; then other causes; then the rest
+        seen_effects = any(e not in names for e in b.causes_of)
+        return (0 if seen_effects else 1 if b.root_cause else 2,
+                _SEVERITY_RANK[b.severity], b.rule)
+    return sorted(out, key=rank)
+
+
+def _blind(rule: CompiledRule, snapshot: Snapshot, sight: Sight | None,
+           causes_of: tuple[str, ...]) -> Blind:
+    missing: list[str] = []
+    sources: list[str] = []
+    reasons: list[str] = []
+    for ref in rule.condition.refs:
+        if ref.key in missing or ref.value(snapshot.values) is not None:
+            continue
+        missing.append(ref.key)
+        src = sight.provider.get(ref.name) if sight is not None else None
+        if src is None or src in sources:
+            continue
+        sources.append(src)
+        reasons.append(_reason(src, snapshot, sight))
+    return Blind(rule.name, rule.spec.severity, tuple(missing), tuple(sources),
+                 tuple(reasons), causes_of)
+
+
+def _reason(src: str, snapshot: Snapshot, sight: Sight | None) -> str:
+    if sight is not None and src in sight.off:
+        return f"source {src} {sight.off[src]}"
+    if src in snapshot.errors:
+        return f"source {src} failing: {snapshot.errors[src]}"
+    return f"source {src} {sight.absent if sight is not None else Sight.absent}"
+
+
+def summary(blind: list[Blind], limit: int = 3) -> str:
+    """``9 blind (unit-crashloop, gpu-dcgm-fallen-off-bus, +7)``; "" when none."""
+    if not blind:
+        return ""
+    names = [b.rule for b in blind[:limit]]
+    more = f", +{len(blind) - limit}" if len(blind) > limit else ""
+    return f"{len(blind)} blind ({', '.join(names)}{more})"

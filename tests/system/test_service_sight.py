@@ -1,0 +1,132 @@
+"""What the service tells its operator about what it sees: blind rules in STATUS=,
+/healthz, `guardian health` and the metrics; `guardian why` on the node answers from what
+the service saw, naming the member that fired and what guardian did, and every action is
+one line in its journal.
+
+Before: the service's STATUS= said "55 rules; 0 firing" and /healthz "ok" while 9 rules
+had no value; `guardian why` on a node where the service had stopped a unit answered
+"Nothing is wrong", from a fresh process that counted restarts from zero."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from guardian.runtime.config import Config
+from guardian.service.daemon import Daemon, ServiceOptions
+from tests.support.checkout import write
+from tests.support.daemon import daemon, free_port
+
+BLIND_RULES = '''version = 1
+[[rule]]
+name = "dying"
+summary = "s"
+when = "memcg.dying > 100000"
+
+[[rule]]
+name = "zombies"
+summary = "s"
+when = "processes.zombies > 100000"
+'''
+
+# a rule over a family that fires at once: its members are the evidence, its action runs
+FIRING_RULES = '''version = 1
+[[rule]]
+name = "busy-cores"
+summary = "some core did work"
+when = "cpu.core.user_pct >= 0"
+cooldown = "1h"
+  [[rule.action]]
+  use = "log"
+  message = "cores busy"
+'''
+
+
+def test_a_blind_rule_is_named_in_status_health_and_metrics(tmp_path: Path) -> None:
+    rules = write(tmp_path / "rules", "r.toml", BLIND_RULES).parent
+    # the cgroups source left out by the config: memcg.dying has no value anywhere
+    config = Config(disabled_sources=["cgroups"])
+    d = Daemon(ServiceOptions(rules=[str(rules)], interval=1.0, metrics_port=None,
+                              state_path=tmp_path / "state.json",
+                              require_root_owned_rules=False), config)
+    assert d.start() == 0
+    try:
+        d.tick()
+        assert "1 blind (dying)" in d.status(), d.status()
+        ok, text = d.health()
+        assert ok and text.startswith("degraded: ") and "1 blind (dying)" in text, text
+        assert d.metrics.rules_blind._value.get() == 1  # type: ignore[attr-defined]
+        seen = json.loads((tmp_path / "seen.json").read_text())
+        assert [b["rule"] for b in seen["blind"]] == ["dying"]
+        assert seen["blind"][0]["reasons"] == [
+            "source cgroups disabled in the config ([sources] disabled)"]
+    finally:
+        d.shutdown()
+
+
+def test_guardian_health_exits_3_while_degraded_and_0_when_asked_if_alive(
+        tmp_path: Path) -> None:
+    port = free_port()
+    rules = write(tmp_path / "rules", "r.toml", BLIND_RULES).parent
+    config = write(tmp_path, "g.toml", '[sources]\ndisabled = ["cgroups"]\n')
+    health = [sys.executable, "-m", "guardian", "health", "--config", str(config), "--port",
+              str(port), "--timeout", "5s"]
+    with daemon(tmp_path, "--metrics-port", str(port), "--config", str(config),
+                rules=rules) as (_, notify):
+        notify.wait_for("STATUS", contains="last action")  # the first tick is done
+        plain = subprocess.run(health, capture_output=True, text=True, timeout=60)
+        assert plain.returncode == 3, (plain.stdout, plain.stderr)
+        assert plain.stdout.startswith("degraded: ") and "1 blind (dying)" in plain.stdout
+        live = subprocess.run([*health, "--live"], capture_output=True, text=True, timeout=60)
+        assert live.returncode == 0, (live.stdout, live.stderr)
+        as_json = subprocess.run([*health, "--json"], capture_output=True, text=True,
+                                 timeout=60)
+        assert json.loads(as_json.stdout)["data"]["state"] == "degraded"
+
+
+def test_why_on_the_node_answers_from_what_the_service_saw(tmp_path: Path) -> None:
+    rules = write(tmp_path / "rules", "r.toml", FIRING_RULES).parent
+    state = tmp_path / "state.json"
+    with daemon(tmp_path, rules=rules) as (proc, notify):
+        notify.wait_for("STATUS", contains="last action: log for busy-cores: ok")
+        notify.wait_for("STATUS", contains="last action")  # a tick after: seen.json has it
+        out = subprocess.run([sys.executable, "-m", "guardian", "why", "--rules", str(rules),
+                              "--state", str(state)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        text = out.stdout
+        assert text.startswith(f"As the guardian service (pid {proc.pid}) saw it at "), text
+        assert "busy-cores [FIRING" in text, text
+        assert 'evidence: matched = {cpu="' in text or '{cpu="' in text, text
+        assert "acted: " in text and "log ok: " in text, text
+        assert "Its last actions:" in text and "(rule busy-cores)" in text, text
+        as_json = json.loads(subprocess.run(
+            [sys.executable, "-m", "guardian", "why", "--rules", str(rules), "--state",
+             str(state), "--json"], capture_output=True, text=True, timeout=60).stdout)
+        assert as_json["data"]["service_pid"] == proc.pid
+    # every action is one line in the service's journal (its stderr under systemd)
+    journal = proc.stderr.read() if proc.stderr else ""
+    assert journal.count("rule busy-cores: log ok: ") == 1, journal
+    # with the service gone, why says it evaluates alone, and what that misses
+    alone = subprocess.run([sys.executable, "-m", "guardian", "why", "--rules", str(rules),
+                            "--state", str(state), "--warmup", "0.2s"],
+                           capture_output=True, text=True, timeout=60)
+    assert alone.stdout.startswith("(no guardian service holds "), alone.stdout
+
+
+def test_healthz_body_names_the_blind_rules(tmp_path: Path) -> None:
+    port = free_port()
+    rules = write(tmp_path / "rules", "r.toml", BLIND_RULES).parent
+    config = write(tmp_path, "g.toml", '[sources]\ndisabled = ["cgroups"]\n')
+    with daemon(tmp_path, "--metrics-port", str(port), "--config", str(config),
+                rules=rules) as (_, notify):
+        notify.wait_for("STATUS", contains="1 blind (dying)")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+        assert body.decode().startswith("degraded: ") and "1 blind (dying)" in body.decode()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                         timeout=5).read().decode()
+        assert "guardian_rules_blind 1.0" in metrics
+        assert 'guardian_rule_state{rule="dying",state="unknown"} 1.0' in metrics
