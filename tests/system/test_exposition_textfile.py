@@ -1,6 +1,7 @@
 """The exposition source refuses a textfile-collector file another user owns or may
 write, and a directory anyone may add files to: anyone who can write a .prom file would
-fire the shipped GPU rules. Needs root, to give a file to another user (the rest of the
+fire (or silence) the shipped GPU rules. A refused input makes prom.sample no value, never
+the family of the rest. Needs root, to give a file to another user (the rest of the
 source: tests/unit/sources/test_exposition.py)."""
 
 from __future__ import annotations
@@ -26,14 +27,24 @@ def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
     src = exposition_source(textfile_directories=[str(d)], interval=3600)
     src.refresh()
     out = src.collect(0.0)
-    assert out["prom.sample"] == {labels_of({"target": "file:ok.prom", "metric": "x",
-                                             "series": ""}): 1.0}
+    # any metric could have been in the refused files: no value, never ok.prom's alone
+    assert out["prom.sample"] is None
+    assert out["prom.up"] == {labels_of({"target": "file:ok.prom"}): 1.0,
+                              labels_of({"target": "file:nobody.prom"}): 0.0,
+                              labels_of({"target": "file:open.prom"}): 0.0}
     assert src.faults() == [
         "file:nobody.prom: ValueError: owned by uid 65534, neither root nor guardian's",
         "file:open.prom: ValueError: writable by group or others (mode 0666)"]
     os.chmod(d, 0o1777)  # a directory anyone may add files to is refused whole
     src.refresh()
-    assert src.collect(0.0)["prom.sample"] == {}
+    assert src.collect(0.0)["prom.sample"] is None  # was {}: read as "no XID errors"
     assert src.faults() == [f"dir:{d}: ValueError: writable by group or others "
                             "(mode 1777)"]
+    os.chmod(d, 0o755)
+    os.unlink(d / "nobody.prom")
+    os.unlink(d / "open.prom")
+    src.refresh()
+    assert src.collect(0.0)["prom.sample"] == {
+        labels_of({"target": "file:ok.prom", "metric": "x", "series": ""}): 1.0}
+    assert src.faults() == []
     src.close()

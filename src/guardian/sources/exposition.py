@@ -19,15 +19,18 @@ in ``prom.dropped{target}``; so does a target with more than ``max_samples`` sam
 and parsing stops once a page exceeds that by as much again (a huge page costs bounded CPU,
 and the count is then a lower bound).
 
-An endpoint's staleness is no value: while an endpoint has failed its last read, or was
-last read longer than ``max_age`` ago, ``prom.sample`` has no value at all, so a rule over
-it neither fires nor resolves on part of the data. Textfiles are judged per file, as
-node_exporter does: a file that cannot be read, is malformed, was last modified longer than
-``max_age`` ago, or that someone other than root (or guardian's own user) owns or may write
-(group- or world-writable; its directory too) contributes no members, and the endpoints'
-samples stand. ``prom.up{target}`` says which target (1 fresh, 0 not; ``dir:DIR`` for a
+Every configured input answers or ``prom.sample`` has no value at all: while an endpoint
+failed its last read or was read longer than ``max_age`` ago, while a textfile directory
+cannot be listed or is refused, and while a ``*.prom`` file in it cannot be read, is
+malformed, was last modified longer than ``max_age`` ago, or is owned or writable by
+someone other than root (or guardian's own user; group- or world-writable, its directory
+too), and before the worker's first whole round. Any metric could have come from the input
+that did not answer, and a snapshot holds a family whole or not at all, so no rule over
+``prom.sample`` fires or resolves on part of the data (never an empty family that reads
+"healthy"). ``prom.up{target}`` says which target (1 fresh, 0 not; ``dir:DIR`` for a
 directory), ``prom.errors{target}`` counts failed reads, and each failing target is a fault
-of the source (``guardian.source_errors``, /healthz), logged when it starts and ends.
+of the source with why (``guardian.source_errors``, /healthz, ``run --once``), logged when
+it starts and ends. A file removed between the listing and its read is gone, not failing.
 """
 
 from __future__ import annotations
@@ -146,8 +149,8 @@ class ExpositionSource(Source[ExpositionConfig]):
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("prom.sample", "samples of local Prometheus endpoints and textfile "
                    "*.prom files, by target, sample name (metric) and its other labels "
-                   "(series); no value while any endpoint is failing or stale (a "
-                   "failing or stale textfile only contributes no members)",
+                   "(series); no value while any configured endpoint, textfile "
+                   "directory or file is failing, refused or stale",
                    labels=("metric", "series", "target")),
         SignalSpec("prom.up", "1 when a target's last read succeeded within max_age, "
                    "else 0", labels=("target",)),
@@ -217,6 +220,11 @@ class ExpositionSource(Source[ExpositionConfig]):
                     samples, dropped = parse(text, target, self.cfg.max_series,
                                              self.cfg.metrics, self.cfg.max_samples)
                     reading = Reading(self.clock(), samples, dropped, modified=mtime)
+                except FileNotFoundError:
+                    # removed since the listing (a writer's rename, a cleanup): no target
+                    # any more, as the next listing would say; not a failing one
+                    seen.discard(target)
+                    continue
                 except (OSError, ValueError) as exc:
                     reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
                 self._keep(target, reading)
@@ -264,9 +272,7 @@ class ExpositionSource(Source[ExpositionConfig]):
         up: Family = {}
         samples: Family = {}
         dropped: Family = {}
-        problems: dict[str, str] = {}
-        stale = (not rounds and not readings) or any(
-            t not in readings for t in self.cfg.endpoints)
+        problems: dict[str, str] = {}  # target -> why it gives no value
         for target, r in readings.items():
             why = self._problem(r, mono)
             key: Labels = labels_of({"target": target})
@@ -274,14 +280,16 @@ class ExpositionSource(Source[ExpositionConfig]):
             dropped[key] = float(r.dropped)
             if why is None:
                 samples.update(r.samples)
-                continue
-            problems[target] = why
-            if target in self.cfg.endpoints:  # a textfile only contributes nothing
-                stale = True
+            else:
+                problems[target] = why
+        # no value unless every configured input answered: before the first whole round,
+        # while an endpoint has not been read yet, and while any target fails
+        blind = not rounds or bool(problems) or any(
+            t not in readings for t in self.cfg.endpoints)
         for target in self.cfg.endpoints:
             up.setdefault(labels_of({"target": target}), 0.0)
         self._report(problems)
-        return {"prom.sample": None if stale else samples, "prom.up": up,
+        return {"prom.sample": None if blind else samples, "prom.up": up,
                 "prom.dropped": dropped,
                 "prom.errors": {labels_of({"target": t}): float(n)
                                 for t, n in errors.items()}}

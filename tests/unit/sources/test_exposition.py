@@ -1,8 +1,10 @@
 """The exposition source: local endpoints and textfile-collector files, parsed with
-prometheus_client's parser; a slow endpoint never holds a collection, a failing or stale
-one is no value, a cardinality cap; and dcgm-exporter's pages (tests/data/dcgm_exporter,
-each naming its origin) through the source into the shipped GPU rules. A file another
-user may write is refused: tests/system/test_exposition_textfile.py (needs root)."""
+prometheus_client's parser; a slow endpoint never holds a collection; any configured input
+that is failing, refused or stale makes prom.sample no value (the rules over it unknown,
+never "ok"), with why; a cardinality cap; and dcgm-exporter's pages
+(tests/data/dcgm_exporter, each naming its origin) through the source into the shipped GPU
+rules. A file another user owns is refused: tests/system/test_exposition_textfile.py
+(needs root)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from guardian.core.snapshot import labels_of
+from guardian.core.snapshot import Snapshot, labels_of
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
+from guardian.hostio.textfile import textfiles
 from guardian.policy.loader import load_rules
 from guardian.runtime.collector import Collector
-from guardian.sources.exposition import ExpositionConfig, ExpositionSource, parse
+from guardian.sources import exposition
+from guardian.sources.exposition import ExpositionConfig, ExpositionSource, Reading, parse
 from tests.support.checkout import REPO
 from tests.support.exposition import exposition_source
 
@@ -128,6 +132,9 @@ def test_a_failing_then_stale_endpoint_is_no_value(
     src.refresh()  # connection refused
     out = src.collect(0.0)
     assert out["prom.sample"] is None
+    # and why, as a fault of the source (guardian.source_errors, run --once, /healthz)
+    assert any(f.startswith("dcgm: URLError: ") and "Connection refused" in f
+               for f in src.faults()), src.faults()
     # the worker the first collect started reads on its own too, and may have met the
     # refused connection as well
     errors = out["prom.errors"]
@@ -152,9 +159,12 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path:
                               labels_of({"target": "file:big.prom"}): 0.0}
     node = {labels_of({"target": "file:node.prom", "metric": "reboot_required",
                        "series": ""}): 1.0}
-    # files are judged one by one (node_exporter's textfile collector): the two that
-    # cannot be read contribute nothing, and are faults
-    assert out["prom.sample"] == node
+    # node_exporter's textfile collector skips a file it cannot read and says so in
+    # node_textfile_scrape_error ("1 if there was an error opening or reading a file");
+    # Prometheus then sees the file's series absent and resolves their alerts. Here any
+    # metric could have been in the two files that cannot be read: prom.sample has no
+    # value (unknown), never the family of the rest; each file is a fault, with why
+    assert out["prom.sample"] is None
     assert src.faults() == ["file:big.prom: ValueError: larger than 1000 bytes",
                             "file:fifo.prom: ValueError: not a regular file"]
     (d / "fifo.prom").unlink()
@@ -162,18 +172,91 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path:
     src.refresh()
     assert src.collect(0.0)["prom.sample"] == node
     assert src.faults() == []
-    old = time.time() - 120  # a writer that stopped: its numbers are no value
+    # node_exporter judges no age (it exports node_textfile_mtime_seconds for alerts to);
+    # here a file last modified over max_age ago is a writer that stopped: no value
+    old = time.time() - 120
     os.utime(d / "node.prom", (old, old))
     src.refresh()
     out = src.collect(0.0)
-    assert out["prom.sample"] == {}
+    assert out["prom.sample"] is None
     assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 0.0}
     assert src.faults() == ["file:node.prom: last modified over max_age (60 s) ago"]
 
 
-def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
+def _report(engine: Engine, snap: Snapshot) -> dict[str, tuple[str, list[str]]]:
+    """Each rule's condition as `guardian run --once` reports it (runtime/once.py): holds,
+    ok or unknown, and the signals that have no value."""
+    out = {}
+    for rule in engine.ruleset.rules:
+        result = rule.condition.fn(snap.values, engine.history)
+        out[rule.name] = ("unknown" if result is None else "holds" if result else "ok",
+                          [r.key for r in rule.condition.refs if r.value(snap.values) is None])
+    return out
+
+
+def test_a_ten_minute_old_textfile_is_no_value_with_why_never_healthy(tmp_path: Path) -> None:
+    """A 5-minute cron job's dcgm.prom, last written 10 minutes ago (its writer stopped, or
+    max_age is shorter than its period): the GPU rules are unknown, naming the signal and
+    the file's age, never "ok" over an empty family."""
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "dcgm.prom").write_text('DCGM_FI_DEV_XID_ERRORS{gpu="0"} 0\n')
+    old = time.time() - 600
+    os.utime(d / "dcgm.prom", (old, old))
+    src = exposition_source(textfile_directories=[str(d)], interval=3600)
+    collector = Collector(Host(), [src])
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    try:
+        src.refresh()
+        snap = collector.collect(0.0)
+    finally:
+        collector.close()
+    assert "prom.sample" not in snap.values
+    assert snap.errors["exposition"] == \
+        "file:dcgm.prom: last modified over max_age (60 s) ago"
+    report = _report(engine, snap)
+    assert report["gpu-dcgm-fallen-off-bus"] == (
+        "unknown", ['prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"}'])
+    assert {cond for cond, _ in report.values()} == {"unknown"}
+
+
+@pytest.mark.parametrize(("file_mode", "dir_mode", "fault"), [
+    (0o664, 0o755, "file:dcgm.prom: ValueError: writable by group or others (mode 0664)"),
+    (0o646, 0o755, "file:dcgm.prom: ValueError: writable by group or others (mode 0646)"),
+    (0o644, 0o775, "dir:{d}: ValueError: writable by group or others (mode 0775)"),
+], ids=["group-writable-file", "world-writable-file", "group-writable-directory"])
+def test_a_textfile_others_may_write_is_no_value_with_why(
+        tmp_path: Path, file_mode: int, dir_mode: int, fault: str) -> None:
+    """A file (or its directory) a group or other users may write is refused (anyone who
+    can write a .prom file could fire or silence the GPU rules): the only input refused,
+    prom.sample has no value, never the empty family. (Owned by another user, which needs
+    root to set up: tests/system/test_exposition_textfile.py.)"""
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "dcgm.prom").write_text('DCGM_FI_DEV_XID_ERRORS{gpu="0"} 0\n')
+    os.chmod(d / "dcgm.prom", file_mode)
+    os.chmod(d, dir_mode)
+    src = exposition_source(textfile_directories=[str(d)], interval=3600)
+    collector = Collector(Host(), [src])
+    engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
+    try:
+        src.refresh()
+        snap = collector.collect(0.0)
+    finally:
+        collector.close()
+    assert "prom.sample" not in snap.values
+    assert snap.errors["exposition"] == fault.format(d=d)
+    assert _report(engine, snap)["gpu-dcgm-xid-needs-reset"][0] == "unknown"
+
+
+def test_one_input_refused_makes_the_whole_family_no_value(
         tmp_path: Path, page_server: list[http.server.ThreadingHTTPServer],
         caplog: pytest.LogCaptureFixture) -> None:
+    """An endpoint that answers and textfiles that do not (malformed, stale, a directory
+    that is not there): any metric, the XID counter too, could have come from those, so
+    prom.sample has no value and the GPU rules neither fire nor resolve on the endpoint's
+    part alone (docs/signals.md); each target is a fault with why, logged when it starts
+    and when it ends failing. Once the inputs answer, the endpoint's XID 79 fires."""
     srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
     page_server.append(srv)
     d = tmp_path / "textfile"
@@ -195,8 +278,9 @@ def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
         for t in (0.0, 15.0):
             snap = collector.collect(t)
             engine.evaluate(snap)
-        # the GPU rules still see dcgm: the bad files are faults of the source instead
-        assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
+        assert engine.firing() == []
+        assert "prom.sample" not in snap.values
+        assert _report(engine, snap)["gpu-dcgm-fallen-off-bus"][0] == "unknown"
         assert [f.split(":")[0:2] for f in src.faults()] == [
             ["dir", gone], ["file", "bad.prom"], ["file", "old.prom"]]
         assert "bad.prom" in snap.errors["exposition"]
@@ -213,8 +297,51 @@ def test_a_bad_stale_or_missing_textfile_never_blanks_an_endpoints_samples(
         collector.collect(45.0)
         assert len([r for r in caplog.records if "bad.prom" in r.getMessage()]) == 2
         assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 3
+        # every input answering again (the old file rewritten, the directory made):
+        # the endpoint's XID 79 fires the rule
+        os.utime(d / "old.prom")
+        Path(gone).mkdir()
+        src.refresh()
+        snap = collector.collect(60.0)
+        assert src.faults() == []
+        engine.evaluate(snap)
+        assert engine.firing() == ["gpu-dcgm-fallen-off-bus"]
     finally:
         src.close()
+
+
+def test_a_textfile_removed_after_the_listing_is_gone_not_failing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file listed and then removed before its read (a cleanup, a writer replacing it)
+    is no target any more, as the next listing would say: not a failing input that would
+    make prom.sample no value."""
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "node.prom").write_text("x 1\n")
+    monkeypatch.setattr(exposition, "textfiles",
+                        lambda base: [*textfiles(base), "removed.prom"])
+    src = exposition_source(textfile_directories=[str(d)], interval=3600)
+    src.refresh()
+    out = src.collect(0.0)
+    assert out["prom.sample"] == {labels_of({"target": "file:node.prom", "metric": "x",
+                                             "series": ""}): 1.0}
+    assert src.faults() == []
+    up = out["prom.up"]
+    assert isinstance(up, dict) and labels_of({"target": "file:removed.prom"}) not in up
+
+
+def test_no_value_until_the_first_whole_round(tmp_path: Path) -> None:
+    """While the worker's first round is under way, the targets read so far are not all
+    the inputs: no value (before, the first file read stood for the whole family)."""
+    d = tmp_path / "textfile"
+    d.mkdir()
+    src = exposition_source(textfile_directories=[str(d)], interval=3600)
+    src.close()  # no worker: the test plays its part
+    # what the worker has kept mid-round: one file read, the others not yet
+    src._keep("file:a.prom", Reading(src.clock(), {}, modified=time.time()))
+    assert src.collect(0.0)["prom.sample"] is None
+    src.refresh()  # a whole round: an empty directory has no members, and says so
+    assert src.collect(0.0)["prom.sample"] == {}
 
 
 def test_a_targets_samples_are_capped_in_all_and_a_huge_page_bounded() -> None:
