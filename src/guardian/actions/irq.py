@@ -1,7 +1,9 @@
 """The ``irq.move`` action: move a NIC's queue IRQs off hot cores.
 
-The IRQs of an interface are found through sysfs (``msi_irqs`` of its PCI device) or,
-given explicitly, by number; management IRQs (config, mgmnt) stay put unless asked. Each
+The IRQs of an interface are found through sysfs (``msi_irqs`` of its PCI device); the
+interfaces are named (``interface``) or found by the kernel driver bound to them
+(``driver = "ena"``: ``ens5`` on Amazon Linux 2023 and Ubuntu, ``eth0`` on Amazon Linux 2);
+or the IRQs are given by number. Management IRQs (config, mgmnt) stay put unless asked. Each
 IRQ whose affinity touches a hot core is pointed at the least-loaded allowed cores by
 writing ``/proc/irq/N/smp_affinity_list``. The previous lists are saved (the first
 original is kept across runs) so ``guardian irq restore`` puts them back. A running
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.atomicfile import write_json
@@ -21,6 +23,7 @@ from guardian.hostio.irq import (
     affinity_path,
     format_cpu_list,
     interface_irqs,
+    interfaces_by_driver,
     irq_names,
     online_cpus,
     read_affinity,
@@ -38,6 +41,9 @@ class IrqParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     interface: str | None = Field(None, description="NIC whose queue IRQs move")
+    driver: str | None = Field(None, description="or every NIC this kernel driver is bound "
+                               "to (the name /sys/class/net/IF/device/driver links to, "
+                               "e.g. ena), whatever the interfaces are called")
     irqs: list[int] | None = Field(None, description="or these IRQ numbers")
     include_management: bool = False
     from_cores: list[int] | None = Field(None, description="cores to move off (default: "
@@ -48,6 +54,12 @@ class IrqParams(BaseModel):
     irqbalance: Literal["refuse", "ignore"] = Field(
         "refuse", description="what to do while irqbalance runs (it undoes the change)")
     state_file: str = Field(DEFAULT_STATE, description="where the previous lists are kept")
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> IrqParams:
+        if self.interface is not None and self.driver is not None:
+            raise ValueError("set `interface` or `driver`, not both")
+        return self
 
 
 def irqbalance_running(host: Host) -> int | None:
@@ -93,10 +105,19 @@ class IrqMove(Action[IrqParams, IrqPayload]):
                                 "change; stop it or set irqbalance = \"ignore\"")
             return plan
         names = irq_names(host)
-        chosen = p.irqs if p.irqs is not None else (
-            interface_irqs(host, p.interface) if p.interface else [])
+        ifaces = ([p.interface] if p.interface else
+                  interfaces_by_driver(host, p.driver) if p.driver else [])
+        chosen = p.irqs if p.irqs is not None else sorted(
+            {irq for iface in ifaces for irq in interface_irqs(host, iface)})
         if not chosen:
-            plan.refused.append(f"no IRQs found for {p.interface or 'the given list'}")
+            if p.irqs is not None or p.interface:
+                what = p.interface or "the given list"
+            elif p.driver:
+                what = (f"{', '.join(ifaces)} (driver {p.driver})" if ifaces else
+                        f"driver {p.driver!r}: no interface is bound to it")
+            else:
+                what = "nothing: set interface, driver or irqs"
+            plan.refused.append(f"no IRQs found for {what}")
             return plan
         if not p.include_management:
             chosen = [i for i in chosen if not any(m in names.get(i, "") for m in _MANAGEMENT)]

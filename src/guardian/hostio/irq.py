@@ -1,5 +1,6 @@
 """IRQs on this host: their names (/proc/interrupts), a NIC's (its PCI device's
-``msi_irqs``), the online cores, and each IRQ's ``smp_affinity_list``."""
+``msi_irqs``), the NICs a kernel driver is bound to (their ``device/driver`` links), the
+online cores, and each IRQ's ``smp_affinity_list``."""
 
 from __future__ import annotations
 
@@ -49,6 +50,28 @@ def interface_irqs(host: Host, iface: str) -> list[int]:
         if msi.is_dir():
             return sorted(int(p.name) for p in msi.iterdir() if p.name.isdigit())
     return []
+
+
+def interface_driver(host: Host, iface: str) -> str:
+    """The kernel driver bound to a NIC: the last part of the link
+    ``/sys/class/net/IF/device/driver`` (the kernel makes ``device`` when it adds the
+    interface, device_add_class_symlinks(), and ``driver`` when a driver binds,
+    driver_sysfs_add()): ``ena`` for an ENA NIC, whatever its name. "" for a virtual
+    interface (no ``device``), an unbound device, or a name sysfs does not have."""
+    try:
+        return (host.sys / "class" / "net" / iface / "device" / "driver").readlink().name
+    except (OSError, ValueError):
+        return ""
+
+
+def interfaces_by_driver(host: Host, driver: str) -> list[str]:
+    """The NICs bound to ``driver`` (``ena``: ``ens5`` on Amazon Linux 2023 and Ubuntu,
+    ``eth0`` on Amazon Linux 2), sorted by name; none when /sys/class/net cannot be read."""
+    try:
+        names = sorted(p.name for p in (host.sys / "class" / "net").iterdir())
+    except OSError:
+        return []
+    return [n for n in names if interface_driver(host, n) == driver]
 
 
 def online_cpus(host: Host) -> list[int]:
