@@ -1,10 +1,13 @@
 """The ``reap.zombies`` action: get zombies reaped through their parents.
 
-A zombie is reaped only by its parent's wait(). The action sends each selected parent
-SIGCHLD and, if its zombies remain after a wait, escalates along a configurable ladder
-(SIGTERM, then SIGKILL by default) so that the parent dies and its zombies reparent to
-init or a subreaper, which reaps them. It then verifies, and tells apart zombies that were
-reaped from zombies that merely moved to a new parent that does not reap them.
+A zombie is reaped only by its parent's wait(). The action sends each selected parent the
+signals of its ``ladder``, each followed by a wait, and stops as soon as the zombies are
+gone. By default the ladder is SIGCHLD alone, as the shipped rule sends: a nudge that
+never harms the parent. Escalation is asked for: ``escalate = true`` adds SIGTERM, then
+SIGKILL, so that the parent dies and its zombies reparent to init or a subreaper, which
+reaps them (or write those steps into ``ladder``). It then verifies, and tells apart
+zombies that were reaped from zombies that merely moved to a new parent that does not
+reap them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import TypedDict
 
 from guardian.core.durations import Duration
@@ -45,6 +48,10 @@ class LadderStep(BaseModel):
     wait: Duration = Field(2.0, ge=0, le=300)
 
 
+# what `escalate = true` adds: the parent dies, and init or a subreaper reaps its zombies
+ESCALATION = (LadderStep(signal="SIGTERM", wait=5.0), LadderStep(signal="SIGKILL", wait=5.0))
+
+
 class ReapParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -57,9 +64,12 @@ class ReapParams(BaseModel):
     allow_cgroup: list[str] = Field(["*"], description="parent cgroup path globs")
     deny_cgroup: list[str] = Field(default_factory=list)
     ladder: list[LadderStep] = Field(
-        [LadderStep(signal="SIGCHLD", wait=2.0), LadderStep(signal="SIGTERM", wait=5.0),
-         LadderStep(signal="SIGKILL", wait=5.0)], min_length=1,
-        description="signals to the parent, in order, each followed by a wait")
+        [LadderStep(signal="SIGCHLD", wait=5.0)], min_length=1,
+        description="signals to the parent, in order, each followed by a wait (default: "
+        "SIGCHLD alone, which never harms the parent)")
+    escalate: bool = Field(False, description="after the ladder, SIGTERM then SIGKILL "
+                           "(5 s wait each; those the ladder does not send already): the "
+                           "parent dies and init reaps its zombies")
     allow_other_uid: bool = Field(False, description="also signal a parent whose user "
                                   "differs from its zombies' (by default such a parent is "
                                   "left alone: an unprivileged user could otherwise aim "
@@ -72,6 +82,14 @@ class ReapParams(BaseModel):
         5.0, ge=0, le=60, description="zombies that moved to a new parent (PID 1, a "
         "subreaper) when theirs died: how long it is given to reap them before they count "
         "as not reaped (init reaps when it next runs, not at once)")
+
+    @model_validator(mode="after")
+    def _escalated(self) -> ReapParams:
+        if self.escalate:
+            sent = {s.signal for s in self.ladder}
+            self.ladder = [*self.ladder, *(s for s in ESCALATION if s.signal not in sent)]
+        return self
+
 
 
 @dataclass(frozen=True)
