@@ -132,3 +132,57 @@ def test_the_service_under_real_systemd(wheels: Path) -> None:
         # persisted state and the audit log live in the unit's own directories
         c.run("test", "-s", "/var/lib/guardian/state.json")
         c.run("test", "-f", "/var/log/guardian/audit.jsonl")
+
+
+# The incident's unit: it fails at once and systemd starts it again, forever (no start
+# limit), as the AMI's ecs-agent.service did on a Kubernetes node.
+CRASH_LOOPING_UNIT = """[Unit]
+Description=a unit that does not belong on this node
+StartLimitIntervalSec=0
+[Service]
+ExecStart=/bin/false
+Restart=always
+RestartSec=300ms
+"""
+
+
+def test_the_packaged_service_stops_a_crash_loop_and_why_names_it(wheels: Path) -> None:
+    """Issue 38. Before: the service stopped ecs-agent.service (audited), but `guardian why`
+    on the node answered "Nothing is wrong: no rule is pending or firing." (a fresh process
+    counted restarts from zero), and the service's journal never said it stopped the unit.
+    The shipped rule, with `for` shortened from 5m to 5s so the test is quick."""
+    with booted(binds=[(str(wheels), "/wheels")], name="guardian-why") as c:
+        install(c)
+        rules = c.run("cat", "/etc/guardian/rules/systemd.toml").stdout
+        assert 'for = "5m"' in rules and 'allow = ["ecs*.service"]' in rules
+        c.write("/etc/guardian/rules/systemd.toml", rules.replace('for = "5m"', 'for = "5s"'))
+        c.write("/etc/guardian/guardian.toml",
+                '[engine]\ninterval = "1s"\n[service]\ndry_run = false\n'
+                '[sources.systemd]\nrestart_window = "2m"\n')
+        c.write("/etc/systemd/system/ecs-agent.service", CRASH_LOOPING_UNIT)
+        c.run("systemctl", "daemon-reload")
+        c.run("systemctl", "start", "--no-block", "ecs-agent.service")
+        c.run("systemctl", "start", "guardian.service", timeout=60)
+        journal = ""
+        deadline = time.monotonic() + 90
+        while "rule unit-crashloop: systemd.unit ok: " not in journal:
+            assert time.monotonic() < deadline, journal[-3000:]
+            time.sleep(0.5)
+            journal = c.run("journalctl", "--no-pager", "-o", "cat", "-u",
+                            "guardian.service", check=False).stdout
+        # one line in the journal says what it did, to which unit
+        assert "systemctl stop ecs-agent.service" in journal or \
+            "stop ecs-agent.service" in journal, journal[-3000:]
+        state = c.run("systemctl", "show", "ecs-agent.service", "-p", "ActiveState").stdout
+        assert "ActiveState=inactive" in state or "ActiveState=failed" in state, state
+        # `guardian why` on the node: what the service saw, the unit and the stop
+        why = ""
+        deadline = time.monotonic() + 30
+        while "stop ecs-agent.service" not in why:
+            assert time.monotonic() < deadline, why
+            time.sleep(0.5)
+            why = c.run("/opt/guardian/bin/guardian", "why", check=False).stdout
+        assert why.startswith("As the guardian service (pid "), why
+        assert "Nothing is wrong" not in why
+        assert "unit-crashloop" in why and "ecs-agent.service" in why, why
+        c.run("systemctl", "stop", "guardian.service", timeout=30)
