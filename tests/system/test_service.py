@@ -210,7 +210,8 @@ def test_metrics_follow_prometheus_conventions(tmp_path: Path) -> None:
 def test_shipped_rules_run_in_the_service(tmp_path: Path) -> None:
     with daemon(tmp_path, "--dry-run", rules=RULES) as (_, notify):
         ready = notify.wait_for("READY")
-        assert ready["STATUS"].startswith(f"dry run; {shipped_rule_count()} rules; ")
+        assert ready["STATUS"].startswith(
+            f"dry run: observing only, acting is off; {shipped_rule_count()} rules; ")
 
 
 def test_healthz_and_guardian_health(tmp_path: Path) -> None:

@@ -559,7 +559,7 @@ class Daemon:
                  *([summary(self.blind)] if self.blind else []),
                  f"last action: {self.last_action}"]
         if self.opts.dry_run:
-            parts.insert(0, "dry run")
+            parts.insert(0, "dry run: observing only, acting is off")
         if self.status_extra:
             parts.append(self.status_extra)
         if fault := self.persistence_fault():
