@@ -57,7 +57,14 @@ from guardian.hostio.host import (
     write_kernel_file,
 )
 from guardian.hostio.sandbox import cgroupfs_read_only
-from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+from guardian.plugin.contract import (
+    Action,
+    ActionContext,
+    Outcome,
+    Plan,
+    SandboxNeeds,
+    Step,
+)
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -141,6 +148,14 @@ class MemcgRelease(Action[MemcgParams, MemcgPayload]):
 
     name: ClassVar[str] = "memcg.release"
     Params = MemcgParams
+
+    def sandbox_needs(self) -> SandboxNeeds:
+        """drop_caches writes /proc/sys/vm/drop_caches; reclaim writes memory.reclaim
+        under /sys/fs/cgroup (and makes and removes a child cgroup there)."""
+        if self.params.method == "drop_caches":
+            return SandboxNeeds(writes=("/proc/sys/vm/drop_caches",))
+        cgroup = self.params.cgroup.strip("/")
+        return SandboxNeeds(writes=("/sys/fs/cgroup" + (f"/{cgroup}" if cgroup else ""),))
 
     def plan(self, ctx: ActionContext) -> Plan[MemcgPayload]:
         p = self.params

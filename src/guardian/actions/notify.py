@@ -28,7 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.durations import Duration, PositiveDuration
-from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+from guardian.plugin.contract import (
+    Action,
+    ActionContext,
+    Egress,
+    Outcome,
+    Plan,
+    SandboxNeeds,
+    Step,
+)
 
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -64,6 +72,11 @@ def _where(url: str) -> str:
     """The URL without its path, query or credentials: fit to show."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+def _needs(url: str, what: str) -> SandboxNeeds:
+    """The URL's host: the one address the action connects to (never a redirect's)."""
+    return SandboxNeeds(egress=(Egress(urlsplit(url).hostname, f"{what} {_where(url)}"),))
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -142,6 +155,9 @@ class Webhook(Action[WebhookParams, PostPayload]):
     disruptive: ClassVar[bool] = False
     Params = WebhookParams
 
+    def sandbox_needs(self) -> SandboxNeeds:
+        return _needs(self.params.url.get_secret_value(), "the webhook")
+
     def plan(self, ctx: ActionContext) -> Plan[PostPayload]:
         p = self.params
         fields = {"rule": ctx.rule, "kind": ctx.kind, "severity": ctx.severity,
@@ -197,6 +213,9 @@ class Alertmanager(Action[AlertmanagerParams, PostPayload]):
     name: ClassVar[str] = "notify.alertmanager"
     disruptive: ClassVar[bool] = False
     Params = AlertmanagerParams
+
+    def sandbox_needs(self) -> SandboxNeeds:
+        return _needs(self.params.url.get_secret_value(), "Alertmanager")
 
     def plan(self, ctx: ActionContext) -> Plan[PostPayload]:
         p = self.params

@@ -179,6 +179,12 @@ def _parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_RULES})")
     c.add_argument("--config", metavar="FILE", help=f"also check this guardian config file "
                    f"(default {DEFAULT_CONFIG} when no paths are given and it exists)")
+    c.add_argument("--unit", metavar="FILE", help="compare the actions' needs with this "
+                   "systemd unit and the drop-ins in FILE.d/ (default: the installed "
+                   "guardian.service and its drop-ins, else the package's own)")
+    c.add_argument("--dropin", action="store_true", help="print the drop-in that grants "
+                   "what the configured actions need from the unit's sandbox (stdout; "
+                   "empty when nothing is denied)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=_command("check", "cmd_check"))
 

@@ -52,16 +52,28 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
     errors += preflight.errors(rs, config)
     if errors:
         return _failed(args, errors, warnings)
-    warnings += preflight.sandbox_warnings(rs)
+    unit = getattr(args, "unit", None)
+    try:
+        box = preflight.sandbox(rs, config, Path(unit) if unit else None)
+    except OSError as exc:
+        return _failed(args, [Diagnostic(unit or "guardian.service", 0, 0,
+                                         f"cannot read the unit: {exc.strerror or exc}")],
+                       warnings)
+    warnings += box.warnings
     if args.config:
         rs.files.insert(0, args.config)
     if args.json:
-        json_out("check", {"files": rs.files, "rules": [r.name for r in rs.rules]},
-                 warnings=warnings)
+        json_out("check", {"files": rs.files, "rules": [r.name for r in rs.rules],
+                           "unit": box.unit, "dropin": box.dropin()}, warnings=warnings)
     else:
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
-        print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
+        if getattr(args, "dropin", False):
+            print(box.dropin(), end="")
+            print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s); unit: "
+                  f"{box.unit}", file=sys.stderr)
+        else:
+            print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
     return ExitCode.OK
 
 

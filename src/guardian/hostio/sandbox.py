@@ -1,9 +1,11 @@
-"""What the systemd unit guardian runs under lets its actions write: the shipped unit as
-installed (``/etc/systemd/system/guardian.service``, else the package's own) and its
-drop-ins, read as systemd reads them (the last assignment wins)."""
+"""The systemd unit guardian runs under, read for what its sandbox lets actions do: the
+unit as installed (``/etc/systemd/system/guardian.service``, else the package's own) or a
+unit file named, and their drop-ins, in the order systemd applies them (parsed by
+:mod:`guardian.core.unitsandbox`); and the addresses a host name has here."""
 
 from __future__ import annotations
 
+import socket
 from importlib import resources
 from pathlib import Path
 
@@ -15,21 +17,53 @@ _YES = {"yes", "true", "on", "1", "strict"}
 
 def unit_texts(root: Path = Path("/")) -> list[str]:
     """The unit's text, then its drop-ins' in the order systemd applies them."""
-    texts: list[str] = []
+    return [text for _, text in unit_sources(root)]
+
+
+def unit_sources(root: Path = Path("/"), unit: Path | None = None
+                 ) -> list[tuple[str, str]]:
+    """``(path, text)`` of the unit, then of its drop-ins in the order systemd applies
+    them. ``unit``: that file and the drop-ins in ``UNIT.d/`` beside it; else the
+    installed unit (the package's own when none is) and the drop-ins of every unit
+    directory, /etc's overriding a same-named one elsewhere."""
+    if unit is not None:
+        confs = sorted(unit.with_name(unit.name + ".d").glob("*.conf"))
+        return [(str(unit), unit.read_text()), *((str(c), c.read_text()) for c in confs)]
+    out: list[tuple[str, str]] = []
     for d in _UNIT_DIRS:
-        unit = root / d / UNIT_NAME
-        if unit.is_file():
-            texts.append(unit.read_text())
+        path = root / d / UNIT_NAME
+        if path.is_file():
+            out.append((str(path), path.read_text()))
             break
     else:
-        texts.append((resources.files("guardian") / "data" / "systemd" / UNIT_NAME)
-                     .read_text())
+        shipped = resources.files("guardian") / "data" / "systemd" / UNIT_NAME
+        out.append((f"the package's {UNIT_NAME}", shipped.read_text()))
     dropins: dict[str, Path] = {}
     for d in reversed(_UNIT_DIRS):  # /etc's drop-in overrides a same-named one elsewhere
         for conf in sorted((root / d / f"{UNIT_NAME}.d").glob("*.conf")):
             dropins[conf.name] = conf
-    texts += [dropins[name].read_text() for name in sorted(dropins)]
-    return texts
+    out += [(str(dropins[name]), dropins[name].read_text()) for name in sorted(dropins)]
+    return out
+
+
+def addresses(host: str) -> list[str]:
+    """The addresses ``host`` resolves to here (a literal address: itself); empty when
+    it does not resolve."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return sorted({str(info[4][0]) for info in found})
+
+
+def nameservers(root: Path = Path("/")) -> list[str]:
+    """The name servers of ``/etc/resolv.conf`` (a name is looked up through them)."""
+    try:
+        text = (root / "etc" / "resolv.conf").read_text()
+    except OSError:
+        return []
+    return [words[1] for words in (line.split() for line in text.splitlines())
+            if len(words) >= 2 and words[0] == "nameserver"]
 
 
 def directive(texts: list[str], key: str) -> str | None:

@@ -4,21 +4,34 @@ PodDisruptionBudgets hold), a node condition, and an Event."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import httpx2
 from lightkube import ApiError, Client
+from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 from pydantic import Field
 from typing_extensions import TypedDict, TypeVar
 
+from guardian.hostio.host import exists
 from guardian.kube import owned
 from guardian.kube.client import KubeParams, make_client, node_name
-from guardian.plugin.contract import Action, ActionContext, Outcome, Plan, Step
+from guardian.plugin.contract import (
+    Action,
+    ActionContext,
+    Egress,
+    Outcome,
+    Plan,
+    SandboxNeeds,
+    Step,
+)
 
 # ValueError: a reply that does not decode as the resource (msgspec raises ValueError)
 API_ERRORS = (ApiError, httpx2.HTTPError, OSError, ValueError)
@@ -42,6 +55,26 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, ApiError):
         return f"API {exc.status.code}: {exc.status.message}"
     return f"API unreachable: {exc.__class__.__name__}: {exc}"
+
+
+def api_server(params: KubeParams) -> Egress:
+    """The API server a client of ``params`` talks to, found as :func:`make_client` finds
+    it (the kubeconfig, the in-cluster service account, $KUBECONFIG): what a kube.*
+    action, ``[fleet]`` and ``[holds.kube]`` need to reach."""
+    what = "the Kubernetes API server"
+    try:
+        if params.kubeconfig:
+            server = KubeConfig.from_file(params.kubeconfig).get()
+        elif exists(Path(params.service_account) / "token"):
+            return Egress(os.environ.get("KUBERNETES_SERVICE_HOST"), f"{what} (in-cluster)")
+        else:
+            server = KubeConfig.from_env().get()
+        url = server.cluster.server if server else ""
+    except Exception:  # a kubeconfig that does not load: the host is not known
+        url = ""
+    host = urlsplit(url).hostname if url else None
+    return Egress(host, f"{what} {url}" if url else f"{what} (its address is not known "
+                  "here: no kubeconfig that loads)")
 
 
 K = TypeVar("K", bound=KubeParams)
@@ -74,6 +107,9 @@ class KubeAction(Action[K, KD]):
     @property
     def kube(self) -> KubeParams:
         return self.params
+
+    def sandbox_needs(self) -> SandboxNeeds:
+        return SandboxNeeds(egress=(api_server(self.kube),))
 
     def client(self) -> Client:
         if self._client is None:

@@ -111,6 +111,31 @@ class SampleError(GuardianError, ValueError):
         self.loc = loc
 
 
+@dataclass(frozen=True)
+class Egress:
+    """A host an action connects to: ``host`` a name or an address, None where it is not
+    known here; ``what`` says what it is (the webhook's URL, the Kubernetes API server)."""
+
+    host: str | None
+    what: str
+
+
+@dataclass(frozen=True)
+class SandboxNeeds:
+    """What an action, with its parameters, needs from the sandbox of the systemd unit
+    that runs it: hosts it connects to, paths it writes, device nodes it opens (paths or
+    globs), capabilities (``CAP_SYS_ADMIN``). ``unknown``, when set, says what cannot be
+    known ahead (a ``command``'s program): ``guardian check`` then describes the sandbox
+    instead. ``guardian check`` compares them with the unit's settings and warns about
+    each one the unit denies, with the drop-in that grants it."""
+
+    egress: tuple[Egress, ...] = ()
+    writes: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    unknown: str = ""
+
+
 @dataclass
 class Step:
     """One exact change a plan makes: on what, and what."""
@@ -206,6 +231,12 @@ class Action(ABC, Generic[P, D]):
 
     def __init__(self, params: P) -> None:
         self.params: P = params
+
+    def sandbox_needs(self) -> SandboxNeeds:
+        """What this action needs from the systemd unit's sandbox (see
+        :class:`SandboxNeeds`); nothing by default. Called by ``guardian check``, never
+        while running: it may read configuration (a kubeconfig), not change anything."""
+        return SandboxNeeds()
 
     @abstractmethod
     def plan(self, ctx: ActionContext) -> Plan[D]: ...

@@ -3,15 +3,26 @@ fail where they run (this node, the service's config, the systemd unit's sandbox
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from guardian.core.diagnostics import Diagnostic
+from guardian.core.unitsandbox import UnitSandbox, parse
 from guardian.model.ruleset import Ruleset
+from guardian.plugin.contract import Egress, SandboxNeeds
 from guardian.runtime.config import Config
 
-__all__ = ["errors", "sandbox_warnings"]
+__all__ = ["DROPIN", "SandboxReport", "errors", "sandbox", "sandbox_warnings"]
+
+#: Where ``guardian check`` tells the operator to put what the configured actions need.
+DROPIN = "/etc/systemd/system/guardian.service.d/50-actions.conf"
+_EXAMPLE = "systemd/command-sandbox.conf.example"
+# a documentation address (RFC 5737): "any address but the allowed ones" for a host
+# whose address is not known here
+_SOME_ADDRESS = ipaddress.ip_address("192.0.2.1")
 
 
 def errors(rs: Ruleset, config: Config) -> list[Diagnostic]:
@@ -41,18 +52,172 @@ def _drain_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
     return check(rs.rules, config.service.apply_timeout)
 
 
-def sandbox_warnings(rs: Ruleset) -> list[str]:
-    """Actions that the systemd unit's sandbox would make fail when the unit runs them:
-    a dry run, outside the unit, cannot show it."""
-    from guardian.actions.memcg import MemcgRelease, sandbox_problem
-    from guardian.hostio.sandbox import unit_texts
-    unit = unit_texts()
-    out = []
+@dataclass
+class SandboxReport:
+    """What the unit's sandbox denies the configured actions: one warning per need
+    denied, and the [Service] lines of the drop-in that grants them all."""
+
+    unit: str
+    warnings: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def dropin(self) -> str:
+        """The drop-in's text (empty when nothing is denied)."""
+        if not self.lines:
+            return ""
+        return ("# What the configured actions need from guardian.service's sandbox\n"
+                "# (`guardian check --dropin`). Install as\n"
+                f"# {DROPIN}, then: systemctl daemon-reload && systemctl restart guardian\n"
+                "[Service]\n" + "".join(f"{line}\n" for line in self.lines))
+
+    def _add(self, where: str, denied: str, lines: list[str], note: str = "") -> None:
+        for line in lines:
+            if line not in self.lines:
+                self.lines.append(line)
+        fix = " ".join(lines)
+        self.warnings.append(f"{where}: {denied}{note}; fix: a drop-in {DROPIN} with "
+                             f"[Service] {fix} (`guardian check --dropin` prints it)")
+
+
+def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
+            root: Path = Path("/")) -> SandboxReport:
+    """Compare what each configured action needs (:meth:`Action.sandbox_needs`; and the
+    Kubernetes API server for ``[fleet]`` and ``[holds.kube]``) with the sandbox of the
+    unit that will run them: ``unit`` and its drop-ins, else the installed unit and its
+    drop-ins, else the package's own. A dry run, outside the unit, cannot show these."""
+    from guardian.hostio.sandbox import unit_sources
+
+    sources = unit_sources(root, unit)
+    box = parse(sources)
+    names = [sources[0][0]] + ([f"{len(sources) - 1} drop-in(s)"] if len(sources) > 1
+                               else [])
+    report = SandboxReport(unit=" + ".join(names))
     for rule in rs.rules:
         for bound in [*rule.actions, *rule.escalate]:
-            if isinstance(bound.action, MemcgRelease):
-                why = sandbox_problem(bound.action.params, unit)
-                if why:
-                    out.append(f"{rule.path}:{rule.line}: rule {rule.spec.name!r}: "
-                               f"memcg.release: {why}")
-    return out
+            where = f"{rule.path}:{rule.line}: rule {rule.spec.name!r}: {bound.use}"
+            _compare(report, box, where, bound.action.sandbox_needs(), root)
+    for key, params in _kube_config(config):
+        from guardian.kube.actions import api_server
+
+        where = f"{config.path if config else ''}: [{key}]"
+        _compare(report, box, where, SandboxNeeds(egress=(api_server(params),)), root)
+    return report
+
+
+def sandbox_warnings(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
+                     root: Path = Path("/")) -> list[str]:
+    """The warnings of :func:`sandbox`."""
+    return sandbox(rs, config, unit, root).warnings
+
+
+def _kube_config(config: Config | None) -> list[tuple[str, Any]]:
+    if config is None:
+        return []
+    found = [("fleet", config.fleet), ("holds.kube", config.holds.kube)]
+    return [(key, params) for key, params in found if params is not None]
+
+
+def _compare(report: SandboxReport, box: UnitSandbox, where: str, needs: SandboxNeeds,
+             root: Path) -> None:
+    if needs.unknown:
+        report.warnings.append(
+            f"{where}: {needs.unknown}; it runs in the unit's sandbox ({report.unit}): "
+            f"{describe(box)}. Say what it needs in `needs` (egress, writes, devices, "
+            f"capabilities) and `guardian check` names the drop-in that grants it "
+            f"(examples: {_EXAMPLE})")
+    for egress in needs.egress:
+        _egress(report, box, where, egress, root)
+    for path in needs.writes:
+        why = box.write_denied(path)
+        if why:
+            fix = ["ProtectControlGroups=no"] if why == "ProtectControlGroups=yes" else \
+                [f"ReadWritePaths=-{path}"]  # "-": a missing path does not fail the unit
+            report._add(where, f"writes {path}, which the unit makes read-only ({why}): "
+                        "it fails with \"Read-only file system\" when the service runs it",
+                        fix)
+    for device in needs.devices:
+        why = box.device_denied(device)
+        if why:
+            fix = [f"DeviceAllow={device} rw"]
+            if why == "PrivateDevices=yes":
+                fix.insert(0, "PrivateDevices=no")
+            report._add(where, f"opens {device}, which the unit denies ({why})", fix)
+    for cap in needs.capabilities:
+        why = box.capability_denied(cap)
+        if why:
+            report._add(where, f"uses {cap}, which the unit's bounding set lacks ({why})",
+                        [f"CapabilityBoundingSet={cap}"])
+
+
+def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,
+            root: Path) -> None:
+    from guardian.hostio.sandbox import addresses, nameservers
+
+    rules = box.ip_rules()
+    if not rules:
+        return
+    enforced = " (enforced on the unified cgroup hierarchy, where systemd attaches its BPF " \
+        "firewall)"
+    if egress.host is None:
+        if box.ip_allowed(_SOME_ADDRESS):
+            return
+        report.warnings.append(
+            f"{where}: connects to {egress.what}, which the unit's {rules} may deny: "
+            f"allow its address in a drop-in {DROPIN} with [Service] "
+            f"IPAddressAllow=ADDRESS{enforced}")
+        return
+    literal = _literal(egress.host)
+    found = [literal] if literal is not None else [
+        a for a in (_literal(x) for x in addresses(egress.host)) if a is not None]
+    if not found:
+        if box.ip_allowed(_SOME_ADDRESS):
+            return
+        report.warnings.append(
+            f"{where}: connects to {egress.what}, whose name does not resolve here, and "
+            f"the unit's {rules} denies what it does not allow: allow its addresses in a "
+            f"drop-in {DROPIN} with [Service] IPAddressAllow=ADDRESS…{enforced}")
+        return
+    denied = [a for a in found if not box.ip_allowed(a)]
+    if not denied:
+        return
+    lines = [f"IPAddressAllow={' '.join(str(a) for a in denied)}"]
+    note = enforced
+    if literal is None:
+        servers = [a for a in (_literal(x) for x in nameservers(root))
+                   if a is not None and not box.ip_allowed(a)]
+        if servers:
+            lines.append(f"IPAddressAllow={' '.join(str(a) for a in servers)}")
+        note += (f"; IPAddressAllow= takes addresses, not names: these are {egress.host}'s "
+                 "now" + (" and the name servers' of /etc/resolv.conf" if servers else "") +
+                 " (a host whose addresses change needs its network, or IPAddressAllow=any)")
+    report._add(where, f"connects to {egress.what} "
+                f"({', '.join(str(a) for a in denied)}), which the unit's {rules} denies: "
+                "the connection fails (\"Operation not permitted\") when the service runs "
+                "it", lines, note)
+
+
+def _literal(host: str) -> Any:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return None
+
+
+def describe(box: UnitSandbox) -> str:
+    """The sandbox a program the unit runs gets, in one sentence."""
+    writable = box.writable_paths()
+    devices = box.device_allowlist()
+    caps = "all" if box.capabilities is None else " ".join(sorted(box.capabilities)) or \
+        "none"
+    parts = [
+        f"a read-only root (ProtectSystem=strict), writable only {', '.join(writable)}"
+        if box.get("ProtectSystem").lower() == "strict" else
+        f"ProtectSystem={box.get('ProtectSystem') or 'no'}",
+        "devices: any" if devices is None else
+        f"devices: only {', '.join(d for d in devices if not d.startswith('/dev/pts'))}"
+        f" (DevicePolicy={box.get('DevicePolicy', 'auto')})",
+        f"capabilities: {caps}" + (" (NoNewPrivileges=yes)"
+                                   if box.yes("NoNewPrivileges") else ""),
+        f"network: {box.ip_rules() or 'any'}",
+    ]
+    return "; ".join(parts)

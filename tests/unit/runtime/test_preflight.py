@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from guardian import load_text
 from guardian.runtime.config import Config
-from guardian.runtime.preflight import errors, sandbox_warnings
+from guardian.runtime.preflight import DROPIN, errors, sandbox, sandbox_warnings
+from tests.support.checkout import write
 
 REBOOT = '''version = 1
 [[rule]]
@@ -33,3 +36,118 @@ def test_rules_that_neither_reboot_nor_drain_have_nothing_to_check() -> None:
     rules = load_text('version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
                       'when = "memcg.dying > 1"\n  [[rule.action]]\n  use = "log"\n')
     assert errors(rules, Config()) == [] and sandbox_warnings(rules) == []
+
+
+# -- the unit's sandbox against what each action needs (issue 38) ----------------------
+
+WEBHOOK = '''version = 1
+[[rule]]
+name = "page-me"
+summary = "s"
+when = "memcg.dying > 1"
+  [[rule.action]]
+  use = "notify.webhook"
+  url = "http://10.213.0.1:8080/hook?token=SECRET"
+  [[rule.action]]
+  use = "notify.alertmanager"
+  url = "http://127.0.0.1:9093"
+'''
+
+
+def test_a_webhook_to_a_non_loopback_address_is_denied_by_the_shipped_unit(
+        tmp_path: Path) -> None:
+    rules = load_text(WEBHOOK, path="r.toml")
+    report = sandbox(rules, Config(), root=tmp_path)  # nothing installed: the package's
+    [w] = report.warnings  # Alertmanager on loopback is allowed
+    assert w.startswith("r.toml:2: rule 'page-me': notify.webhook: connects to the webhook "
+                        "http://10.213.0.1:8080 (10.213.0.1)")
+    assert "IPAddressDeny=any, IPAddressAllow=localhost" in w
+    assert f"fix: a drop-in {DROPIN} with [Service] IPAddressAllow=10.213.0.1" in w
+    assert "SECRET" not in w and "/hook" not in w  # the URL is a secret
+    assert report.dropin().endswith("[Service]\nIPAddressAllow=10.213.0.1\n")
+    # the drop-in it proposes, installed, silences it
+    write(tmp_path, "etc/systemd/system/guardian.service.d/50-actions.conf",
+          report.dropin())
+    assert sandbox(rules, Config(), root=tmp_path).warnings == []
+
+
+def test_a_named_unit_and_its_drop_ins(tmp_path: Path) -> None:
+    rules = load_text(WEBHOOK, path="r.toml")
+    unit = write(tmp_path, "u/guardian.service", "[Service]\nIPAddressDeny=any\n")
+    assert len(sandbox(rules, unit=unit).warnings) == 2  # Alertmanager too: no localhost
+    write(tmp_path, "u/guardian.service.d/any.conf", "[Service]\nIPAddressAllow=any\n")
+    report = sandbox(rules, unit=unit)
+    assert report.warnings == [] and report.unit == f"{unit} + 1 drop-in(s)"
+
+
+COMMANDS = '''version = 1
+[[rule]]
+name = "gpu-reset"
+summary = "s"
+when = "memcg.dying > 1"
+  [[rule.action]]
+  use = "command"
+  argv = ["touch", "/etc/x"]
+  [[rule.action]]
+  use = "command"
+  argv = ["nvidia-smi", "-r"]
+  [rule.action.needs]
+  devices = ["/dev/nvidia0"]
+  capabilities = ["sys_admin"]
+  writes = ["/etc/nv", "/var/lib/guardian/x"]
+'''
+
+
+def test_a_command_is_told_its_sandbox_and_each_need_the_unit_denies(
+        tmp_path: Path) -> None:
+    rules = load_text(COMMANDS, path="c.toml")
+    report = sandbox(rules, Config(), root=tmp_path)
+    unknown, writes, device, cap = report.warnings
+    assert "command: what touch writes, opens and connects to is not known" in unknown
+    for said in ("a read-only root (ProtectSystem=strict), writable only "
+                 "/proc/sys/vm/drop_caches, /proc/irq, /var/lib/guardian",
+                 "(DevicePolicy=closed)", "capabilities: CAP_KILL CAP_SYSLOG",
+                 "network: IPAddressDeny=any, IPAddressAllow=localhost"):
+        assert said in unknown, said
+    assert "writes /etc/nv, which the unit makes read-only (ProtectSystem=strict)" in writes
+    assert "ReadWritePaths=-/etc/nv" in writes  # /var/lib/guardian is writable: no warning
+    assert "opens /dev/nvidia0, which the unit denies (DevicePolicy=closed)" in device
+    assert "DeviceAllow=/dev/nvidia0 rw" in device
+    assert "uses CAP_SYS_ADMIN" in cap and "CapabilityBoundingSet=CAP_SYS_ADMIN" in cap
+    write(tmp_path, "etc/systemd/system/guardian.service.d/50-actions.conf",
+          report.dropin())
+    [left] = sandbox(rules, Config(), root=tmp_path).warnings  # what touch needs: unknown
+    assert "what touch writes" in left and "/proc/irq, /etc/nv, /var/lib/guardian" in left
+    assert "+ 1 drop-in(s)" in left and "CAP_KILL CAP_SYSLOG CAP_SYS_ADMIN" in left
+
+
+KUBE = '''version = 1
+[[rule]]
+name = "cordon"
+summary = "s"
+when = "memcg.dying > 1"
+fleet = false
+  [[rule.action]]
+  use = "kube.cordon"
+  kubeconfig = "{kubeconfig}"
+'''
+KUBECONFIG = '''apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://10.96.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+'''
+
+
+def test_kube_actions_and_the_fleet_need_the_api_server(tmp_path: Path) -> None:
+    from guardian.kube.fleet import FleetParams
+
+    kubeconfig = write(tmp_path, "kubeconfig", KUBECONFIG)
+    rules = load_text(KUBE.format(kubeconfig=kubeconfig), path="k.toml")
+    config = Config(fleet=FleetParams(kubeconfig=str(kubeconfig)), path="g.toml")
+    action, fleet = sandbox(rules, config, root=tmp_path).warnings
+    assert action.startswith("k.toml:2: rule 'cordon': kube.cordon: connects to the "
+                             "Kubernetes API server https://10.96.0.1:6443 (10.96.0.1)")
+    assert fleet.startswith("g.toml: [fleet]: connects to the Kubernetes API server")
+    assert "IPAddressAllow=10.96.0.1" in fleet

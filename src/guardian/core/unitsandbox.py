@@ -1,0 +1,238 @@
+"""A systemd unit's sandbox, read from its text and its drop-ins' as systemd applies them,
+and the questions an action's needs ask of it: may it connect to this address, write this
+path, open this device, use this capability. Pure parsing: the files are read in
+``hostio.sandbox``; the comparison with what actions need is ``runtime.preflight``'s.
+
+Only the [Service] settings that decide those four things are read, with systemd's
+rules: a list setting accumulates and an empty assignment resets it, a scalar's last
+assignment wins, ``IPAddressAllow=`` wins over ``IPAddressDeny=`` where both match, and
+``CapabilityBoundingSet=`` lines are merged (OR, or AND NOT with ``~``)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# IPAddressAllow=/IPAddressDeny= names (systemd.resource-control(5))
+_IP_NAMES = {
+    "any": ("0.0.0.0/0", "::/0"),
+    "localhost": ("127.0.0.0/8", "::1/128"),
+    "link-local": ("169.254.0.0/16", "fe80::/64"),
+    "multicast": ("224.0.0.0/4", "ff00::/8"),
+}
+_LISTS = {"IPAddressAllow", "IPAddressDeny", "ReadWritePaths", "ReadOnlyPaths",
+          "InaccessiblePaths", "DeviceAllow", "StateDirectory", "LogsDirectory",
+          "RuntimeDirectory", "CacheDirectory", "ConfigurationDirectory"}
+_YES = {"yes", "true", "on", "1"}
+# the devices DevicePolicy=closed always allows (and PrivateDevices=yes provides)
+PSEUDO_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+                  "/dev/tty", "/dev/ptmx", "/dev/pts/*")
+
+
+@dataclass
+class UnitSandbox:
+    """The settings of one unit (with its drop-ins) that confine what its service does.
+    ``sources`` names the files read, for messages."""
+
+    sources: list[str] = field(default_factory=list)
+    lists: dict[str, list[str]] = field(default_factory=dict)
+    scalars: dict[str, str] = field(default_factory=dict)
+    capabilities: frozenset[str] | None = None  # None: the bounding set is not limited
+    capabilities_dropped: frozenset[str] = frozenset()  # ~CAP_… lines on an unlimited set
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.scalars.get(key, default)
+
+    def yes(self, key: str) -> bool:
+        return self.get(key).lower() in _YES
+
+    # -- network -------------------------------------------------------------------
+    def _nets(self, key: str) -> list[IPNetwork]:
+        out: list[IPNetwork] = []
+        for item in self.lists.get(key, []):
+            for word in item.split():
+                for spec in _IP_NAMES.get(word, (word,)):
+                    try:
+                        out.append(ipaddress.ip_network(spec, strict=False))
+                    except ValueError:
+                        continue
+        return out
+
+    def ip_allowed(self, address: IPAddress) -> bool:
+        """Whether the unit's IP firewall lets the service reach ``address`` (enforced only
+        where systemd can attach BPF programs: the unified cgroup hierarchy)."""
+        if any(address in n for n in self._nets("IPAddressAllow")):
+            return True
+        return not any(address in n for n in self._nets("IPAddressDeny"))
+
+    def ip_rules(self) -> str:
+        """The firewall as the unit writes it, e.g. ``IPAddressDeny=any
+        IPAddressAllow=localhost``; empty without one."""
+        parts = [f"{k}={' '.join(self.lists[k])}" for k in ("IPAddressDeny", "IPAddressAllow")
+                 if self.lists.get(k)]
+        return ", ".join(parts)
+
+    # -- file system ---------------------------------------------------------------
+    def writable_paths(self) -> list[str]:
+        """What a process of the unit may write under ``ProtectSystem=strict``: the
+        ``ReadWritePaths=``, the unit's own state, log, runtime and cache directories and
+        a private /tmp. Empty when the root is not read-only."""
+        if self.get("ProtectSystem").lower() != "strict":
+            return []
+        out = [p.lstrip("-+") for item in self.lists.get("ReadWritePaths", [])
+               for p in item.split()]
+        for key, base in (("StateDirectory", "/var/lib"), ("LogsDirectory", "/var/log"),
+                          ("RuntimeDirectory", "/run"), ("CacheDirectory", "/var/cache")):
+            out += [f"{base}/{d}" for item in self.lists.get(key, []) for d in item.split()]
+        if self.yes("PrivateTmp"):
+            out += ["/tmp (private)", "/var/tmp (private)"]
+        return out
+
+    def write_denied(self, path: str) -> str | None:
+        """Why the unit keeps its service from writing ``path`` (an absolute path), or
+        None where it may. The most specific of ``ReadWritePaths=``, ``ReadOnlyPaths=`` and
+        ``InaccessiblePaths=`` decides; else ``ProtectSystem=``, ``ProtectHome=``,
+        ``ProtectControlGroups=`` and ``ProtectKernelTunables=``."""
+        best: tuple[int, str, str] | None = None
+        for key in ("ReadWritePaths", "ReadOnlyPaths", "InaccessiblePaths"):
+            for item in self.lists.get(key, []):
+                for p in item.split():
+                    p = p.lstrip("-+").rstrip("/") or "/"
+                    if _under(path, p) and (best is None or len(p) > best[0]):
+                        best = (len(p), key, p)
+        if best is not None:
+            return None if best[1] == "ReadWritePaths" else f"{best[1]}={best[2]}"
+        for key, base in (("StateDirectory", "/var/lib"), ("LogsDirectory", "/var/log"),
+                          ("RuntimeDirectory", "/run"), ("CacheDirectory", "/var/cache")):
+            for item in self.lists.get(key, []):
+                if any(_under(path, f"{base}/{d}") for d in item.split()):
+                    return None
+        if self.yes("PrivateTmp") and (_under(path, "/tmp") or _under(path, "/var/tmp")):
+            return None
+        if _under(path, "/sys/fs/cgroup") and self.yes("ProtectControlGroups"):
+            return "ProtectControlGroups=yes"
+        if self.yes("ProtectKernelTunables") and (_under(path, "/proc/sys") or
+                                                  _under(path, "/sys")):
+            return "ProtectKernelTunables=yes"
+        home = self.get("ProtectHome").lower()
+        if (home in _YES or home in ("read-only", "tmpfs")) and any(
+                _under(path, h) for h in ("/home", "/root", "/run/user")):
+            return f"ProtectHome={self.get('ProtectHome')}"
+        system = self.get("ProtectSystem").lower()
+        if system == "strict" and not any(_under(path, d) for d in ("/dev", "/proc", "/sys")):
+            return "ProtectSystem=strict"
+        ro = {"full": ("/usr", "/boot", "/efi", "/etc"), "yes": ("/usr", "/boot", "/efi"),
+              "true": ("/usr", "/boot", "/efi")}.get(system, ())
+        if any(_under(path, d) for d in ro):
+            return f"ProtectSystem={self.get('ProtectSystem')}"
+        return None
+
+    # -- devices -------------------------------------------------------------------
+    def device_allowlist(self) -> list[str] | None:
+        """The device nodes the unit's service may open, or None where it may open any
+        (no ``DevicePolicy=closed``/``strict``, no ``DeviceAllow=``, no
+        ``PrivateDevices=yes``)."""
+        policy = self.get("DevicePolicy", "auto").lower()
+        allow = [item.split()[0] for item in self.lists.get("DeviceAllow", []) if item.split()]
+        if self.yes("PrivateDevices"):  # a private /dev of pseudo-devices only
+            return list(PSEUDO_DEVICES)
+        if policy == "auto" and not allow:
+            return None
+        return allow if policy == "strict" else [*PSEUDO_DEVICES, *allow]
+
+    def device_denied(self, device: str) -> str | None:
+        """Why the unit keeps its service from opening ``device`` (a path, or a glob such
+        as ``/dev/nvidia*``), or None where it may."""
+        allow = self.device_allowlist()
+        if allow is None:
+            return None
+        if any(fnmatchcase(device, a) or fnmatchcase(a, device) or a == device
+               for a in allow if a.startswith("/")):
+            return None
+        if self.yes("PrivateDevices"):
+            return "PrivateDevices=yes"
+        return f"DevicePolicy={self.get('DevicePolicy', 'auto')}"
+
+    # -- capabilities --------------------------------------------------------------
+    def capability_denied(self, cap: str) -> str | None:
+        """Why the unit's service lacks capability ``cap`` (``CAP_SYS_ADMIN``), or None."""
+        cap = cap.upper()
+        if cap in self.capabilities_dropped:
+            return "CapabilityBoundingSet=~" + " ".join(sorted(self.capabilities_dropped))
+        if self.capabilities is None or cap in self.capabilities:
+            return None
+        return "CapabilityBoundingSet=" + " ".join(sorted(self.capabilities))
+
+
+def _under(path: str, base: str) -> bool:
+    path = path.rstrip("/") or "/"
+    return base == "/" or path == base or path.startswith(base + "/")
+
+
+def parse(texts: list[tuple[str, str]]) -> UnitSandbox:
+    """The sandbox of a unit from ``(name, text)`` of the unit file, then of each drop-in
+    in the order systemd applies them. Only [Service] lines count."""
+    box = UnitSandbox(sources=[name for name, _ in texts])
+    caps: set[str] | None = None
+    dropped: set[str] = set()
+    for _, text in texts:
+        section = ""
+        for raw in _lines(text):
+            line = raw.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1]
+                continue
+            if section != "Service":
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                continue
+            key, value = key.strip(), value.strip()
+            if key == "CapabilityBoundingSet":
+                caps, dropped = _capabilities(caps, dropped, value)
+            elif key in _LISTS:
+                if value:
+                    box.lists.setdefault(key, []).append(value)
+                else:
+                    box.lists[key] = []
+            else:
+                box.scalars[key] = value
+    box.capabilities = frozenset(caps) if caps is not None else None
+    box.capabilities_dropped = frozenset(dropped)
+    return box
+
+
+def _lines(text: str) -> list[str]:
+    """Lines with systemd's backslash continuations joined."""
+    out: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        out.append(pending + line)
+        pending = ""
+    if pending:
+        out.append(pending)
+    return out
+
+
+def _capabilities(caps: set[str] | None, dropped: set[str], value: str
+                  ) -> tuple[set[str] | None, set[str]]:
+    """One ``CapabilityBoundingSet=`` line applied to the set so far: (the set, None when
+    unlimited; what ``~`` lines took from an unlimited set)."""
+    if not value:
+        return set(), set()  # "reset to the empty capability set"
+    invert = value.startswith("~")
+    names = {w.upper() for w in value.lstrip("~").split()}
+    if invert:
+        return (None, dropped | names) if caps is None else (caps - names, set())
+    if caps is None:  # the first list sets it; after ~ lines, it adds back
+        return (None, dropped - names) if dropped else (names, set())
+    return caps | names, set()

@@ -1,0 +1,68 @@
+"""guardian.core.unitsandbox: a unit's sandbox read as systemd reads it (issue 38): the
+shipped unit's IP firewall, read-only root, closed device policy and bounding set, and
+drop-ins that widen each of them."""
+
+from __future__ import annotations
+
+import ipaddress
+from importlib import resources
+
+from guardian.core.unitsandbox import parse
+
+SHIPPED = (resources.files("guardian") / "data" / "systemd" / "guardian.service").read_text()
+
+
+def ip(a: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(a)
+
+
+def test_the_shipped_unit_allows_loopback_only() -> None:
+    box = parse([("unit", SHIPPED)])
+    assert box.ip_allowed(ip("127.0.0.1")) and box.ip_allowed(ip("::1"))
+    assert not box.ip_allowed(ip("10.0.0.5")) and not box.ip_allowed(ip("2001:db8::1"))
+    assert box.ip_rules() == "IPAddressDeny=any, IPAddressAllow=localhost"
+    # a drop-in that allows the webhook's address; an empty assignment resets the list
+    widened = parse([("unit", SHIPPED), ("d", "[Service]\nIPAddressAllow=10.0.0.5/32\n")])
+    assert widened.ip_allowed(ip("10.0.0.5")) and not widened.ip_allowed(ip("10.0.0.6"))
+    reset = parse([("unit", SHIPPED), ("d", "[Service]\nIPAddressDeny=\n")])
+    assert reset.ip_allowed(ip("10.0.0.6"))
+
+
+def test_the_shipped_unit_writes_only_its_read_write_paths() -> None:
+    box = parse([("unit", SHIPPED)])
+    assert box.write_denied("/etc/foo") == "ProtectSystem=strict"
+    assert box.write_denied("/proc/sys/vm/drop_caches") is None
+    assert box.write_denied("/proc/sys/kernel/panic") == "ReadOnlyPaths=/proc/sys"
+    assert box.write_denied("/proc/irq/12/smp_affinity_list") is None
+    assert box.write_denied("/var/lib/guardian/x") is None  # StateDirectory=
+    assert box.write_denied("/tmp/x") is None  # PrivateTmp=yes
+    assert box.write_denied("/sys/fs/cgroup/system.slice") == "ProtectControlGroups=yes"
+    assert box.write_denied("/root/x") == "ProtectHome=yes"
+    assert "/var/log/guardian" in box.writable_paths()
+    more = parse([("unit", SHIPPED), ("d", "[Service]\nReadWritePaths=-/etc/nv\n"
+                                           "ProtectControlGroups=no\n")])
+    assert more.write_denied("/etc/nv/x") is None and more.write_denied("/etc/x")
+    assert more.write_denied("/sys/fs/cgroup/system.slice") is None
+
+
+def test_devices_and_capabilities() -> None:
+    box = parse([("unit", SHIPPED)])
+    assert box.device_denied("/dev/kmsg") is None and box.device_denied("/dev/null") is None
+    assert box.device_denied("/dev/nvidia0") == "DevicePolicy=closed"
+    assert box.capability_denied("CAP_KILL") is None
+    assert box.capability_denied("cap_sys_admin") == \
+        "CapabilityBoundingSet=CAP_KILL CAP_SYSLOG"
+    more = parse([("unit", SHIPPED), ("d", "[Service]\nDeviceAllow=/dev/nvidia0 rw\n"
+                                           "CapabilityBoundingSet=CAP_SYS_ADMIN\n")])
+    assert more.device_denied("/dev/nvidia0") is None
+    assert more.capability_denied("CAP_SYS_ADMIN") is None
+    assert more.capability_denied("CAP_KILL") is None  # lines are merged, not replaced
+    # no DevicePolicy= and no bounding set: anything; ~ takes away; "" empties
+    assert parse([("u", "[Service]\n")]).device_denied("/dev/sda") is None
+    dropped = parse([("u", "[Service]\nCapabilityBoundingSet=~CAP_SYS_ADMIN\n")])
+    assert dropped.capability_denied("CAP_SYS_ADMIN") and \
+        dropped.capability_denied("CAP_NET_ADMIN") is None
+    assert parse([("u", "[Service]\nCapabilityBoundingSet=\n")]).capability_denied(
+        "CAP_KILL")
+    # only [Service] counts
+    assert parse([("u", "[Unit]\nIPAddressDeny=any\n")]).ip_allowed(ip("10.0.0.5"))
