@@ -11,7 +11,7 @@ from guardian.core.exitcodes import ExitCode
 
 def test_the_numbers_do_not_change() -> None:
     assert {c.name: int(c) for c in ExitCode} == {
-        "OK": 0, "FAILED": 1, "USAGE": 2, "CANTCREAT": 73, "TEMPFAIL": 75, "CONFIG": 78,
+        "OK": 0, "FAILED": 1, "USAGE": 2, "DEGRADED": 3, "CANTCREAT": 73, "TEMPFAIL": 75, "CONFIG": 78,
         "INTERRUPTED": 130}
 
 
