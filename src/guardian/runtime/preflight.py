@@ -192,8 +192,8 @@ def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,
                  " (a host whose addresses change needs its network, or IPAddressAllow=any)")
     report._add(where, f"connects to {egress.what} "
                 f"({', '.join(str(a) for a in denied)}), which the unit's {rules} denies: "
-                "the connection fails (\"Operation not permitted\") when the service runs "
-                "it", lines, note)
+                "its packets are dropped when the service runs it (the connection times "
+                "out)", lines, note)
 
 
 def _literal(host: str) -> Any:
