@@ -1,6 +1,7 @@
 """Issue 33 in the service: a hanging script check never holds a tick or the watchdog; it
-shows as the script source degraded in /healthz; the shipped rules fire on the check that
-says NonOK; SIGTERM is not held up by a running check."""
+shows as the script source degraded in /healthz; SIGTERM is not held up by a running check.
+Issue 38: while it has not answered, the rules over script.problem are unknown (never
+"ok", and not fired on the other check's part alone either: docs/signals.md)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,6 @@ argv = ["/bin/sh", "-c", "echo disk is sick; exit 1"]
         assert time.monotonic() - t0 < 2.0
     audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     fired = [a for a in audit if a.get("type") == "decision" and a.get("kind") == "firing"]
-    assert [a["rule"] for a in fired] == ["script-check-problem"]
-    assert fired[0]["values"]["matched"] == {'{check="disk", message="disk is sick"}': 1}
+    assert fired == []  # "hang" never answered: script.problem had no value throughout
     errors = [a for a in audit if a.get("type") == "source_error"]
     assert errors and errors[0]["source"] == "script"

@@ -71,26 +71,37 @@ NPD_CASES = {
 
 
 def test_node_problem_detectors_own_plugin_tests(sources: list[ScriptSource]) -> None:
-    src = source({name: {"argv": [str(NPD / "test-data" / f"{name}.sh")], "timeout": "1s"}
-                  for name in NPD_CASES})
+    def npd_checks(names: list[str]) -> dict[str, Any]:
+        return {name: {"argv": [str(NPD / "test-data" / f"{name}.sh")], "timeout": "1s"}
+                for name in names}
+
+    src = source(npd_checks(list(NPD_CASES)))
     sources.append(src)
     started = time.monotonic()
     out = wait_for(src, lambda o: len(o["script.duration_seconds"]) == len(NPD_CASES))
     assert time.monotonic() - started < 3.0  # the sleeping one was cut at 1 s
-    result = {dict(k)["check"]: (v, dict(k)["message"]) for k, v in out["script.result"].items()}
-    for name, (status, message) in NPD_CASES.items():
+    # two checks did not answer: the families they feed have no value (never a partial
+    # family that reads "no problem" for them), and each is an error with why
+    for name in ("script.status", "script.problem", "script.result"):
+        assert out[name] is None, name
+    for name, (status, reason) in NPD_CASES.items():
         if status is None:
-            assert check(name) not in out["script.status"]
-            assert check(name) not in out["script.problem"]
-            assert out["script.errors"][labels_of({"check": name, "reason": message})] == 1
-        else:
-            assert result[name] == (status, message), name
-            assert out["script.status"][check(name)] == status
-            # a problem is exit 1 only; Unknown is no value, never a problem
-            said = labels_of({"check": name, "message": message})
-            assert out["script.problem"].get(said) == (
-                None if status == 2 else float(status == 1))
+            assert out["script.errors"][labels_of({"check": name, "reason": reason})] == 1
     assert len(src.faults()) == 2
+    answered = [name for name, (status, _) in NPD_CASES.items() if status is not None]
+    src = source(npd_checks(answered))
+    sources.append(src)
+    out = wait_for(src, lambda o: len(o["script.result"] or {}) == len(answered))
+    result = {dict(k)["check"]: (v, dict(k)["message"]) for k, v in out["script.result"].items()}
+    for name in answered:
+        status, message = NPD_CASES[name]
+        assert result[name] == (status, message), name
+        assert out["script.status"][check(name)] == status
+        # a problem is exit 1 only; Unknown is no value, never a problem
+        said = labels_of({"check": name, "message": message})
+        assert out["script.problem"].get(said) == (
+            None if status == 2 else float(status == 1))
+    assert src.faults() == []
 
 
 def test_the_loop_never_waits_for_a_check(tmp_path: Path, sources: list[ScriptSource]) -> None:
@@ -120,9 +131,9 @@ def test_the_loop_never_waits_for_a_check(tmp_path: Path, sources: list[ScriptSo
     assert worst < 0.25, worst  # a check or probe takes a second or more
     for name in ("hang", "flood", "children"):
         assert out["script.errors"][labels_of({"check": name, "reason": "timeout"})] == 1
-        assert check(name) not in out["script.status"]
         assert out["script.duration_seconds"][check(name)] < 2.0
-    assert out["script.status"][check("fine")] == 0
+    assert out["script.status"] is None  # three checks timed out: no value
+    assert check("fine") in out["script.duration_seconds"]  # it ran, and was not held
     time.sleep(0.2)
     left = [p for p in os.listdir("/proc") if p.isdigit() and _environ_has(p, marker)]
     assert left == []
@@ -176,7 +187,7 @@ def test_concurrency_is_bounded(tmp_path: Path, sources: list[ScriptSource]) -> 
     src = source({f"c{i}": {"argv": [script(tmp_path, f"c{i}", body)], "interval": "1h"}
                   for i in range(6)}, concurrency=2)
     sources.append(src)
-    wait_for(src, lambda o: len(o["script.status"]) == 6)
+    wait_for(src, lambda o: len(o["script.status"] or {}) == 6)
     times = [tuple(map(float, line.split())) for line in spans.read_text().splitlines()]
     assert len(times) == 6
     most = max(sum(1 for a, b in times if a <= t < b) for t, _ in times)
@@ -195,10 +206,11 @@ def test_checks_hanging_in_one_pool_never_delay_another_pool(
                  pools={"slow": {"concurrency": 3}})
     sources.append(src)
     started = time.monotonic()
-    out = wait_for(src, lambda o: check("quick") in o["script.status"], limit=5)
-    assert out["script.status"][check("quick")] == 0.0
+    out = wait_for(src, lambda o: check("quick") in o["script.duration_seconds"], limit=5)
     assert time.monotonic() - started < 2
-    assert check("queued") not in out["script.status"]  # its own pool is full
+    assert check("queued") not in out["script.duration_seconds"]  # its own pool is full
+    # the hanging checks (and the queued one) have not answered: no value for any check
+    assert out["script.status"] is None
     assert set(src.pools) == {"default", "slow"}
 
 
@@ -215,8 +227,10 @@ def test_a_relative_program_path_is_refused() -> None:
         ScriptConfig.model_validate({"checks": {"x": {"argv": ["./config/plugin/x.sh"]}}})
 
 
-def test_a_failed_run_is_a_source_error_and_the_other_checks_stand(
+def test_a_check_that_cannot_start_is_a_source_error_and_no_value(
         tmp_path: Path) -> None:
+    # node-problem-detector's plugin.go: cmd.Start() failing is Unknown ("Error in
+    # starting plugin"), no evidence either way: here no value, and a fault saying why
     src = source({"gone": {"argv": [str(tmp_path / "missing")]},
                   "bad": {"argv": [script(tmp_path, "bad", "echo broken; exit 1\n")]}})
     collector = Collector(Host(Path("/")), [src])
@@ -225,10 +239,14 @@ def test_a_failed_run_is_a_source_error_and_the_other_checks_stand(
         snap = collector.collect(time.monotonic())
     finally:
         collector.close()
-    assert "check gone: cannot run" in snap.errors["script"]
+    assert snap.errors["script"] == \
+        f"check gone: cannot run {tmp_path / 'missing'}: No such file or directory"
     assert collector.error_counts["script"] == 1
-    assert snap.values["script.problem"] == {labels_of({"check": "bad", "message": "broken"}):
-                                             1.0}
+    # one family per signal: "gone" not answering leaves script.problem no value, never
+    # a family without it (docs/signals.md)
+    assert "script.problem" not in snap.values
+    assert snap.values["script.errors"] == {labels_of({"check": "gone", "reason": "start"}):
+                                            1.0}
 
 
 def test_a_status_change_wakes_the_loop(tmp_path: Path, sources: list[ScriptSource]) -> None:
@@ -255,11 +273,11 @@ def test_close_stops_the_scheduler(tmp_path: Path) -> None:
     assert all(p.thread is not None and not p.thread.is_alive() for p in src.pools.values())
 
 
-def test_run_once_reads_the_checks_and_ends_without_waiting_for_a_hanging_one(
-        tmp_path: Path) -> None:
-    """`guardian run --once` with the shipped rules/health.toml: a check saying NonOK holds
-    script-check-problem with its message; one that hangs (timeout 30 s) is killed when
-    guardian ends, which does not wait for it."""
+def test_run_once_ends_without_waiting_for_a_hanging_check(tmp_path: Path) -> None:
+    """`guardian run --once` with the shipped rules/health.toml: a check that hangs
+    (timeout 30 s) is killed when guardian ends, which does not wait for it; it has not
+    answered, so script-check-problem is unknown, never ok (nor held on the other check's
+    part alone)."""
     import subprocess
     import sys
 
@@ -275,8 +293,54 @@ def test_run_once_reads_the_checks_and_ends_without_waiting_for_a_hanging_one(
                           "--config", str(config), "--rules", str(RULES / "health.toml")],
                          capture_output=True, text=True, timeout=60)
     assert time.monotonic() - started < 10
-    line = next(x for x in got.stdout.splitlines() if "script-check-problem" in x)
-    assert line.startswith("HOLDS") and 'message="disk is sick"' in line, got.stdout
+    lines = got.stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if "script-check-problem" in x)
+    assert lines[i].startswith("UNKNOWN"), got.stdout
+    assert lines[i + 1].split() == ["no", "value", "for:", "script.problem"], got.stdout
+
+
+def test_run_once_shows_an_imported_npd_check_whose_program_is_missing_as_unknown(
+        tmp_path: Path) -> None:
+    """An imported node-problem-detector monitor whose plugin is not there: `guardian run
+    --once --dry-run` reports its rule UNKNOWN, the signal with no value and why (it read
+    "ok ... script.result{...}={}" before); with the plugin in place and saying NonOK,
+    the rule holds."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "mon.json").write_text(json.dumps({
+        "plugin": "custom", "source": "gone-monitor",
+        "pluginConfig": {"invoke_interval": "30s", "timeout": "5s"},
+        "conditions": [{"type": "GoneProblem", "reason": "GoneIsOk", "message": "ok"}],
+        "rules": [{"type": "temporary", "reason": "GoneIsDown",
+                   "path": "./config/plugin/gone.sh", "timeout": "3s"}]}))
+
+    def guardian(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "guardian", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
+    got = guardian("import", "npd", str(tmp_path / "config" / "mon.json"), "-o", "out",
+                   "--log-only")
+    assert got.returncode == 0, got.stderr
+    config, rules = tmp_path / "out" / "npd-mon.guardian.toml", tmp_path / "out" / "rules"
+    run = ("run", "--once", "--dry-run", "--warmup", "0.5s", "--config", str(config),
+           "--rules", str(rules))
+    got = guardian(*run)
+    lines = got.stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if x.split()[1:2] == ["npd-mon-goneisdown-"
+                                                                  "temporary-0"])
+    assert lines[i].split()[0] == "UNKNOWN", got.stdout
+    assert lines[i + 1].strip() == 'no value for: script.result{check="mon.gone"}'
+    plugin = tmp_path / "config" / "plugin" / "gone.sh"
+    assert f"source script failed: check mon.gone: cannot run {plugin}: No such file or " \
+        "directory" in got.stderr, got.stderr
+    plugin.parent.mkdir()
+    script(plugin.parent, "gone.sh", "echo gone is down; exit 1\n")
+    got = guardian(*run)
+    line = next(x for x in got.stdout.splitlines() if "npd-mon-goneisdown" in x)
+    assert line.startswith("HOLDS") and 'message="gone is down"' in line, got.stdout
 
 
 def test_check_warns_of_a_program_that_is_missing_or_not_executable() -> None:

@@ -6,8 +6,10 @@ thread); each is bounded by its timeout as a whole, whatever the peer does (a se
 accepts and never answers, or drips a byte at a time, is cut at the deadline: every
 socket operation waits at most the time left). HTTP is one ``GET`` over HTTP/1.0 (no
 chunked answers), at most 64 KiB of the answer read. A probe that fails is down
-(``probe.up`` 0) with why in ``probe.failures{probe,reason}``; a probe that has not run
-yet has no value.
+(``probe.up`` 0) with why in ``probe.failures{probe,reason}``. Until every configured probe
+has run once, ``probe.up``, ``probe.latency_seconds`` and ``probe.status_code`` have no value
+at all (a snapshot holds a family whole or not at all): an empty family would read "not
+down" for a probe that has not answered yet.
 """
 
 from __future__ import annotations
@@ -228,7 +230,9 @@ class ProbeSource(Source[ProbeConfig]):
     Config = ProbeConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("probe.up", "1 when the probe's last run succeeded (connected; HTTP: an "
-                   "expected status and body), else 0", labels=("probe",)),
+                   "expected status and body), else 0; no value (as probe.latency_seconds "
+                   "and probe.status_code) until every probe has run once",
+                   labels=("probe",)),
         SignalSpec("probe.latency_seconds", "how long the probe's last successful run took "
                    "(connect to last byte)", "seconds", labels=("probe",)),
         SignalSpec("probe.status_code", "the HTTP status of the last answer",
@@ -273,7 +277,11 @@ class ProbeSource(Source[ProbeConfig]):
                 latency[key] = r.seconds
             if r.status is not None:
                 code[key] = float(r.status)
-        return {"probe.up": up, "probe.latency_seconds": latency, "probe.status_code": code,
+        # a configured probe that has not answered yet: no value, never "not down"
+        pending = any(name not in results for name in self.cfg.probes)
+        return {"probe.up": None if pending else up,
+                "probe.latency_seconds": None if pending else latency,
+                "probe.status_code": None if pending else code,
                 "probe.age_seconds": age,
                 "probe.failures": {labels_of({"probe": p, "reason": why}): float(n)
                                    for (p, why), n in failures.items()}}
@@ -287,6 +295,11 @@ class ProbeSource(Source[ProbeConfig]):
             result = run_probe(probe, probe.timeout or self.cfg.timeout, str(self.host.root))
         except Exception as exc:  # a bug must not leave the probe marked running
             result = Result(time.monotonic(), False, 0.0, None, "error", str(exc))
+        self.record(name, result)
+
+    def record(self, name: str, result: Result) -> None:
+        """Keep a run of probe ``name`` as its latest result (what a worker does after each
+        run; a test feeds results here without probing)."""
         with self._lock:
             before = self.results.get(name)
             self.results[name] = result

@@ -12,9 +12,18 @@ on the loop's thread: ``collect`` only reads the latest results. A check names i
 checks hanging to their timeout in one pool never delay those of another (as
 node-problem-detector gives each monitor its own). A check still running
 when it is due again is not started again. Each run is an argv list (no shell) in its own
-session; at its timeout, and when it ends, its whole process group is killed. A run that
-timed out or could not start has no value (node-problem-detector calls it Unknown): it is
-counted in ``script.errors`` and as an error of the source, never as a problem.
+session; at its timeout, and when it ends, its whole process group is killed.
+
+A check that did not answer has no value, never a problem and never OK: its program could
+not start (missing, not executable; node-problem-detector's ``plugin.go``: "Error in
+starting plugin", Unknown), its run timed out (Unknown there too), or it has not finished a
+first run yet. Then ``script.status``, ``script.problem`` and ``script.result`` have no
+value at all, for every check: a snapshot holds a family whole or not at all, and an empty
+or partial family would read "no problem" for the check that did not answer. The failed
+run is counted in ``script.errors`` and is a fault of the source naming the check and why
+(``guardian.source_errors``, /healthz, ``run --once``); ``script.duration_seconds`` and
+``script.age_seconds`` still say when each check last ran. A check that answered Unknown
+itself (an exit other than 0 and 1) did answer: ``script.status`` 2, no ``script.problem``.
 """
 
 from __future__ import annotations
@@ -132,8 +141,9 @@ class ScriptSource(Source[ScriptConfig]):
     Config = ScriptConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("script.status", "the check's last result: 0 OK, 1 problem, 2 unknown "
-                   "(exit 0, 1, other; node-problem-detector's protocol); no value after a "
-                   "timeout or a program that could not start", labels=("check",)),
+                   "(exit 0, 1, other; node-problem-detector's protocol); no value (as "
+                   "script.problem and script.result) while any check has timed out, "
+                   "could not start or has not run yet", labels=("check",)),
         SignalSpec("script.problem", "1 when the check's last run found a problem (exit 1), "
                    "0 when OK; no value when unknown. Labelled with its message (trimmed "
                    "stdout cut at max_output_length): one member per check",
@@ -196,19 +206,25 @@ class ScriptSource(Source[ScriptConfig]):
             results = dict(self.results)
             errors = dict(self.errors)
         self._faults = []
+        # a configured check that has no answer: not run yet, or its last run timed out
+        # or could not start
+        blind = any(name not in results for name in self.cfg.checks)
         for name, r in sorted(results.items()):
             key = label("check", name)
             seconds[key] = r.seconds
             age[key] = max(0.0, mono - r.at)
             if r.status is None:
                 self._faults.append(f"check {name}: {r.error}")
+                blind = True
                 continue
             status[key] = float(r.status)
             said = labels_of({"check": name, "message": r.message})
             result[said] = float(r.status)
             if r.status != UNKNOWN:
                 problem[said] = float(r.status == PROBLEM)
-        return {"script.status": status, "script.problem": problem, "script.result": result,
+        return {"script.status": None if blind else status,
+                "script.problem": None if blind else problem,
+                "script.result": None if blind else result,
                 "script.duration_seconds": seconds, "script.age_seconds": age,
                 "script.errors": {labels_of({"check": c, "reason": why}): float(n)
                                   for (c, why), n in errors.items()}}
@@ -229,6 +245,12 @@ class ScriptSource(Source[ScriptConfig]):
                               check.cwd, stop=self.pools[check.pool].stop)
         except Exception as exc:  # a worker must never die with the check marked running
             ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
+        self.record(name, ran)
+
+    def record(self, name: str, ran: Ran) -> None:
+        """Keep how a run of check ``name`` ended as its latest result (what a worker does
+        after each run; a test feeds runs here without starting programs)."""
+        check = self.cfg.checks[name]
         result = self._result(ran, check.max_output_length or self.cfg.max_output_length)
         with self._lock:
             before = self.results.get(name)

@@ -1,0 +1,31 @@
+"""A health probe that has not answered yet is no value, never "not down": until every
+configured probe has run once, probe.up has no value and the rules over it are unknown.
+Results are fed to the source by hand (nothing is probed here; probing for real:
+tests/system/test_probe_source.py)."""
+
+from __future__ import annotations
+
+from guardian.core.snapshot import labels_of
+from guardian.hostio.host import Host
+from guardian.sources.probe import ProbeConfig, ProbeSource, Result
+
+
+def test_no_value_until_every_probe_has_answered() -> None:
+    src = ProbeSource(Host(), ProbeConfig.model_validate({"probes": {
+        "kubelet": {"url": "http://127.0.0.1:10248/healthz"},
+        "containerd": {"unix": "/run/containerd/containerd.sock"}}}))
+    src.close()  # no workers: the test feeds each result as a worker would
+    assert src.collect(0.0)["probe.up"] is None  # before: {}, and probe.up == 0 read ok
+    src.record("containerd", Result(0.0, True, 0.001))
+    out = src.collect(0.0)
+    # kubelet's first probe still under way (up to its timeout): "kubelet is down" has
+    # no answer yet, and neither has "no probe is down"
+    assert out["probe.up"] is None
+    assert out["probe.latency_seconds"] is None
+    age = out["probe.age_seconds"]  # when each probe last ran stands
+    assert isinstance(age, dict) and set(age) == {labels_of({"probe": "containerd"})}
+    src.record("kubelet", Result(0.0, False, 0.0, 500, "status", "HTTP 500"))
+    out = src.collect(0.0)
+    assert out["probe.up"] == {labels_of({"probe": "kubelet"}): 0.0,
+                               labels_of({"probe": "containerd"}): 1.0}
+    assert out["probe.status_code"] == {labels_of({"probe": "kubelet"}): 500.0}
