@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,8 +65,91 @@ for = "10m"
          "--rules", str(rules)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "HOLDS    always" in proc.stdout
-    assert "pending: fires after holding for 600s (600s left), then:" in proc.stdout
+    assert "pending: fires after holding for 10m (10m left), then it would run:" in \
+        proc.stdout
     assert "- guardian log: warning: would log for always" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "1 rule: 1 pending; nothing to do"
+
+
+FIRES = '''version = 1
+[[rule]]
+name = "always"
+summary = "a host always has processes"
+when = "processes.total > 0"
+cooldown = "30m"
+  [[rule.action]]
+  use = "log"
+  message = "would log for $rule"
+'''
+
+
+def _run_once(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "guardian", "run", "--once", "--warmup",
+                           "0.1s", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_dry_run_never_says_no_action_above_the_plan_it_would_run(
+        tmp_path: Path) -> None:
+    """Before: `firing: no action now (cooldown, limit or budget; ...)` directly above
+    the plan of the action the dry run was about to run."""
+    rules = write(tmp_path, "fires.toml", FIRES)
+    proc = _run_once("--dry-run", "--rules", str(rules))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "no action" not in proc.stdout
+    at = lines.index("         firing: would act now: log")
+    assert lines[at + 1:at + 3] == ["         log:",
+                                    "           - guardian log: warning: would log for always"]
+    assert lines[-1] == "1 rule: 1 firing; would run 1 action"
+
+
+def test_live_runs_carried_in_the_state_say_the_cooldown_left(tmp_path: Path) -> None:
+    """Before: the second run said `firing: no action now (cooldown, limit or budget;
+    see guardian explain)`, guessing; now the engine's reason, with the time left."""
+    rules = write(tmp_path, "fires.toml", FIRES)
+    state = tmp_path / "state.json"
+    first = _run_once("--rules", str(rules), "--state", str(state))
+    assert first.returncode == 0, first.stderr
+    assert "         firing: acting now: log" in first.stdout.splitlines()
+    assert first.stdout.splitlines()[-1] == "1 rule: 1 firing; ran 1 action"
+    second = _run_once("--rules", str(rules), "--state", str(state))
+    assert second.returncode == 0, second.stderr
+    assert re.search(r"^         firing: in cooldown: actions again in 29m\d+s \(cooldown "
+                     r"30m from the last run, \d+(ms|s) ago\)$", second.stdout, re.M), \
+        second.stdout
+    assert second.stdout.splitlines()[-1] == "1 rule: 1 firing; nothing to do"
+    doc = json.loads(_run_once("--rules", str(rules), "--state", str(state),
+                               "--json").stdout)["data"]
+    assert doc["summary"] == "1 rule: 1 firing; nothing to do"
+    assert (doc["counts"]["rules"], doc["counts"]["firing"], doc["counts"]["actions"]) == \
+        (1, 1, 0)
+
+
+def test_the_summary_counts_the_rules_and_names_the_blind(tmp_path: Path) -> None:
+    """Before: no summary; an UNKNOWN rule was one line among fifty-five."""
+    rules = write(tmp_path, "rules.toml", '''version = 1
+[[rule]]
+name = "gpu"
+summary = "a DCGM sample, with no endpoint configured"
+when = 'prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"} == 79'
+
+[[rule]]
+name = "calm"
+summary = "never"
+when = "processes.total < 0"
+''')
+    config = write(tmp_path, "guardian.toml", "")
+    proc = _run_once("--dry-run", "--config", str(config), "--rules", str(rules))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [
+        "blind (no value): gpu (source exposition unavailable: no endpoints or textfile "
+        "directories configured ([sources.exposition]))",
+        "2 rules: 1 ok, 1 unknown; nothing to do"]
+    doc = json.loads(_run_once("--dry-run", "--json", "--config", str(config), "--rules",
+                               str(rules)).stdout)["data"]
+    assert doc["summary"] == "2 rules: 1 ok, 1 unknown; nothing to do"
+    assert (doc["counts"]["ok"], doc["counts"]["unknown"]) == (1, 1)
+    assert [b["rule"] for b in doc["blind"]] == ["gpu"]
 
 
 class Boom(Action[NoParams]):

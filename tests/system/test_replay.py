@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ from typing import cast
 import pytest
 
 from guardian.actions.systemd import SystemdUnit, UnitParams
+from guardian.core.durations import format_duration
 from guardian.hostio.host import Host
 from guardian.plugin.contract import ActionContext
 from guardian.plugin.registry import default_registry
@@ -24,6 +27,8 @@ from tests.support.checkout import DATA, RULES
 from tests.support.cli import guardian
 
 INCIDENT = DATA / "incident.rec"
+CHAIN = DATA / "chain.rec"
+REPLAY_GOLDEN = DATA / "golden" / "replay-chain.txt"
 HEALTHY = DATA / "healthy.rec"
 
 
@@ -79,6 +84,19 @@ def test_replay_is_deterministic_byte_for_byte() -> None:
                                  "--json").stdout
 
 
+def test_replay_text_is_the_golden_file_with_durations_for_people() -> None:
+    """Before: `+6m15.018s`, `+10m35.046s` and `every 5.0s`: seconds no one reads."""
+    out = guardian("replay", str(CHAIN), "--rules", str(RULES))
+    assert out.returncode == 0, out.stderr
+    if os.environ.get("GUARDIAN_GOLDEN_UPDATE"):
+        REPLAY_GOLDEN.write_text(out.stdout)
+    assert out.stdout == REPLAY_GOLDEN.read_text()
+    assert out.stdout.startswith("recording of vm (kernel 6.18.44-fc-v1147), 145 snapshots "
+                                 "every 5s over 12m; 16 decision(s)\n")
+    assert "    +6m15s  dying-memcgs                 firing " in out.stdout
+    assert not re.search(r"\d\.\d+s\b", out.stdout)
+
+
 def test_a_truncated_recording_replays_up_to_the_damage(tmp_path: Path) -> None:
     raw = INCIDENT.read_bytes()
     cut = tmp_path / "cut.rec"
@@ -123,8 +141,8 @@ def test_explain_at_a_point_of_the_recording() -> None:
                    str(INCIDENT), "--at", f"{later.time}s")
     assert out.returncode == 0, out.stderr
     held = later.time - first.time
-    assert out.stdout.startswith(f"dying-memcgs: PENDING: holds since {held:g}s; fires in "
-                                 f"{300 - held:g}s (for = 300s)"), out.stdout
+    assert f"dying-memcgs: PENDING: holds for {format_duration(round(held))}; fires in " \
+        f"{format_duration(round(300 - held))} (for = 5m)\n" in out.stdout, out.stdout
     assert "memcg.dying > 10000  =  true" in out.stdout
     assert "its actions: log" in out.stdout and "systemd.unit" in out.stdout
     early = guardian("explain", "dying-memcgs", "--rules", str(RULES), "--recording",

@@ -22,7 +22,7 @@ from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.runtime.executor import Executor
-from guardian.runtime.status import state_words
+from guardian.runtime.status import acted_line, at, for_people, held_by, state_words
 
 
 def cmd_explain(args: argparse.Namespace) -> ExitCode:
@@ -37,21 +37,28 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
               f"{', '.join(r.name for r in rules.rules)})", file=sys.stderr)
         return ExitCode.USAGE
     engine = Engine(rules)
+    where = ""
     if rec is not None:
         from guardian.runtime.replay import replay
-        r = replay(rec, rules, parse_duration(args.at) if args.at else None)
-        engine = r.engine
+        until = parse_duration(args.at) if args.at else None
+        r = replay(rec, rules, until)
+        engine, decisions = r.engine, r.decisions
         snap = r.last
         if snap is None:
             print("guardian explain: no snapshot at or before --at", file=sys.stderr)
             return ExitCode.USAGE
+        where = f"at {at(snap.time)} of the recording"
+        if until is not None and snap is rec.snapshots[-1] and until > snap.time:
+            where += f" (its last snapshot: it ends before --at {for_people(until)})"
     else:
         snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
-        engine.evaluate(snap)
+        decisions = engine.evaluate(snap)
     st = engine.states[rule.name]
     tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
     missing = missing_signals(rule.condition.refs, snap.values)
-    state = state_words(rule, st, snap.time, missing, engine.holders(rule))
+    verb = "would act" if rec is not None else "acted"
+    state = state_words(engine, rule, decisions, snap.time, missing, dry_run=True)
+    last = acted_line(rule, st, decisions, verb)
     plans: list[dict[str, Any]] = []
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
@@ -60,12 +67,17 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         plans = [ex.to_dict() for ex in executor.run([d], snap)]  # dry run: never applies
     if args.json:
         json_out("explain", {"rule": rule.name, "state": state, "missing": missing,
-                             "held_by": [name for name, _ in engine.holders(rule)],
+                             "time": snap.time, "acted": last,
+                             "held_by": held_by(engine, rule),
                              "condition": tree.to_dict(), "plans": plans,
                              "actions": [{"use": a.use, **a.public_params}
                                          for a in rule.actions]})
         return ExitCode.OK
+    if where:
+        print(where)
     print(f"{rule.name}: {state}")
+    if last:
+        print(last)
     print("condition:")
     for line in tree.lines(1):
         print(line)

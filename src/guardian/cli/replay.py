@@ -15,6 +15,7 @@ from guardian.policy.loader import load_rules
 
 def cmd_replay(args: argparse.Namespace) -> ExitCode:
     from guardian.runtime.replay import decisions_json, replay, timeline
+    from guardian.runtime.status import for_people
     rec = load_recording(args.recording)
     if rec is None:
         return ExitCode.USAGE
@@ -29,8 +30,12 @@ def cmd_replay(args: argparse.Namespace) -> ExitCode:
                             "decisions": decisions_json(r)})
     else:
         h = rec.header
+        interval = h.get("interval")
+        every = f" every {for_people(float(interval))}" \
+            if isinstance(interval, int | float) and not isinstance(interval, bool) else ""
+        span = f" over {for_people(rec.snapshots[-1].time)}" if rec.snapshots else ""
         print(f"recording of {h.get('host')} (kernel {h.get('kernel')}), "
-              f"{len(rec.snapshots)} snapshots every {h.get('interval')}s; "
+              f"{len(rec.snapshots)} snapshots{every}{span}; "
               f"{len(r.decisions)} decision(s)")
         for line in timeline(r):
             print(line)

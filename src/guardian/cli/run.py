@@ -30,7 +30,7 @@ from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
 from guardian.runtime.executor import Executor
 from guardian.runtime.paths import service_paths
-from guardian.runtime.status import not_acting
+from guardian.runtime.status import now_words, tally
 from guardian.service.daemon import Daemon, ServiceOptions
 
 
@@ -73,10 +73,14 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 def _report(args: argparse.Namespace, rules: Ruleset, engine: Engine, coll: Collector,
             done: once.Pass, state_path: Path | None) -> None:
     snap = done.snapshot
+    counts = tally((r.rule, r.condition, r.phase, r.blind, r.results) for r in done.rules)
+    summary = counts.line(args.dry_run)
     if args.json:
         json_out("run", {"dry_run": args.dry_run, "sources": [s.name for s in coll.sources],
                          "unavailable": coll.unavailable, "source_errors": snap.errors,
                          "state": str(state_path) if state_path else None,
+                         "summary": summary, "counts": counts.to_dict(),
+                         "blind": [{"rule": n, "why": why} for n, why in counts.blind],
                          "rules": [r.to_dict() for r in done.rules]},
                  warnings=[f"source {n} failed: {e}" for n, e in snap.errors.items()])
         return
@@ -89,12 +93,26 @@ def _report(args: argparse.Namespace, rules: Ruleset, engine: Engine, coll: Coll
         print(f"{flag:<8} {r.rule:<28} {vals}")
         if r.missing:
             print(f"         no value for: {', '.join(r.missing)}")
-        if r.condition == "holds" and not r.acted:
-            compiled = rules.by_name(r.rule)
-            assert compiled is not None
-            print(f"         {not_acting(compiled, engine.states[r.rule], snap.time)}")
+        compiled = rules.by_name(r.rule)
+        assert compiled is not None
+        if r.condition == "holds" or r.plans or r.decisions or r.phase != "inactive":
+            words = now_words(engine, compiled, done.decisions, snap.time,
+                              dry_run=args.dry_run)
+            if any(p.get("result") == "preview" for p in r.plans):
+                words += ", then it would run:"
+            print(f"         {words}")
+        held = False
         for plan in r.plans:
+            if plan.get("result") == "held" and not held:
+                held = True
+                print("         held (planned, not applied):")
             print_plan(plan)
+    by_why: dict[str, list[str]] = {}
+    for name, why in counts.blind:
+        by_why.setdefault(why, []).append(name)
+    for why, names in by_why.items():  # one line per cause, its rules named
+        print(f"blind (no value): {', '.join(names)} ({why})")
+    print(summary)
 
 
 def _serve(args: argparse.Namespace, config: Config) -> ExitCode:

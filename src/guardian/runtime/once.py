@@ -23,6 +23,8 @@ from guardian.engine.decision import Decision, decision_values, render_values
 from guardian.engine.engine import Engine
 from guardian.model.ruleset import Ruleset
 from guardian.model.schema import Severity
+from guardian.plugin.registry import default_registry
+from guardian.runtime import coverage
 from guardian.runtime import state as state_file
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
@@ -63,7 +65,10 @@ def engine_for(rules: Ruleset, config: Config, state_path: Path | None,
 @dataclass
 class RuleReport:
     """One rule after the pass: its condition, phase, evidence and what it ran or would
-    run (``plans``: :meth:`Executed.to_dict` of each)."""
+    run (``plans``: :meth:`Executed.to_dict` of each, with its ``result``: ``ok``,
+    ``failed``, ``planned`` (a dry run), ``held``..., or ``preview``: a dry run's plan
+    of a rule the engine does not act on now); ``blind``: why an unknown rule has no
+    value (the source unavailable or failing that gives its missing signal)."""
 
     rule: str
     severity: Severity
@@ -74,11 +79,18 @@ class RuleReport:
     decisions: list[str]
     actions: list[dict[str, Any]]
     plans: list[dict[str, Any]]
+    blind: str = ""
 
     @property
     def acted(self) -> bool:
         """Whether any of its plans was carried out (has an outcome)."""
         return any(p.get("outcome") for p in self.plans)
+
+    @property
+    def results(self) -> list[str]:
+        """The result of each action the engine's decisions ran or planned (previews
+        left out)."""
+        return [p["result"] for p in self.plans if p.get("result") != "preview"]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +120,8 @@ def run_once(rules: Ruleset, coll: Collector, engine: Engine, executor: Executor
     executed = executor.run(decisions, snap)
     preview = Executor(coll.host, dry_run=True)
     report = []
+    blind = {b.rule: b for b in coverage.blind_rules(
+        rules, engine.states, snap, coverage.sight_of(coll, default_registry()))}
     for rule in rules.rules:
         result = rule.condition.fn(snap.values, engine.history)
         condition: Condition = "unknown" if result is None else ("holds" if result else "ok")
@@ -119,11 +133,18 @@ def run_once(rules: Ruleset, coll: Collector, engine: Engine, executor: Executor
             missing=[ref.key for ref in rule.condition.refs if ref.value(snap.values) is None],
             decisions=[d.kind for d in decisions if d.rule == rule.name],
             actions=[{"use": a.use, **a.public_params} for a in rule.actions],
-            plans=[ex.to_dict() for ex in executed if ex.decision.rule == rule.name])
+            plans=[{**ex.to_dict(), "result": ex.result} for ex in executed
+                   if ex.decision.rule == rule.name])
+        if entry.condition == "unknown":
+            seen = blind.get(rule.name)
+            entry.blind = "; ".join(seen.reasons) if seen and seen.reasons else (
+                f"no value for {', '.join(entry.missing)}" if entry.missing else
+                "no value for a computed value (a rate needs two samples)")
         if rule.spec.enabled and result and not entry.plans and executor.dry_run:
             d = Decision(snap.time, rule.name, "would-fire", rule.spec.severity,
                          rule.spec.summary, evidence,
                          [a for a in rule.actions if a.spec.on != "resolve"])
-            entry.plans = [ex.to_dict() for ex in preview.run([d], snap)]
+            entry.plans = [{**ex.to_dict(), "result": "preview"}
+                           for ex in preview.run([d], snap)]
         report.append(entry)
     return Pass(snap, decisions, executed, report)

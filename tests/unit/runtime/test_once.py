@@ -29,6 +29,7 @@ from guardian.plugin.registry import Registry
 from guardian.runtime import once
 from guardian.runtime.config import Config, HoldsConfig
 from guardian.runtime.holds import HoldFile
+from guardian.sources.exposition import ExpositionSource
 
 
 class Level(Source[NoParams]):
@@ -139,7 +140,41 @@ def test_unknown_and_disabled_rules_are_said_so(tmp_path: Path) -> None:
     assert disabled.condition == "disabled" and disabled.plans == []
     assert disabled.to_dict()["condition"] == "disabled"
     assert list(disabled.to_dict()) == ["rule", "severity", "condition", "phase", "values",
-                                        "missing", "decisions", "actions", "plans"]
+                                        "missing", "decisions", "actions", "plans", "blind"]
+
+
+def test_an_unknown_rule_says_why_it_is_blind(tmp_path: Path) -> None:
+    """The summary of `run --once` names each blind rule with the reason: the source of
+    its missing signal unavailable (with the source's own words), or running without a
+    value for it."""
+    Level.value = None
+    [running] = _pass(tmp_path, _rules(), dry_run=True).rules
+    assert running.blind == "no value for test.once.level"
+    rules = load_text('''version = 1
+[[rule]]
+name = "gpu"
+summary = "a sample"
+when = 'prom.sample{metric="x"} > 0'
+''')
+    coll = Collector(Host(), [ExpositionSource(Host())])
+    engine = once.engine_for(rules, _config(tmp_path), None, tmp_path / "state.json")
+    try:
+        done = once.run_once(rules, coll, engine, Executor(coll.host), warmup=0.0,
+                             state_path=None)
+    finally:
+        coll.close()
+    [gpu] = done.rules
+    assert gpu.condition == "unknown"
+    assert gpu.blind.startswith("source exposition unavailable: no endpoints or textfile")
+
+
+def test_plans_say_their_result_and_previews_are_not_counted_as_acting(
+        tmp_path: Path) -> None:
+    Level.value, Count.applied = 5.0, 0
+    [fires] = _pass(tmp_path, _rules(), dry_run=True).rules
+    assert [p["result"] for p in fires.plans] == ["planned"] and fires.results == ["planned"]
+    [waits] = _pass(tmp_path, _rules(for_="1h"), dry_run=True).rules
+    assert [p["result"] for p in waits.plans] == ["preview"] and waits.results == []
 
 
 def test_a_pause_on_every_rule_holds_the_action(tmp_path: Path) -> None:
