@@ -6,12 +6,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardian.core.durations import format_duration
 from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.model.ruleset import Ruleset
 from guardian.runtime.recording import Recording
+from guardian.runtime.status import at
 
 
 @dataclass
@@ -46,7 +46,7 @@ def timeline(r: Replay) -> list[str]:
         values = json.dumps(d.values, sort_keys=True, separators=(", ", ": "))
         reason = f"  ({d.reason})" if d.reason else ""
         mode = "  [observe: shadow mode, never applied]" if d.mode == "observe" else ""
-        lines.append(f"+{format_duration(d.time):>9}  {d.rule:<28} {d.kind:<10} "
+        lines.append(f"{at(d.time):>10}  {d.rule:<28} {d.kind:<10} "
                      f"{values}{reason}{mode}")
         for a in d.actions:
             params = json.dumps(a.public_params, sort_keys=True) if a.params else ""
