@@ -48,3 +48,35 @@ def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
         labels_of({"target": "file:ok.prom", "metric": "x", "series": ""}): 1.0}
     assert src.faults() == []
     src.close()
+
+
+def test_run_once_shows_the_rules_over_a_ten_minute_old_textfile_as_unknown(
+        tmp_path: Path) -> None:
+    """`guardian run --once --dry-run` over a 5-minute cron job's dcgm.prom last written 10
+    minutes ago (max_age 60 s): the GPU rules are UNKNOWN, with the signal that has no
+    value and the file's age as the source's error (they read "ok ... ={}" before)."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.checkout import RULES
+
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "dcgm.prom").write_text('DCGM_FI_DEV_XID_ERRORS{gpu="0"} 0\n')
+    old = time.time() - 600
+    os.utime(d / "dcgm.prom", (old, old))
+    config = tmp_path / "guardian.toml"
+    config.write_text(f'[sources.exposition]\ntextfile_directories = ["{d}"]\n')
+    got = subprocess.run([sys.executable, "-m", "guardian", "run", "--once", "--dry-run",
+                          "--warmup", "0.5s", "--config", str(config),
+                          "--rules", str(RULES / "gpu-dcgm.toml")],
+                         capture_output=True, text=True, timeout=60)
+    lines = got.stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if x.split()[1:2] == ["gpu-dcgm-fallen-off-bus"])
+    assert lines[i].split()[0] == "UNKNOWN", got.stdout
+    assert lines[i + 1].strip() == \
+        'no value for: prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"}', got.stdout
+    assert "source exposition failed: file:dcgm.prom: last modified over max_age (60 s) " \
+        "ago" in got.stderr, got.stderr
+    assert not [x for x in lines if x.startswith("ok ")], got.stdout
