@@ -2,7 +2,8 @@
 node), and a node annotation holding JSON (this node), read at every tick.
 
 ```
-kubectl -n kube-system create configmap guardian-holds --from-file=holds.toml
+# the shipped DaemonSet reads namespace "guardian" ([holds.kube] namespace; unset: kube-system)
+kubectl -n guardian create configmap guardian-holds --from-file=holds.toml
 kubectl annotate node n1 guardian.io/hold='{"until": "2026-12-05T06:00:00Z",
   "reason": "kernel rollout", "author": "alice"}'
 ```
