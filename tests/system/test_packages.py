@@ -119,6 +119,92 @@ def _status(c: Container, want: str, timeout: float = 30) -> str:
     raise AssertionError(f"no {want!r} in {text}")
 
 
+def _journal(c: Container, want: str, timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    journal = ""
+    while want not in journal and time.monotonic() < deadline:
+        time.sleep(0.3)
+        journal = c.run("journalctl", "--no-pager", "-o", "cat", "-u", "guardian.service",
+                        check=False).stdout
+    assert want in journal, journal[-2000:]
+    return journal
+
+
+def test_a_fresh_deb_does_what_install_md_says_at_first_boot(dist: Path) -> None:
+    """docs/install.md, "First boot": on Debian 12 the unit is enabled, started, started at
+    every boot, and observes (`dry run` in its status and its journal) until
+    `dry_run = false` is set in the shipped guardian.toml and it is restarted. Before: the
+    shipped guardian.toml set no dry_run, so a fresh install acted at once."""
+    why = nspawn_unavailable()
+    if why:
+        pytest.skip(f"systemd-nspawn test skipped: {why}")
+    deb = _deb(dist)
+    doc = (REPO / "docs" / "install.md").read_text()
+    assert "## First boot: observing until you turn acting on" in doc
+    with booted(binds=[(str(dist), "/dist")], name="guardian-first") as c:
+        c.run("dpkg", "-i", f"/dist/{deb.name}", timeout=300)
+        assert c.run("systemctl", "is-enabled", "guardian.service").stdout.strip() == "enabled"
+        wanted = c.run("systemctl", "show", "guardian.service", "-p", "WantedBy").stdout
+        assert wanted.strip() == "WantedBy=multi-user.target"  # started at every boot
+        status = _status(c, "SubState=running")
+        assert "StatusText=dry run" in status, status
+        _journal(c, "guardian dry run:")
+        # the switch docs/install.md names: [service] dry_run = false, then a restart
+        conf = c.run("cat", "/etc/guardian/guardian.toml").stdout
+        assert "\n[service]\ndry_run = true " in conf, conf[:600]
+        c.write("/etc/guardian/guardian.toml", conf.replace("dry_run = true ",
+                                                            "dry_run = false", 1))
+        c.run("systemctl", "restart", "guardian.service", timeout=60)
+        status = _status(c, "SubState=running")
+        assert "dry run" not in status and f"{shipped_rule_count()} rules" in status, status
+        _journal(c, "guardian live:")
+        # the audit log's rotation came with the package
+        c.run("test", "-f", "/etc/logrotate.d/node-guardian")
+
+
+def test_the_packaged_logrotate_rotates_the_audit_log_under_a_running_writer(
+        dist: Path, tmp_path: Path) -> None:
+    """/etc/logrotate.d/node-guardian from the .deb, run by the real logrotate (its paths moved
+    under tmp_path) while an audit log is open, as the service holds it: the records before
+    the rotation are in audit.jsonl.1, the ones after in a new audit.jsonl, each readable
+    whole. Before: the packages shipped no rotation, and the open descriptor kept writing
+    into whatever the file was renamed to."""
+    from guardian.core.audit import AuditLog, TornLine, read_audit
+    logrotate = shutil.which("logrotate") or "/usr/sbin/logrotate"
+    if not Path(logrotate).exists():
+        pytest.skip("logrotate is not installed (apt-get install logrotate)")
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(_deb(dist))],
+                          capture_output=True, check=True).stdout
+    conf = subprocess.run(["tar", "-xO", "./etc/logrotate.d/node-guardian"], input=data,
+                          capture_output=True, check=True).stdout.decode()
+    ctrl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(_deb(dist))],
+                          capture_output=True, check=True).stdout
+    listed = subprocess.run(["tar", "-xO", "./conffiles"], input=ctrl, capture_output=True,
+                            check=True).stdout.decode().split()
+    assert "/etc/logrotate.d/node-guardian" in listed  # an operator's edit survives upgrades
+    logs = tmp_path / "log"
+    logs.mkdir(mode=0o700)
+    assert "/var/log/guardian/audit.jsonl {" in conf
+    (tmp_path / "guardian.conf").write_text(conf.replace("/var/log/guardian", str(logs)))
+    audit = AuditLog(logs / "audit.jsonl")
+    audit.write({"type": "plan", "n": 1})
+    audit.write({"type": "outcome", "n": 2})
+    rotate = subprocess.run([logrotate, "--force", "--state", str(tmp_path / "state"),
+                             str(tmp_path / "guardian.conf")], capture_output=True,
+                            text=True, timeout=60)
+    assert rotate.returncode == 0, rotate.stderr
+    audit.write({"type": "plan", "n": 3})  # the service's next record, after the rotation
+    audit.close()
+
+    def numbers(path: Path) -> list[object]:
+        records = list(read_audit(path))
+        assert not any(isinstance(r, TornLine) for r in records), records
+        return [r["n"] for r in records if isinstance(r, dict)]
+
+    assert numbers(logs / "audit.jsonl.1") == [1, 2]  # delaycompress: plain until the next
+    assert numbers(logs / "audit.jsonl") == [3]
+
+
 def test_the_deb_installs_boots_reloads_and_purges_clean(dist: Path) -> None:
     why = nspawn_unavailable()
     if why:

@@ -2,9 +2,9 @@
 so a crash never loses what was decided or done.
 
 Rotation: before each record the log checks that its path still names the file it holds
-open. When logrotate (the packages' /etc/logrotate.d/guardian) has renamed it away,
-the next record opens a new file at the path, so a plain rename rotation works without a
-signal, a postrotate or copytruncate. Nothing guardian needs at run time is read back
+open. When logrotate (the packages' /etc/logrotate.d/node-guardian) has renamed it
+away, the next record opens a new file at the path, so a plain rename rotation works
+without a signal, a postrotate or copytruncate. Nothing guardian needs at run time is read back
 from this log (the state, the restart records and the IRQ originals live in the state
 directory), so a rotation loses nothing it depends on."""
 

@@ -1,5 +1,5 @@
 """The audit log across a rotation: logrotate renames audit.jsonl away (the packages'
-/etc/logrotate.d/guardian, `nocreate`), and the service, which holds the file open
+/etc/logrotate.d/node-guardian, `nocreate`), and the service, which holds the file open
 for its lifetime, must write its next record to a new audit.jsonl, not into the rotated
 file, while both stay readable by read_audit.
 
