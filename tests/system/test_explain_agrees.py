@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
-from tests.support.checkout import DATA, RULES
+from tests.support.checkout import DATA, RULES, write
 from tests.support.cli import guardian
 
 CHAIN = DATA / "chain.rec"
@@ -75,3 +76,22 @@ def test_explain_past_the_end_of_a_recording_says_which_point_it_shows() -> None
     assert "dying-memcgs: FIRING for 1m35s (began 6m35s ago, pending first); in cooldown: "\
         "actions again in 28m25s (cooldown 30m from the last run, 1m35s ago)" in text
     assert not RAW_SECONDS.search(text)
+
+
+def test_explain_on_this_host_says_what_it_would_do_and_claims_no_past(
+        tmp_path: Path) -> None:
+    """Live, explain's engine is new: a rule that fires now would act now; nothing is
+    said to have acted (before: "FIRING since 0s", and no word of acting)."""
+    rules = write(tmp_path, "always.toml", '''version = 1
+[[rule]]
+name = "always"
+summary = "a host always has processes"
+when = "processes.total > 0"
+  [[rule.action]]
+  use = "log"
+''')
+    out = guardian("explain", "always", "--rules", str(rules), "--warmup", "0s")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "always: FIRING for 0s; would act now: log"
+    assert lines[1] == "condition:" and "acted" not in out.stdout

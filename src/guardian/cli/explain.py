@@ -56,9 +56,10 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
     st = engine.states[rule.name]
     tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
     missing = missing_signals(rule.condition.refs, snap.values)
-    verb = "would act" if rec is not None else "acted"
+    verb = "would act"  # over a recording nothing was applied, as `why` says
     state = state_words(engine, rule, decisions, snap.time, missing, dry_run=True)
-    last = acted_line(rule, st, decisions, verb)
+    # live, explain's engine is new and acts on nothing: only a recording has a past
+    last = acted_line(rule, st, decisions, verb) if rec is not None else ""
     plans: list[dict[str, Any]] = []
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)

@@ -116,9 +116,11 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
             parts.append(f"{d.reason}; its escalate actions {run}: {_uses(d.actions)}"
                          f"{shadow}")
         else:
-            owed = f" ({d.reason})" if d.reason else ""
-            again = " again (its cooldown is over)" if d.kind == "retry" else ""
-            parts.append(f"{verb}{again}{owed}: {_uses(d.actions)}{shadow}")
+            if d.reason:  # what was held runs now, its cooldown or not
+                verb += f" ({d.reason})"
+            elif d.kind == "retry":
+                verb += " again (its cooldown is over)"
+            parts.append(f"{verb}: {_uses(d.actions)}{shadow}")
     if held is not None:
         parts.append(f"held now: {held.reason}")
     if limited is not None:
@@ -140,9 +142,10 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
         left = spec.cooldown - (now - st.last_run)
         waiting = ""
         if st.held:
-            why = _waiting_now(engine, rule, now)
+            why = _waiting_now(engine, rule, now)  # a pause is among the waits
             waiting = (f"; waiting: {why}" if why else
                        "; what was held runs at the next evaluation")
+            paused = ""
         return (f"in cooldown: actions again in {for_people(left)} (cooldown "
                 f"{for_people(spec.cooldown)} from the last run, "
                 f"{for_people(now - st.last_run)} ago){waiting}{paused}")

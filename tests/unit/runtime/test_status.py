@@ -8,6 +8,7 @@ from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.engine.lifecycle import RuleState
+from guardian.model.holds import Hold
 from guardian.model.ruleset import CompiledRule
 from guardian.runtime.status import (
     acted_line,
@@ -205,3 +206,21 @@ def test_the_summary_counts_each_rule_once_and_names_the_blind() -> None:
     assert quiet.line(dry_run=False) == "2 rules: 1 ok, 1 unknown; nothing to do"
     live = tally([("d", "holds", "firing", "", ["ok", "failed"])])
     assert live.line(dry_run=False) == "1 rule: 1 firing; ran 1 action, 1 failed or refused"
+
+
+def test_a_paused_rule_says_the_hold_and_what_was_held_runs_when_it_ends() -> None:
+    engine = _one()
+    engine.holds, engine.wall = [Hold(1e9, "freeze", "ops")], 1000.0
+    rule = _rule(engine)
+    pause = "paused by ops until 2001-09-09T01:46:40Z: freeze"
+    first = _at(engine, 0.0, 5.0)
+    assert [d.kind for d in first] == ["firing", "held"]
+    assert now_words(engine, rule, first, 0.0, dry_run=True) == f"firing: held now: {pause}"
+    later = _at(engine, 60.0, 5.0)
+    assert now_words(engine, rule, later, 60.0, dry_run=True) == (
+        "firing: in cooldown: actions again in 29m (cooldown 30m from the last run, 1m "
+        f"ago); waiting: {pause}")
+    engine.holds = []
+    owed = _at(engine, 120.0, 5.0)  # the pause ended: what was held runs, cooldown or not
+    assert now_words(engine, rule, owed, 120.0, dry_run=False) == \
+        "firing: acting now (what was held runs now): log"
