@@ -95,6 +95,8 @@ def now_words(engine: Engine, rule: CompiledRule, decisions: Sequence[Decision],
         left = spec.for_ - (now - st.since)
         return (f"pending: fires after holding for {for_people(spec.for_)} "
                 f"({for_people(left)} left)")
+    if any(d.kind == "inactive" for d in mine):
+        return "inactive now: it stopped holding before `for` passed, without firing"
     if st.phase == "inactive":
         return "inactive"
     return "firing: " + _firing_now(engine, rule, st, mine, now, dry_run=dry_run)

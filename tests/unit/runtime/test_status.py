@@ -119,6 +119,10 @@ def test_pending_and_its_time_left() -> None:
         "pending: fires after holding for 5m (4m left)"
     assert state_words(engine, rule, decisions, 60.022, []) == \
         "PENDING: holds for 1m; fires in 4m (for = 5m)"
+    ended = _at(engine, 120.0, 0.0)
+    assert [d.kind for d in ended] == ["inactive"]
+    assert now_words(engine, rule, ended, 120.0, dry_run=True) == \
+        "inactive now: it stopped holding before `for` passed, without firing"
 
 
 CHAIN = '''
