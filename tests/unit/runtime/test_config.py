@@ -20,6 +20,15 @@ def test_shipped_sample_config_loads() -> None:
     assert set(cfg.sources) == {"cpu", "kmsg", "ethtool", "systemd", "processes"}
 
 
+def test_the_shipped_config_observes_until_told_to_act() -> None:
+    """What `guardian init` and the packages install observes (docs/install.md, "First
+    boot"); guardian without a config file acts, as before. Before: the shipped file set no
+    dry_run, so a fresh install acted at once."""
+    shipped = load_config(REPO / "systemd" / "guardian.toml", default_registry())
+    assert shipped.service.dry_run is True
+    assert load_config(None, default_registry()).service.dry_run is False
+
+
 def test_options_reach_the_sources(tmp_path: Path) -> None:
     p = write(tmp_path, "g.toml", '''
 [sources]
