@@ -97,6 +97,20 @@ def test_replay_text_is_the_golden_file_with_durations_for_people() -> None:
     assert not re.search(r"\d\.\d+s\b", out.stdout)
 
 
+def test_a_rule_without_value_the_whole_recording_is_named_blind() -> None:
+    """Before: `0 decision(s)` and nothing about the rules that had no value all along
+    (healthy.rec was recorded on a host without systemd: unit-crashloop never had one)."""
+    out = guardian("replay", str(DATA / "healthy.rec"), "--rules", str(RULES))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("; 0 decision(s)")
+    whole = next(line for line in lines if line.startswith("blind the whole time ("))
+    assert "no value in any of its 91 snapshots" in whole and "unit-crashloop" in whole
+    as_json = json.loads(guardian("replay", str(DATA / "healthy.rec"), "--rules", str(RULES),
+                                  "--json").stdout)
+    assert as_json["data"]["blind"]["unit-crashloop"] == 91
+
+
 def test_a_truncated_recording_replays_up_to_the_damage(tmp_path: Path) -> None:
     raw = INCIDENT.read_bytes()
     cut = tmp_path / "cut.rec"

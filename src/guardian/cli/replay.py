@@ -27,7 +27,8 @@ def cmd_replay(args: argparse.Namespace) -> ExitCode:
     r = replay(rec, rules)
     if args.json:
         json_out("replay", {"damage": rec.damage, "snapshots": len(rec.snapshots),
-                            "decisions": decisions_json(r)})
+                            "decisions": decisions_json(r),
+                            "blind": {n: k for n, k in sorted(r.blind.items())}})
     else:
         h = rec.header
         interval = h.get("interval")
@@ -38,6 +39,8 @@ def cmd_replay(args: argparse.Namespace) -> ExitCode:
               f"{len(rec.snapshots)} snapshots{every}{span}; "
               f"{len(r.decisions)} decision(s)")
         for line in timeline(r):
+            print(line)
+        for line in r.blind_lines():  # 0 decisions over a rule with no value is no all-clear
             print(line)
     if args.plot:
         from guardian.runtime.plot import plot

@@ -20,6 +20,21 @@ class Replay:
     decisions: list[Decision] = field(default_factory=list)
     firing: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
     last: Snapshot | None = None
+    ticks: int = 0
+    blind: dict[str, int] = field(default_factory=dict)  # rule -> ticks it had no value
+
+    def blind_lines(self) -> list[str]:
+        """The rules the recording could not show: blind the whole time, or part of it."""
+        whole = sorted(n for n, k in self.blind.items() if k == self.ticks)
+        part = sorted(n for n, k in self.blind.items() if 0 < k < self.ticks)
+        lines = []
+        if whole:
+            lines.append(f"blind the whole time ({len(whole)} rules, no value in any of "
+                         f"its {self.ticks} snapshots): {', '.join(whole)}")
+        if part:
+            lines.append(f"blind part of the time ({len(part)}): " + ", ".join(
+                f"{n} ({self.blind[n]}/{self.ticks})" for n in part))
+        return lines
 
 
 def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Replay:
@@ -35,6 +50,10 @@ def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Repl
                 windows.append((d.time, None))
             elif d.kind == "resolved" and windows and windows[-1][1] is None:
                 windows[-1] = (windows[-1][0], d.time)
+        r.ticks += 1
+        for name, st in r.engine.states.items():
+            if st.unknown:
+                r.blind[name] = r.blind.get(name, 0) + 1
         r.last = snap
     return r
 
