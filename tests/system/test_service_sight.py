@@ -58,7 +58,7 @@ def test_a_blind_rule_is_named_in_status_health_and_metrics(tmp_path: Path) -> N
         assert "1 blind (dying)" in d.status(), d.status()
         ok, text = d.health()
         assert ok and text.startswith("degraded: ") and "1 blind (dying)" in text, text
-        assert d.metrics.rules_blind._value.get() == 1  # type: ignore[attr-defined]
+        assert d.metrics.rules_blind._value.get() == 1
         seen = json.loads((tmp_path / "seen.json").read_text())
         assert [b["rule"] for b in seen["blind"]] == ["dying"]
         assert seen["blind"][0]["reasons"] == [
