@@ -14,7 +14,6 @@ so nothing is built."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sysconfig
 import time
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from guardian.testing.nspawn import Container, build_root, nspawn_unavailable
+from guardian.testing.nspawn import Container, booted
 from tests.support.checkout import REPO
 
 pytestmark = pytest.mark.os_integration
@@ -63,45 +62,14 @@ PROBE = f"import urllib.request as u; u.urlopen('http://{ADDRESS}:8080/', timeou
 
 @contextlib.contextmanager
 def booted_unified() -> Iterator[Container]:
-    """A container as the harness boots it (tests/support's ``booted``), plus the unified
-    hierarchy, bpf() and a private network."""
-    why = nspawn_unavailable()
-    if why:
-        pytest.skip(f"systemd-nspawn test skipped: {why}")
-    root = build_root()
+    """A container as the harness boots it, plus the unified hierarchy, bpf() and a
+    private network."""
     site = sysconfig.get_paths()["purelib"]
-    args = ["systemd-nspawn", "-q", "-D", str(root), "-M", f"guardian-egress-{os.getpid()}",
-            "--boot", "--register=no", "--keep-unit", "--console=read-only",
-            "--volatile=overlay", "--private-network", "--system-call-filter=bpf",
-            f"--bind-ro={REPO / 'src'}:/guardian/src", f"--bind-ro={site}:/guardian/site"]
-    env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    leader = 0
-    try:
-        deadline = time.monotonic() + 30
-        while not leader and time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"systemd-nspawn exited with {proc.returncode}")
-            out = subprocess.run(["pgrep", "-P", str(proc.pid), "-x", "systemd"],
-                                 capture_output=True, text=True).stdout.split()
-            leader = int(out[0]) if out else 0
-            time.sleep(0.05)
-        if not leader:
-            raise TimeoutError("container systemd did not start")
-        c = Container(proc, leader)
-        c.wait_running()
+    with booted(binds=[(str(REPO / "src"), "/guardian/src"), (site, "/guardian/site")],
+                name="guardian-egress",
+                extra_args=["--private-network", "--system-call-filter=bpf"],
+                env={"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}) as c:
         yield c
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(Exception):
-                subprocess.run(["nsenter", "--target", str(leader), "--all", "--",
-                                "systemctl", "poweroff"], timeout=10, capture_output=True)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 def network(c: Container) -> None:

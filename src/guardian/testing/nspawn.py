@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,8 +113,12 @@ class Container:
 @contextlib.contextmanager
 def booted(binds: list[tuple[str, str]] | None = None,
            name: str = "guardian-test",
-           rw_binds: list[tuple[str, str]] | None = None) -> Iterator[Container]:
-    """Boot a clean container (volatile overlay), yield it, power it off."""
+           rw_binds: list[tuple[str, str]] | None = None,
+           extra_args: Sequence[str] = (),
+           env: Mapping[str, str] | None = None) -> Iterator[Container]:
+    """Boot a clean container (volatile overlay), yield it, power it off. ``extra_args``
+    go to systemd-nspawn (``--private-network``...), ``env`` is added to its environment
+    (``SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1``)."""
     why = nspawn_unavailable()
     if why:
         import pytest  # here: the benchmarks boot containers too, without pytest
@@ -128,7 +132,9 @@ def booted(binds: list[tuple[str, str]] | None = None,
         args.append(f"--bind-ro={src}:{dst}")
     for src, dst in rw_binds or []:
         args.append(f"--bind={src}:{dst}")
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args.extend(extra_args)
+    proc = subprocess.Popen(args, env={**os.environ, **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         leader = 0
         deadline = time.monotonic() + 30
