@@ -254,6 +254,11 @@ class ProbeSource(Source[ProbeConfig]):
                                   for n, p in self.cfg.probes.items()}, self._run,
                                  self.cfg.concurrency, "guardian-probe")
 
+    def unavailable(self) -> str | None:
+        # nothing to probe: a rule over probe.up watches nothing, and says so (blind),
+        # never `ok` over an empty family
+        return None if self.cfg.probes else "no probes configured ([sources.probe] probes)"
+
     def follow(self, wake: Callable[[str], None]) -> bool:
         """Start probing now, and wake the loop when a probe goes up or down."""
         self._wake = wake

@@ -186,6 +186,10 @@ class ScriptSource(Source[ScriptConfig]):
         self._wake: Callable[[str], None] | None = None
         self._faults: list[str] = []
 
+    def unavailable(self) -> str | None:
+        # no checks: a rule over script.* watches nothing, and says so (blind), never `ok`
+        return None if self.cfg.checks else "no checks configured ([sources.script] checks)"
+
     def follow(self, wake: Callable[[str], None]) -> bool:
         """Start the checks now, and wake the loop when one's status changes."""
         self._wake = wake

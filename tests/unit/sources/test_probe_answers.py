@@ -29,3 +29,13 @@ def test_no_value_until_every_probe_has_answered() -> None:
     assert out["probe.up"] == {labels_of({"probe": "kubelet"}): 0.0,
                                labels_of({"probe": "containerd"}): 1.0}
     assert out["probe.status_code"] == {labels_of({"probe": "kubelet"}): 500.0}
+
+
+def test_with_no_probe_configured_the_source_is_unavailable_and_says_why() -> None:
+    """Before: the source ran with nothing to probe, and `kubelet-unhealthy` (over
+    probe.up{probe="kubelet"}) read `ok` over an empty family: kubelet was never probed."""
+    assert ProbeSource(Host()).unavailable() == "no probes configured ([sources.probe] probes)"
+    src = ProbeSource(Host(), ProbeConfig.model_validate({"probes": {
+        "kubelet": {"url": "http://127.0.0.1:10248/healthz"}}}))
+    src.close()
+    assert src.unavailable() is None

@@ -151,3 +151,10 @@ def test_a_check_that_answers_unknown_answered(tmp_path: Path) -> None:
     assert {name: cond for name, (cond, _) in _report(engine, snap).items()} == {
         "npd-mon-gone-temporary-0": "holds", "npd-mon-gone-permanent-1": "ok",
         "npd-mon-ntp-permanent-2": "holds"}
+
+
+def test_with_no_check_configured_the_source_is_unavailable_and_says_why() -> None:
+    """Before: the source ran with no checks, and `script-check-problem` read `ok` over an
+    empty script.problem: nothing was checked."""
+    assert ScriptSource(Host()).unavailable() == \
+        "no checks configured ([sources.script] checks)"
