@@ -90,8 +90,13 @@ when = "processes.total > 0"
   [[rule.action]]
   use = "log"
 ''')
-    out = guardian("explain", "always", "--rules", str(rules), "--warmup", "0s")
+    # a state directory no service holds: explain says it evaluates alone
+    config = write(tmp_path, "g.toml", f'[service]\nstate_file = "{tmp_path}/state.json"\n')
+    out = guardian("explain", "always", "--rules", str(rules), "--warmup", "0s", "--config",
+                   str(config))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "always: FIRING for 0s; would act now: log"
-    assert lines[1] == "condition:" and "acted" not in out.stdout
+    assert lines[0].startswith(f"(no guardian service holds {tmp_path}: evaluated by this "
+                               "command alone")
+    assert lines[1] == "always: FIRING for 0s; would act now: log"
+    assert lines[2] == "condition:" and "acted" not in out.stdout

@@ -107,6 +107,16 @@ def test_why_on_the_node_answers_from_what_the_service_saw(tmp_path: Path) -> No
             [sys.executable, "-m", "guardian", "why", "--rules", str(rules), "--state",
              str(state), "--json"], capture_output=True, text=True, timeout=60).stdout)
         assert as_json["data"]["service_pid"] == proc.pid
+        # explain, live, says what the service saw of the rule beside its own evaluation
+        config = write(tmp_path, "g.toml", f'[service]\nstate_file = "{state}"\n')
+        explained = subprocess.run(
+            [sys.executable, "-m", "guardian", "explain", "busy-cores", "--rules", str(rules),
+             "--config", str(config), "--warmup", "0.2s"],
+            capture_output=True, text=True, timeout=60).stdout
+        assert explained.startswith(f"As the guardian service (pid {proc.pid}) saw it at "), \
+            explained
+        assert "  the service: FIRING, began " in explained, explained
+        assert "  the service acted: " in explained and " log ok: " in explained, explained
     # every action is one line in the service's journal (its stderr under systemd)
     journal = proc.stderr.read() if proc.stderr else ""
     assert journal.count("rule busy-cores: log ok: ") == 1, journal

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from guardian.core.audit import AuditLog
 from guardian.core.defaults import DEFAULT_CONFIG, DEFAULT_RULES
 from guardian.core.diagnostics import Diagnostic, RuleError
-from guardian.core.durations import parse_duration
+from guardian.core.durations import format_duration, parse_duration
 from guardian.core.exitcodes import ExitCode
 from guardian.core.snapshot import SignalSpec, Snapshot
 from guardian.engine.engine import Engine
@@ -28,6 +28,7 @@ from guardian.runtime.config import Config, load_config
 
 if TYPE_CHECKING:
     from guardian.runtime.recording import Recording
+    from guardian.runtime.seen import Seen
 
 __all__ = ["DEFAULT_RULES"]
 
@@ -164,3 +165,26 @@ def listen_override() -> tuple[str | None, int | None]:
     address = os.environ.get(LISTEN_ADDRESS_ENV) or None
     port = os.environ.get(LISTEN_PORT_ENV, "")
     return address, int(port) if port.isdigit() and int(port) < 65536 else None
+
+
+def service_saw(directory: Path) -> tuple[Seen | None, str]:
+    """What the running service saw at its last tick, and a line saying so; or None,
+    and a line saying why this command evaluates on its own."""
+    from guardian.runtime.seen import SEEN_NAME, clock, read
+    from guardian.service.instancelock import holder
+    pid = holder(directory)
+    if pid is None:
+        return None, (f"(no guardian service holds {directory}: evaluated by this command "
+                      "alone, which remembers nothing: restarts within a window, rates and "
+                      "`for` start from now)")
+    try:
+        seen = read(directory / SEEN_NAME)
+    except (OSError, ValueError) as exc:
+        why_not = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return None, (f"(the guardian service{f' (pid {pid})' if pid else ''} runs, but what "
+                      f"it saw cannot be read: {why_not}; evaluated by this command alone, "
+                      "which remembers nothing)")
+    import time
+    age = max(time.time() - seen.wall, 0.0)
+    return seen, (f"As the guardian service (pid {seen.pid}) saw it at "
+                  f"{clock(seen.wall)}, {format_duration(round(age))} ago:")

@@ -14,6 +14,7 @@ from guardian.cli.common import (
     json_out,
     print_plan,
     rules_and_recording,
+    service_saw,
     warm_snapshot,
 )
 from guardian.core.durations import parse_duration
@@ -21,6 +22,9 @@ from guardian.core.exitcodes import ExitCode
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
+from guardian.plugin.registry import default_registry
+from guardian.runtime.config import Config
+from guardian.runtime.coverage import blind_rules, recorded_sight, sight_of
 from guardian.runtime.executor import Executor
 from guardian.runtime.status import acted_line, at, for_people, held_by, state_words
 
@@ -38,6 +42,7 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         return ExitCode.USAGE
     engine = Engine(rules)
     where = ""
+    sight = recorded_sight()
     if rec is not None:
         from guardian.runtime.replay import replay
         until = parse_duration(args.at) if args.at else None
@@ -51,8 +56,11 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         if until is not None and snap is rec.snapshots[-1] and until > snap.time:
             where += f" (its last snapshot: it ends before --at {for_people(until)})"
     else:
-        snap = warm_snapshot(host_collector(args.root, config), args.warmup, engine)
+        coll = host_collector(args.root, config)
+        snap = warm_snapshot(coll, args.warmup, engine)
         decisions = engine.evaluate(snap)
+        where = _as_the_service_saw(rule.name, config)
+        sight = sight_of(coll, default_registry())
     st = engine.states[rule.name]
     tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
     missing = missing_signals(rule.condition.refs, snap.values)
@@ -74,6 +82,7 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
                              "actions": [{"use": a.use, **a.public_params}
                                          for a in rule.actions]})
         return ExitCode.OK
+
     if where:
         print(where)
     print(f"{rule.name}: {state}")
@@ -84,6 +93,8 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         print(line)
     if missing:
         print(f"no value for: {', '.join(missing)}")
+    for blind in blind_rules(rules, {rule.name: st}, snap, sight):
+        print("BLIND, because: " + "; ".join(blind.reasons or ("a computed value",)))
     if plans:
         print("it would run:")
         for p in plans:
@@ -92,3 +103,29 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         print("its actions: " + "; ".join(f"{a.use} {json.dumps(a.public_params)}"
                                           for a in rule.actions))
     return ExitCode.OK
+
+
+def _as_the_service_saw(rule: str, config: Config) -> str:
+    """Live: what the running service saw of ``rule`` at its last tick (this command's
+    engine is new: its `for` starts from now and it acted on nothing), or a line saying
+    no service runs."""
+    from guardian.runtime.paths import service_paths
+    from guardian.runtime.seen import action_line
+    seen, note = service_saw(service_paths(config).state.parent)
+    if seen is None:
+        return note
+    lines = [note.rstrip(":")]
+    link = next((lk for lk in seen.chain if lk.rule == rule), None)
+    blind = next((b for b in seen.blind if b.rule == rule), None)
+    if link is not None:
+        began = "" if link.since is None else \
+            f", began {for_people(max(seen.now - link.since, 0.0))} ago"
+        lines.append(f"  the service: {link.phase.upper()}{began}")
+    elif blind is not None:
+        lines.append(f"  the service: BLIND: {blind.line()}")
+    else:
+        lines.append("  the service: neither pending nor firing")
+    lines += [f"  the service acted: {action_line(e)}" for e in seen.actions
+              if e["rule"] == rule][-3:]
+    lines.append("this command's own evaluation (a new engine: `for` starts from now):")
+    return "\n".join(lines)

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from guardian.cli.common import host_collector, json_out, rules_and_recording, warm_snapshot
-from guardian.core.durations import format_duration, parse_duration
+from guardian.cli.common import (
+    host_collector,
+    json_out,
+    rules_and_recording,
+    service_saw,
+    warm_snapshot,
+)
+from guardian.core.durations import parse_duration
 from guardian.core.exitcodes import ExitCode
 from guardian.engine.engine import Engine
 from guardian.runtime import seen as seen_file
 from guardian.runtime import why
-from guardian.runtime.coverage import Blind, Sight, blind_rules, sight_of
+from guardian.runtime.coverage import Blind, blind_rules, recorded_sight, sight_of
 
 
 def cmd_why(args: argparse.Namespace) -> ExitCode:
@@ -40,11 +45,11 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             return ExitCode.USAGE
         chain = why.links(engine, snap, decisions)
         now, total = snap.time, len(rules.rules)
-        blind = blind_rules(rules, engine.states, snap, _recorded_sight())
+        blind = blind_rules(rules, engine.states, snap, recorded_sight())
     else:
         from guardian.runtime.paths import service_paths
         state = Path(args.state) if args.state else service_paths(config).state
-        seen, note = _service_saw(state.parent)
+        seen, note = service_saw(state.parent)
         if seen is not None:
             chain, blind, now, total = seen.chain, seen.blind, seen.now, seen.rules
         else:
@@ -85,35 +90,3 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             print(f"guardian why: {exc}", file=sys.stderr)
             return ExitCode.FAILED
     return ExitCode.OK
-
-
-def _recorded_sight() -> Sight:
-    """Over a recording: which source gives each signal (why one gave none is not
-    recorded)."""
-    from guardian.plugin.registry import default_registry
-    sources = default_registry().sources
-    sight = Sight.of({n: [s.name for s in src.specs] for n, src in sources.items()},
-                     sources, {})
-    sight.absent = "gave no such value in the recording"
-    return sight
-
-
-def _service_saw(directory: Path) -> tuple[seen_file.Seen | None, str]:
-    """What the running service saw at its last tick, and a line saying so; or None,
-    and a line saying why this command evaluates on its own."""
-    from guardian.service.instancelock import holder
-    pid = holder(directory)
-    if pid is None:
-        return None, (f"(no guardian service holds {directory}: evaluated by this command "
-                      "alone, which remembers nothing: restarts within a window, rates and "
-                      "`for` start from now)")
-    try:
-        seen = seen_file.read(directory / seen_file.SEEN_NAME)
-    except (OSError, ValueError) as exc:
-        why_not = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return None, (f"(the guardian service{f' (pid {pid})' if pid else ''} runs, but what "
-                      f"it saw cannot be read: {why_not}; evaluated by this command alone, "
-                      "which remembers nothing)")
-    age = max(time.time() - seen.wall, 0.0)
-    return seen, (f"As the guardian service (pid {seen.pid}) saw it at "
-                  f"{seen_file.clock(seen.wall)}, {format_duration(round(age))} ago:")

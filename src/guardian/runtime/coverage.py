@@ -20,7 +20,7 @@ from guardian.model.schema import Severity
 from guardian.plugin.registry import Registry
 from guardian.runtime.collector import Collector
 
-__all__ = ["Blind", "Sight", "blind_rules", "sight_of", "summary"]
+__all__ = ["Blind", "Sight", "blind_rules", "recorded_sight", "sight_of", "summary"]
 
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
@@ -52,6 +52,17 @@ def sight_of(collector: Collector, registry: Registry) -> Sight:
     return Sight.of({name: [spec.name for spec in src.specs]
                      for name, src in registry.sources.items()},
                     {src.name for src in collector.sources}, collector.unavailable)
+
+
+def recorded_sight() -> Sight:
+    """Over a recording: which source gives each signal (why one gave none is not
+    recorded)."""
+    from guardian.plugin.registry import default_registry
+    sources = default_registry().sources
+    sight = Sight.of({n: [s.name for s in src.specs] for n, src in sources.items()},
+                     sources, {})
+    sight.absent = "gave no such value in the recording"
+    return sight
 
 
 @dataclass(frozen=True)
