@@ -20,7 +20,7 @@ from guardian.runtime.coverage import Blind
 from guardian.runtime.executor import Executed
 from guardian.runtime.why import Link
 
-__all__ = ["SEEN_NAME", "Recent", "Seen", "read", "write"]
+__all__ = ["SEEN_NAME", "Keeper", "Recent", "Seen", "read", "write"]
 
 SEEN_NAME = "seen.json"
 FORMAT = 1
@@ -67,6 +67,29 @@ class Seen:
         return {"format": FORMAT, "pid": self.pid, "wall": self.wall, "now": self.now,
                 "rules": self.rules, "chain": [lk.to_dict() for lk in self.chain],
                 "blind": [b.to_dict() for b in self.blind], "actions": self.actions}
+
+
+class Keeper:
+    """Writes what the service saw when it changed, or ``refresh`` seconds after the
+    last write: a quiet node costs no file write a tick (the times in a report are its
+    own: `why` says when the service saw it)."""
+
+    def __init__(self, path: Path, refresh: float = 60.0) -> None:
+        self.path = path
+        self.refresh = refresh
+        self._last: dict[str, Any] | None = None
+        self._written = float("-inf")
+
+    def keep(self, seen: Seen, now: float) -> bool:
+        """Write ``seen`` if it differs from the last written (its times aside) or the
+        last write is ``refresh`` old; whether it wrote. Raises OSError."""
+        body = seen.to_dict()
+        same = {k: v for k, v in body.items() if k not in ("wall", "now")}
+        if same == self._last and now - self._written < self.refresh:
+            return False
+        write(self.path, seen)
+        self._last, self._written = same, now
+        return True
 
 
 def write(path: Path, seen: Seen) -> None:

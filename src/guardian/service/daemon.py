@@ -134,7 +134,7 @@ class Daemon:
         self.sight = Sight()  # which source gives which signal, and why some give none
         self.blind: list[Blind] = []  # rules with no value at the last tick
         self.recent = seen_file.Recent()  # the last actions, for `guardian why`
-        self.seen_path = opts.state_path.parent / seen_file.SEEN_NAME \
+        self.seen = seen_file.Keeper(opts.state_path.parent / seen_file.SEEN_NAME) \
             if opts.state_path else None
         self.seen_fault = ""  # why what the service saw cannot be written now
 
@@ -480,7 +480,7 @@ class Daemon:
     def _write_seen(self, snap: Snapshot, decisions: list[Decision]) -> None:
         """Keep what this tick saw where `guardian why` reads it; a failure is logged
         once (it changes nothing the service decides)."""
-        if self.seen_path is None:
+        if self.seen is None:
             return
         assert self.engine and self.ruleset
         chain = why_chain.links(self.engine, snap, decisions)
@@ -489,11 +489,11 @@ class Daemon:
         seen = seen_file.Seen(os.getpid(), time.time(), snap.time, len(self.ruleset.rules),
                               chain, self.blind, list(self.recent.entries))
         try:
-            seen_file.write(self.seen_path, seen)
+            self.seen.keep(seen, time.monotonic())
         except OSError as exc:
             if not self.seen_fault:
                 log.error("cannot write %s: %s; `guardian why` cannot show what the "
-                          "service sees until it can", self.seen_path, exc.strerror or exc)
+                          "service sees until it can", self.seen.path, exc.strerror or exc)
             self.seen_fault = str(exc.strerror or exc)
             return
         self.seen_fault = ""

@@ -151,3 +151,21 @@ def test_holder_names_the_process_that_holds_the_state_directory(tmp_path: Path)
     finally:
         lock.release()
     assert holder(tmp_path) is None  # the file is there, nobody holds it
+
+
+def test_what_the_service_saw_is_written_when_it_changes_or_is_a_minute_old(
+        tmp_path: Path) -> None:
+    """A quiet node costs no file write a tick (it cost 0.4 ms of a 3 ms tick)."""
+    keeper = seen_file.Keeper(tmp_path / seen_file.SEEN_NAME, refresh=60.0)
+
+    def seen(wall: float, actions: list[dict[str, object]]) -> seen_file.Seen:
+        return seen_file.Seen(1, wall, wall, 3, [], [], actions)
+
+    assert keeper.keep(seen(1000.0, []), now=0.0)
+    assert not keeper.keep(seen(1001.0, []), now=1.0)  # only its times moved
+    assert seen_file.read(keeper.path).wall == 1000.0
+    entry = {"at": 1002.0, "rule": "r", "use": "log", "result": "ok", "what": "log ok"}
+    assert keeper.keep(seen(1002.0, [entry]), now=2.0)  # something changed
+    assert not keeper.keep(seen(1003.0, [entry]), now=3.0)
+    assert keeper.keep(seen(1062.0, [entry]), now=62.0)  # a minute on: fresh again
+    assert seen_file.read(keeper.path).wall == 1062.0
