@@ -4,7 +4,6 @@ the outcome. Dry-run is this same path with the apply step left out."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.hostio.host import Host
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan
+from guardian.runtime.deadline import DeadlineRunner, Ran
 
 log = logging.getLogger("guardian.executor")
 
@@ -101,11 +101,10 @@ class Executor:
     clock: Callable[[], float] = time.time
     on_result: list[Callable[[Executed], None]] = field(default_factory=list)
     apply_timeout: float = 300.0
-    heartbeat: Callable[[], None] = lambda: None  # called while an apply runs
     fleet: FleetGate | None = None
 
     audit_fault: str = ""  # why the audit log cannot be written now ("" when it can)
-    running: dict[tuple[str, str], threading.Thread] = field(default_factory=dict)
+    running: dict[tuple[str, str], DeadlineRunner[Outcome]] = field(default_factory=dict)
 
     def audit_entry(self, entry: dict[str, Any]) -> bool:
         """Append one entry to the audit log (when there is one), stamped with the time.
@@ -225,45 +224,28 @@ class Executor:
 
     def _apply(self, action: AnyAction, plan: Plan[Any], ctx: ActionContext, rule: str,
                use: str) -> Outcome:
-        """Run apply in a worker thread, so a stuck action costs the loop at most
-        ``apply_timeout`` and the loop keeps its heartbeat (the systemd watchdog) meanwhile.
-        A Python thread cannot be killed: one that overruns is reported, no second run of
-        the action starts while it lives, and its outcome is audited when it arrives."""
-        box: list[Outcome] = []
-        gave_up = threading.Event()
-        lock = threading.Lock()
+        """Run apply in a worker thread, so a stuck action costs its caller at most
+        ``apply_timeout``. The wait does nothing else: the watchdog is pinged by the
+        service's loop alone, so a hung loop is never hidden by a busy action. An apply
+        that overruns is reported, no second run of the action starts while it lives
+        (:class:`~guardian.runtime.deadline.DeadlineRunner`), and its outcome is audited
+        when it arrives."""
+        runner = self.running.setdefault((rule, use),
+                                         DeadlineRunner(f"guardian-apply-{use}"))
 
-        def work() -> None:
-            try:
-                outcome = action.apply(plan, ctx)
-            except Exception as exc:
-                outcome = Outcome(ok=False, error=f"apply raised {exc!r}")
-            with lock:
-                box.append(outcome)
-                late = gave_up.is_set()
-            if late:
-                self.audit_entry({"type": "late_outcome", "rule": rule, "use": use,
-                                  "outcome": outcome.to_dict()})
-                log.warning("rule %s: action %s finished after its timeout: %s", rule, use,
-                            "ok" if outcome.ok else outcome.error)
+        def late(ran: Ran[Outcome]) -> None:
+            outcome = _outcome(ran)
+            self.audit_entry({"type": "late_outcome", "rule": rule, "use": use,
+                              "outcome": outcome.to_dict()})
+            log.warning("rule %s: action %s finished after its timeout: %s", rule, use,
+                        "ok" if outcome.ok else outcome.error)
 
-        worker = threading.Thread(target=work, name=f"guardian-apply-{use}", daemon=True)
-        try:
-            worker.start()
-        except RuntimeError as exc:  # no thread to be had (TasksMax): fail, do not die
-            return Outcome(ok=False, error=f"cannot start the action's worker: {exc}")
-        self.running[(rule, use)] = worker
-        deadline = time.monotonic() + self.apply_timeout
-        while worker.is_alive() and time.monotonic() < deadline:
-            worker.join(min(0.5, max(deadline - time.monotonic(), 0.0)))
-            self.heartbeat()
-        with lock:
-            if box:
-                return box[0]
-            gave_up.set()
-        return Outcome(ok=False, error=f"apply did not finish within "
-                                       f"{self.apply_timeout:g}s (left running; its outcome "
-                                       f"is audited when it ends)")
+        ran = runner.run(lambda: action.apply(plan, ctx), self.apply_timeout, late=late)
+        if ran.status == "overran":
+            return Outcome(ok=False, error=f"apply did not finish within "
+                                           f"{self.apply_timeout:g}s (left running; its "
+                                           f"outcome is audited when it ends)")
+        return _outcome(ran)
 
     def _refuse(self, d: Decision, use: str, plan: Plan[Any] | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""
@@ -278,3 +260,14 @@ class Executor:
         for cb in self.on_result:
             cb(ex)
         return ex
+
+
+def _outcome(ran: Ran[Outcome]) -> Outcome:
+    """An apply's outcome, whatever became of its call."""
+    if ran.status == "done" and ran.value is not None:
+        return ran.value
+    if ran.status == "crashed":
+        return Outcome(ok=False, error=f"apply raised {ran.error!r}")
+    if ran.status == "unstarted":
+        return Outcome(ok=False, error=f"cannot start the action's worker: {ran.error}")
+    return Outcome(ok=False, error=f"apply ended as {ran.status}")

@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import stat
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from guardian.runtime import why as why_chain
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
 from guardian.runtime.coverage import Blind, Sight, blind_rules, sight_of, summary
+from guardian.runtime.deadline import DeadlineRunner
 from guardian.runtime.executor import Executed, Executor
 from guardian.runtime.metrics import STATES, Metrics
 from guardian.runtime.operate import Operations
@@ -128,7 +128,8 @@ class Daemon:
         self.next_ping = 0.0
         self.failing: dict[str, str] = {}  # sources failing at the last tick
         self.state_fault = ""  # why the state cannot be saved now
-        self.acting: threading.Thread | None = None  # the worker carrying out decisions
+        # the worker carrying out decisions
+        self.acting: DeadlineRunner[list[Executed]] = DeadlineRunner("guardian-act")
         self.act_fault = ""  # why no worker could be started to act
         self.operations = Operations(config, opts.state_path)  # holds, windows (issue 31)
         self.sight = Sight()  # which source gives which signal, and why some give none
@@ -241,8 +242,7 @@ class Daemon:
                               f"{exc.strerror or exc}")
             return ExitCode.CANTCREAT
         self.executor = Executor(self.collector.host, dry_run=self.opts.dry_run, audit=audit,
-                                 apply_timeout=self.opts.apply_timeout,
-                                 heartbeat=self.ping_if_due)
+                                 apply_timeout=self.opts.apply_timeout)
         self.executor.on_result.append(self._count)
         if self.config.fleet is not None:
             from guardian.kube.fleet import FleetBudget, FleetParams
@@ -390,45 +390,29 @@ class Daemon:
 
     def _act(self, decisions: list[Decision], snap: Snapshot) -> list[Executed] | None:
         """Carry out decisions off the loop: planning and the fleet budget talk to an API
-        server, which may never answer. The loop keeps its watchdog pings and honours
-        SIGTERM meanwhile, and moves on after ``act_deadline``; the worker is then left to
-        end, and no other starts beside it."""
+        server, which may never answer. The loop waits at most ``act_deadline``, a
+        bounded join at a time, pinging the watchdog and honouring SIGTERM between joins;
+        the worker is then left to end, and no other starts beside it."""
         assert self.executor
-        box: list[list[Executed]] = []
-        crashed: list[BaseException] = []
         executor = self.executor
-
-        def work() -> None:
-            try:
-                box.append(executor.run(decisions, snap))
-            except Exception as exc:  # reported below as what it is, not as a timeout
-                crashed.append(exc)
-
-        worker = threading.Thread(target=work, name="guardian-act", daemon=True)
-        try:
-            worker.start()
-        except RuntimeError as exc:  # no thread to be had (TasksMax): decide again later
+        ran = self.acting.run(lambda: executor.run(decisions, snap), self.opts.act_deadline,
+                              tick=self.ping_if_due, stop=lambda: self.stop_requested)
+        if ran.status == "unstarted":  # no thread to be had (TasksMax): decide again later
             if not self.act_fault:
                 log.error("cannot start a thread to act (a task limit?): %s; nothing is "
-                          "acted on until one can be", exc)
-            self.act_fault = f"cannot start a thread: {exc}"
+                          "acted on until one can be", ran.error)
+            self.act_fault = f"cannot start a thread: {ran.error}"
             return None
         self.act_fault = ""
-        self.acting = worker
-        deadline = time.monotonic() + self.opts.act_deadline
-        while worker.is_alive() and not self.stop_requested and time.monotonic() < deadline:
-            worker.join(0.25)
-            self.ping_if_due()
-        if box:
-            return box[0]
-        if crashed:
-            error = crashed[0]
+        if ran.status == "done":
+            return ran.value
+        if ran.status == "crashed" and ran.error is not None:
+            error = ran.error
             rules = sorted({d.rule for d in decisions})
             log.error("acting on %s crashed: %r", ", ".join(rules), error,
                       exc_info=(type(error), error, error.__traceback__))
             executor.audit_entry({"type": "act_crash", "rules": rules, "error": repr(error)})
-            return []
-        if not self.stop_requested:
+        elif ran.status == "overran":
             log.error("actions did not finish within %gs (an API that does not answer?); "
                       "the loop goes on, and nothing else acts until they end",
                       self.opts.act_deadline)
@@ -564,7 +548,7 @@ class Daemon:
             parts.append(self.status_extra)
         if fault := self.persistence_fault():
             parts.append(f"NOT ACTING, persistence failing ({fault})")
-        if self.acting is not None and self.acting.is_alive():
+        if self.acting.is_alive():
             parts.append("acting (waiting on the outside world)")
         if self.act_fault:
             parts.append(f"NOT ACTING ({self.act_fault})")
