@@ -43,3 +43,31 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+# A test's id is in PYTEST_CURRENT_TEST, which every process a test starts inherits: a
+# parameter's text as its id (pytest before 9.2 uses a string of any length) once made an
+# environment past the kernel's limit ("Argument list too long"). Ids are short, on every
+# pytest: a long string parameter needs ``ids=`` or ``pytest.param(..., id=...)``.
+MAX_PARAM_ID = 100
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    if isinstance(val, str | bytes) and len(val) > MAX_PARAM_ID:
+        pytest.fail(f"parameter {argname!r} is a {len(val)}-character string with no id: give "
+                    f"it one (ids=... or pytest.param(..., id=...)) of at most {MAX_PARAM_ID}",
+                    pytrace=False)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long = [item.nodeid for item in items if len(_param_id(item)) > MAX_PARAM_ID]
+    if long:
+        raise pytest.UsageError(
+            f"test ids longer than {MAX_PARAM_ID} characters in brackets (give them ids=):\n" +
+            "\n".join(n[:200] for n in long))
+
+
+def _param_id(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return callspec.id if callspec is not None else ""

@@ -187,7 +187,8 @@ def test_every_shipped_pattern_is_safe_by_check() -> None:
     # a line of the kernel's own about a device: untouched
     ("EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1)",
      "EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1)"),
-])
+], ids=["name-of-the-ena-line", "name-holding-a-segfault", "file-name-cut-short",
+        "file-name-faking-the-suffix", "traps-name", "the-kernels-own-line"])
 def test_mask(line: str, masked: str) -> None:
     assert mask(line) == masked
 

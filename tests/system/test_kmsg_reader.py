@@ -104,7 +104,8 @@ SINCE_4_9 = (f"4,10,100,-;{ENA}Device reset\n"
 
 
 @pytest.mark.parametrize(("log", "generation"), [(BEFORE_4_9, "before-4.9"),
-                                                  (SINCE_4_9, "4.9+")])
+                                                  (SINCE_4_9, "4.9+")],
+                         ids=["before-4.9", "4.9+"])
 def test_fragments_join_as_each_kernel_generation_flags_them(
         tmp_path: Path, log: str, generation: str) -> None:
     src = _recording(tmp_path, log, continuation=generation)

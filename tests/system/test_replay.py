@@ -222,7 +222,7 @@ def _recording(path: Path, *lines: str | bytes) -> Path:
     ('{"t": 1, "v": [1, 2]}\n', "AttributeError"),  # values a list, not a table
     ('{"t": 1, "v": {"memcg.dying": ' + "9" * 400 + "}}\n", "OverflowError"),
     ("[" * 100_000 + "]" * 100_000 + "\n", "RecursionError"),
-])
+], ids=["values-a-list", "a-400-digit-number", "lists-100000-deep"])
 def test_a_malformed_recording_is_damaged_at_its_line_never_a_traceback(
         tmp_path: Path, record: str, why: str) -> None:
     """Before: tracebacks; now "damaged at line N", and what came before replays."""

@@ -342,7 +342,9 @@ def test_every_mention_in_the_docs_and_comments_is_true() -> None:
     ("`/var/lib/guardian/guardian.lock`", "`/var/log/guardian/guardian.lock`"),
     ("`WatchdogSec=30s`", "`WatchdogSec=60s`"),
     ('namespace = "guardian"', 'namespace = "kube-system"'),
-])
+], ids=["configmap-namespace", "kubectl-namespace", "kubectl-no-namespace", "kubectl-file",
+        "kubectl-name", "annotation", "metrics-port", "healthz", "holds-dir", "lock-file",
+        "watchdog", "toml-namespace"])
 def test_a_wrong_mention_is_named(good: str, bad: str) -> None:
     assert wrong_mentions({"doc.md": good}) == []
     [why] = wrong_mentions({"doc.md": bad})

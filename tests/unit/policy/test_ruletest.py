@@ -169,7 +169,9 @@ def _bad(tmp_path: Path, test_text: str) -> list[str]:
      "evaluations away at 1m; at most 1000000 per test"),
     ('name = "t"', 'name = "t', "t.test.toml:5:10: TOML syntax: "),
     ('rule_files = ["r.toml"]', 'rule_files = "r.toml"', "t.test.toml:1:14: rule_files: "),
-])
+], ids=["firng", "input_series", "nothing-to-check", "no-such-rule", "firing-a-number",
+        "actions-of-strings", "expect-a-table", "series-a-string", "at-past-ten-years",
+        "at-too-many-evaluations", "toml-syntax", "rule_files-a-string"])
 def test_bad_test_files_are_located_errors(tmp_path: Path, old: str, new: str,
                                            want: str) -> None:
     """promtool refuses unknown keys; so does guardian, saying which key was meant. Every
