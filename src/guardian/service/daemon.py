@@ -7,15 +7,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
-
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
 
 from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
@@ -27,7 +23,7 @@ from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import Registry, default_registry
-from guardian.policy.loader import load_rules, rule_files
+from guardian.policy.loader import load_rules
 from guardian.runtime import seen as seen_file
 from guardian.runtime import state as state_file
 from guardian.runtime import why as why_chain
@@ -40,33 +36,12 @@ from guardian.runtime.metrics import STATES, Metrics
 from guardian.runtime.operate import Operations
 from guardian.service.instancelock import InstanceLock, InstanceLocked
 from guardian.service.notify import Notifier
+from guardian.service.rulewatch import RuleWatcher, unsafe_rule_paths
 from guardian.service.wakeup import Wakeup
 
 log = logging.getLogger("guardian.service")
 
 RELOAD_SETTLE = 0.3  # an editor writes in bursts: reload once they are done
-
-
-def unsafe_rule_paths(paths: list[str]) -> list[str]:
-    """Rule (or config) files and their directories that someone other than root could
-    change."""
-    problems = []
-    checked: set[Path] = set()
-    for f in rule_files(paths):
-        for p in (f, f.resolve().parent):
-            if p in checked:
-                continue
-            checked.add(p)
-            try:
-                st = os.stat(p)
-            except OSError:
-                continue  # the loader reports unreadable files
-            if st.st_uid != 0:
-                problems.append(f"{p}: owned by uid {st.st_uid}, not root")
-            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                problems.append(f"{p}: writable by group or others "
-                                f"(mode {stat.S_IMODE(st.st_mode):o})")
-    return problems
 
 
 @dataclass
@@ -83,20 +58,6 @@ class ServiceOptions:
     act_deadline: float = 360.0  # the longest the loop waits for one tick's actions
     require_root_owned_rules: bool = True
     root: Path = field(default_factory=lambda: Path("/"))
-
-
-class _RuleChange(FileSystemEventHandler):
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-
-    # reading the rules opens them too: only changes count
-    CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        path = str(event.src_path) + " " + str(getattr(event, "dest_path", ""))
-        # a Kubernetes ConfigMap volume swaps a "..data" symlink rather than the files
-        if event.event_type in self.CHANGES and (".toml" in path or "..data" in path):
-            self.daemon.request_reload("rule files changed")
 
 
 class Daemon:
@@ -122,8 +83,7 @@ class Daemon:
         self.engine: Engine | None = None
         self.collector: Collector | None = None
         self.executor: Executor | None = None
-        self.observer: Observer | None = None  # type: ignore[valid-type]
-        self.watched: dict[Path, tuple[int, int]] = {}  # directory -> (device, inode)
+        self.rule_watch = RuleWatcher(opts.rules, self.request_reload)
         self.ready = False
         self.next_ping = 0.0
         self.failing: dict[str, str] = {}  # sources failing at the last tick
@@ -264,48 +224,13 @@ class Daemon:
                 self._not_started(failed)
                 return ExitCode.TEMPFAIL
         followers = self.collector.follow(lambda reason: self.wake.set())
-        self._watch_rules()
+        self.rule_watch.start()
         log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",
                  "dry run" if self.opts.dry_run else "live", len(self.ruleset.rules),
                  ", ".join(self.opts.rules), self.opts.interval,
                  ", ".join(s.name for s in self.collector.sources) or "none",
                  ", ".join(followers) or "none")
         return ExitCode.OK
-
-    def _watch_rules(self) -> None:
-        """Watch the rule directories. inotify watches an inode: :meth:`_rewatch_if_moved`
-        follows the paths when a directory is replaced (a symlink swapped, recreated)."""
-        if self.observer is not None:
-            self.observer.stop()
-        dirs = {Path(p) if Path(p).is_dir() else Path(p).parent for p in self.opts.rules}
-        observer = Observer()
-        handler = _RuleChange(self)
-        self.watched = {}
-        for d in dirs:
-            try:
-                st = os.stat(d)
-                # inotify does not follow a symlinked directory: watch what it names now
-                observer.schedule(handler, str(d.resolve()), recursive=False)
-            except (OSError, RuntimeError) as exc:  # gone meanwhile: the next tick retries
-                log.warning("cannot watch %s: %s", d, exc)
-                continue
-            self.watched[d] = (st.st_dev, st.st_ino)
-        observer.daemon = True
-        observer.start()
-        self.observer = observer
-
-    def _rewatch_if_moved(self) -> None:
-        for d, ident in self.watched.items():
-            try:
-                st = os.stat(d)
-                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
-            except OSError:
-                now = None
-            if now != ident:
-                log.info("rules directory %s was replaced; watching the new one", d)
-                self._watch_rules()
-                self.request_reload("rules directory replaced")
-                return
 
     def loop(self) -> None:
         next_tick = time.monotonic()
@@ -315,7 +240,7 @@ class Daemon:
                 self.reload()
             if now >= next_tick or self.wake.is_set():
                 self.wake.clear()
-                self._rewatch_if_moved()
+                self.rule_watch.rewatch_if_moved()
                 self.tick()
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + self.opts.interval
@@ -585,8 +510,7 @@ class Daemon:
 
     def shutdown(self) -> None:
         self.notifier.stopping()
-        if self.observer is not None:
-            self.observer.stop()
+        self.rule_watch.stop()
         if self.engine is not None and self.opts.state_path is not None:
             try:
                 state_file.save(self.engine, self.opts.state_path)
