@@ -15,10 +15,21 @@ skipped (``reason="too_long"``), one that is not a JSON object ``reason="json"``
 
 Trust: an entry is matched only when journald's ``_UID`` (set from the sender's
 credentials, never from what it sends) is one of ``uids`` (default root only): any user can
-``logger 'PLEG is not healthy'``; the rest are counted as ``reason="uid"``. An entry's unit
-is journald's ``_SYSTEMD_UNIT``; the ``UNIT`` field (which any sender may set) names it only
-in PID 1's own messages about a unit. Without journald (no socket and no journal directory
-under the host root) the source says so instead of reading healthy zeros.
+``logger 'PLEG is not healthy'``; the rest are counted as ``reason="uid"``. Root is not
+enough: a root daemon logs what others chose (``ssh -l 'PLEG is not healthy' host`` makes
+sshd, uid 0, log that user name), so each pattern matches only entries of the units it is
+meant for, its own ``units`` or the source's (``kubelet.service`` and
+``containerd.service`` unless set), by journald's ``_SYSTEMD_UNIT`` (the sender's cgroup,
+which no unprivileged process can leave for a system unit's) or, in PID 1's own messages
+about a unit, ``UNIT``; never by ``_COMM`` (a setuid program run through a link named
+``kubelet`` is called kubelet) nor ``SYSLOG_IDENTIFIER`` (the sender's own). Other
+units' entries are ``reason="unit"``. An entry that carries ``CONTAINER_ID``,
+``CONTAINER_ID_FULL`` or ``CONTAINER_NAME`` is a container's own output relayed by its
+runtime (docker's and podman's journald log driver, uid 0, in the runtime's unit) and
+never matches (``reason="container"``). These checks read the raw line before it is parsed
+and before the per-tick budget: other senders' lines never spend it. Without journald (no
+socket and no journal directory under the host root) the source says so instead of
+reading healthy zeros.
 
 A journalctl that exits (or cannot start) is started again after a backoff (1 s doubling
 to a minute); until it runs the source gives no value, which the collector counts in
@@ -30,6 +41,8 @@ systemd 236), then from the journal's end (a kept cursor it cannot seek to).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import functools
 import json
 import os
 import re
@@ -42,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from guardian.core.atomicfile import write_json
 from guardian.core.regexsafety import named_pattern_problem
@@ -52,24 +65,48 @@ from guardian.hostio.programs import read_pipe
 from guardian.hostio.records import read_json
 from guardian.plugin.contract import SampleError, Source
 
-SKIP_REASONS = ("flood", "too_long", "json", "uid")
+SKIP_REASONS = ("flood", "too_long", "json", "uid", "unit", "container")
 _COALESCE = 0.05           # at most ~20 wake-ups a second
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 60.0
 _STABLE = 30.0             # a child that ran this long resets the backoff
-_FIELDS = "MESSAGE,_SYSTEMD_UNIT,UNIT,_SYSTEMD_USER_UNIT,_PID,_UID"
+_RELAYED = ("CONTAINER_ID", "CONTAINER_ID_FULL", "CONTAINER_NAME")
+_FIELDS = "MESSAGE,_SYSTEMD_UNIT,UNIT,_SYSTEMD_USER_UNIT,_PID,_UID," + ",".join(_RELAYED)
+DEFAULT_UNITS = ("kubelet.service", "containerd.service")
 _JOURNALD = ("run/systemd/journal/socket", "run/log/journal", "var/log/journal")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@*?\[\]-]+$")
+
+
+def _check_units(v: list[str]) -> list[str]:
+    for unit in v:
+        if not _UNIT_NAME.match(unit) or unit.startswith("-"):
+            raise ValueError(f"{unit!r} is not a unit name")
+    return v
+
+
+class JournalPattern(BaseModel):
+    """A pattern with the units whose entries it is meant for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    regex: str = Field(description="regular expression over an entry's MESSAGE")
+    units: list[str] = Field(
+        default_factory=list, description="match only entries of these units (journald's "
+        "_SYSTEMD_UNIT, or UNIT in PID 1's own messages); empty: the source's `units`")
+
+    _units = field_validator("units")(_check_units)
 
 
 class JournalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    patterns: dict[str, str] = Field(
+    patterns: dict[str, str | JournalPattern] = Field(
         default_factory=dict, description="name -> regular expression over an entry's "
-        "MESSAGE; with none the source does not run")
+        "MESSAGE, or a table {regex, units}; with none the source does not run")
     units: list[str] = Field(
-        default_factory=list, description="read only these units' entries (journalctl -u; "
-        "systemd's own messages about a unit count as the unit's); empty: every entry")
+        default_factory=lambda: list(DEFAULT_UNITS), description="the units a pattern "
+        "without its own `units` matches entries of (journald's _SYSTEMD_UNIT; systemd's "
+        "own messages about a unit count as the unit's); journalctl reads only the units "
+        "of the patterns (-u). Empty: every pattern names its own")
     journalctl: list[str] = Field(
         default_factory=lambda: ["journalctl"], min_length=1,
         description="argv prefix of systemd's reader (e.g. with nsenter for the host's)")
@@ -85,19 +122,36 @@ class JournalConfig(BaseModel):
 
     @field_validator("patterns")
     @classmethod
-    def _compile(cls, v: dict[str, str]) -> dict[str, str]:
+    def _compile(cls, v: dict[str, str | JournalPattern]
+                 ) -> dict[str, str | JournalPattern]:
         for name, rx in v.items():
-            if (why := named_pattern_problem(name, rx)) is not None:
+            text = rx if isinstance(rx, str) else rx.regex
+            if (why := named_pattern_problem(name, text)) is not None:
                 raise ValueError(why)
         return v
 
-    @field_validator("units")
-    @classmethod
-    def _units(cls, v: list[str]) -> list[str]:
-        for unit in v:
-            if not _UNIT_NAME.match(unit) or unit.startswith("-"):
-                raise ValueError(f"{unit!r} is not a unit name")
-        return v
+    _units = field_validator("units")(_check_units)
+
+    @model_validator(mode="after")
+    def _scoped(self) -> JournalConfig:
+        for name, rx in self.patterns.items():
+            if not self.units and (isinstance(rx, str) or not rx.units):
+                raise ValueError(
+                    f"pattern {name!r} names no units and `units` is empty: it would match "
+                    f"any root process's entry, and root daemons log what others chose "
+                    f"(sshd logs the user name a stranger tried); give it "
+                    f"{{ regex = ..., units = [...] }} or set `units`")
+        return self
+
+    def scoped(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Each pattern's regex and the units whose entries it may match."""
+        return {name: (rx, tuple(self.units)) if isinstance(rx, str)
+                else (rx.regex, tuple(rx.units or self.units))
+                for name, rx in self.patterns.items()}
+
+    def all_units(self) -> list[str]:
+        """The units journalctl reads: every pattern's, in order, once."""
+        return list(dict.fromkeys(u for _, units in self.scoped().values() for u in units))
 
 
 def entry_unit(entry: dict[str, Any]) -> str:
@@ -112,6 +166,34 @@ def entry_unit(entry: dict[str, Any]) -> str:
         if isinstance(own, str) and own:
             return own
     return ""
+
+
+def sender_unit(entry: dict[str, Any]) -> str:
+    """The system unit whose entry this is, as far as the sender could not choose it:
+    journald's ``_SYSTEMD_UNIT`` (from the sender's cgroup), or for PID 1's own messages
+    the unit named in ``UNIT``; "" if neither."""
+    about = entry.get("UNIT")
+    if entry.get("_PID") == "1" and isinstance(about, str) and about:
+        return about
+    own = entry.get("_SYSTEMD_UNIT")
+    return own if isinstance(own, str) else ""
+
+
+def _raw_field(raw: bytes, key: bytes) -> str | None:
+    """A top-level string field of journalctl's JSON line, read without parsing it: a key
+    is a quote after ``{`` or ``,`` (and blanks), which inside a JSON string is always
+    escaped; a value with escapes, an array (a field with several values) or none: None."""
+    m = _raw_key(key, rb'\s*"([^"\\]*)"').search(raw)
+    return m.group(1).decode("ascii", "replace") if m else None
+
+
+def _raw_has(raw: bytes, key: bytes) -> bool:
+    return _raw_key(key, b"").search(raw) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _raw_key(key: bytes, value: bytes) -> re.Pattern[bytes]:
+    return re.compile(rb'[{,]\s*"' + re.escape(key) + rb'"\s*:' + value)
 
 
 def entry_uid(entry: dict[str, Any]) -> int | None:
@@ -143,7 +225,9 @@ class JournalSource(Source[JournalConfig]):
         SignalSpec("journal.lines", "journal entries read since start", "entries",
                    counter=True),
         SignalSpec("journal.skipped", "entries read but not matched, by reason (flood, "
-                   "too_long, json, uid)", "entries", labels=("reason",), counter=True),
+                   "too_long, json, uid, unit: another unit's, container: a container's "
+                   "output its runtime relayed)", "entries", labels=("reason",),
+                   counter=True),
         SignalSpec("journal.restarts", "times journalctl was started again after it "
                    "exited", "restarts", counter=True),
     )
@@ -151,10 +235,13 @@ class JournalSource(Source[JournalConfig]):
     def __init__(self, host: Host, config: JournalConfig | None = None) -> None:
         super().__init__(host, config)
         self.cfg: JournalConfig = self.config
-        self.patterns = {n: re.compile(p) for n, p in self.cfg.patterns.items()}
+        scoped = self.cfg.scoped()
+        self.patterns = {n: re.compile(rx) for n, (rx, _) in scoped.items()}
+        self.units = {n: units for n, (_, units) in scoped.items()}
+        self.all_units = self.cfg.all_units()
         self.lock = threading.Lock()
         self.counts: dict[tuple[str, str], int] = {
-            (p, u): 0 for p in self.patterns for u in self.cfg.units}
+            (p, u): 0 for p, units in self.units.items() for u in units}
         self.lines = 0
         self.skipped = dict.fromkeys(SKIP_REASONS, 0)
         self.restarts = 0
@@ -206,7 +293,7 @@ class JournalSource(Source[JournalConfig]):
             argv.append(f"--output-fields={_FIELDS}")
         if self.cfg.directory:
             argv.append(f"--directory={self.cfg.directory}")
-        argv += [f"--unit={u}" for u in self.cfg.units]
+        argv += [f"--unit={u}" for u in self.all_units]
         argv.append(f"--after-cursor={self.cursor}" if self.cursor else "--lines=0")
         return argv
 
@@ -303,11 +390,34 @@ class JournalSource(Source[JournalConfig]):
                         self._entry(raw)
             self._maybe_wake()
 
+    def _unit_wanted(self, unit: str, name: str | None = None) -> bool:
+        """Whether any pattern (or pattern ``name``) matches entries of ``unit``."""
+        units = self.all_units if name is None else self.units[name]
+        return bool(unit) and any(fnmatch.fnmatchcase(unit, u) for u in units)
+
+    def _screen(self, raw: bytes) -> str | None:
+        """Why an entry can match no pattern, read off the raw line (no parse, no budget
+        spent), or None. Fails closed: a field it cannot read is no match."""
+        if self.cfg.uids:
+            uid = _raw_field(raw, b"_UID")
+            if uid is None or not uid.isdigit() or int(uid) not in self.cfg.uids:
+                return "uid"
+        if any(_raw_has(raw, k.encode()) for k in _RELAYED):
+            return "container"
+        about = _raw_field(raw, b"UNIT") if _raw_field(raw, b"_PID") == "1" else None
+        if not self._unit_wanted(about or _raw_field(raw, b"_SYSTEMD_UNIT") or ""):
+            return "unit"
+        return None
+
     def _entry(self, raw: bytes) -> None:
         """One JSON line (under the lock)."""
         self.lines += 1
         if len(raw) > self.cfg.max_line_bytes:
             self.skipped["too_long"] += 1
+            return
+        if (why := self._screen(raw)) is not None:
+            self.skipped[why] += 1
+            self.last_skipped = raw  # its cursor is read only when it is needed
             return
         if self.tick_entries >= self.cfg.max_entries_per_tick:
             self.skipped["flood"] += 1
@@ -328,11 +438,17 @@ class JournalSource(Source[JournalConfig]):
         if self.cfg.uids and entry_uid(entry) not in self.cfg.uids:
             self.skipped["uid"] += 1
             return
+        if any(k in entry for k in _RELAYED):
+            self.skipped["container"] += 1
+            return
+        sender = sender_unit(entry)
+        if not self._unit_wanted(sender):
+            self.skipped["unit"] += 1
+            return
         message = entry_message(entry)
-        unit = None
+        unit = entry_unit(entry)
         for name, rx in self.patterns.items():
-            if rx.search(message):
-                unit = entry_unit(entry) if unit is None else unit
+            if self._unit_wanted(sender, name) and rx.search(message):
                 self.counts[(name, unit)] = self.counts.get((name, unit), 0) + 1
                 self.pending.add(name)
 
