@@ -11,16 +11,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-from guardian.core.audit import AuditLog
 from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
 from guardian.core.snapshot import Snapshot
-from guardian.engine.bounds import Budget
 from guardian.engine.decision import Decision
-from guardian.engine.engine import Engine
-from guardian.hostio.host import Host
+from guardian.engine.engine import Engine, Proposal
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import Registry, default_registry
 from guardian.policy.loader import load_rules
@@ -29,12 +25,13 @@ from guardian.runtime import state as state_file
 from guardian.runtime import why as why_chain
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
-from guardian.runtime.coverage import Blind, Sight, blind_rules, sight_of, summary
+from guardian.runtime.coverage import Blind, Sight, blind_rules, summary
 from guardian.runtime.deadline import DeadlineRunner
 from guardian.runtime.executor import Executed, Executor
 from guardian.runtime.metrics import STATES, Metrics
 from guardian.runtime.operate import Operations
-from guardian.service.instancelock import InstanceLock, InstanceLocked
+from guardian.service.components import NotBuilt, build_components, build_engine
+from guardian.service.instancelock import InstanceLock, InstanceLocked, LockUnavailable
 from guardian.service.notify import Notifier
 from guardian.service.rulewatch import RuleWatcher, unsafe_rule_paths
 from guardian.service.wakeup import Wakeup
@@ -88,6 +85,7 @@ class Daemon:
         self.next_ping = 0.0
         self.failing: dict[str, str] = {}  # sources failing at the last tick
         self.state_fault = ""  # why the state cannot be saved now
+        self.lock_fault = ""  # why the state directory's lock is not held (disk faults)
         # the worker carrying out decisions
         self.acting: DeadlineRunner[list[Executed]] = DeadlineRunner("guardian-act")
         self.act_fault = ""  # why no worker could be started to act
@@ -161,6 +159,9 @@ class Daemon:
         if self.lock is not None:
             try:
                 self.lock.acquire()
+            except LockUnavailable as exc:  # the disk, not the setup: run, acting on nothing
+                log.error("%s; running, and acting on nothing until the lock is taken", exc)
+                self.lock_fault = str(exc)
             except InstanceLocked as exc:
                 self._not_started(str(exc))
                 return ExitCode.CONFIG
@@ -180,49 +181,21 @@ class Daemon:
             log.exception("rules could not be loaded")
             self.notifier.status(f"not started: rules could not be loaded: {exc}")
             return ExitCode.CONFIG
-        budget = self.config.engine.budget
-        self.engine = Engine(self.ruleset, Budget(budget.runs, budget.within))
+        self.engine = build_engine(self.ruleset, self.config)
         if self.opts.state_path is not None:
             restored = state_file.load(self.engine, self.opts.state_path)
             if restored:
                 log.info("restored state of %d rule(s) from %s", len(restored),
                          self.opts.state_path)
-        self.collector = Collector.from_registry(Host(self.opts.root), self.registry,
-                                                 self.config)
-        for name, reason in sorted(self.collector.unavailable.items()):
-            log.warning("source %s unavailable: %s", name, reason)
-        self.sight = sight_of(self.collector, self.registry)
-        if self.opts.state_path is not None:
-            for src in self.collector.sources:
-                src.keep_state(self.opts.state_path.parent)
         try:
-            audit = AuditLog(self.opts.audit_path) if self.opts.audit_path else None
-        except OSError as exc:
-            self._not_started(f"cannot open the audit log {self.opts.audit_path}: "
-                              f"{exc.strerror or exc}")
-            return ExitCode.CANTCREAT
-        self.executor = Executor(self.collector.host, dry_run=self.opts.dry_run, audit=audit,
-                                 apply_timeout=self.opts.apply_timeout)
+            parts = build_components(self.opts, self.config, self.registry, self.ruleset,
+                                     self.metrics, self.health)
+        except NotBuilt as exc:
+            self._not_started(str(exc))
+            return exc.code
+        self.collector, self.sight, self.executor = parts.collector, parts.sight, \
+            parts.executor
         self.executor.on_result.append(self._count)
-        if self.config.fleet is not None:
-            from guardian.kube.fleet import FleetBudget, FleetParams
-            assert isinstance(self.config.fleet, FleetParams)
-            try:
-                self.executor.fleet = FleetBudget(self.config.fleet)
-            except Exception as exc:  # lightkube's: no kubeconfig, no service account
-                self._not_started(f"[fleet] needs the Kubernetes API, and no credentials "
-                                  f"reach it: {str(exc).splitlines()[0] if str(exc) else exc!r}"
-                                  " (in a pod: the service account's token and "
-                                  "KUBERNETES_SERVICE_HOST; else a kubeconfig)")
-                return ExitCode.CONFIG
-        self.metrics.use_rules(self.ruleset, self.registry.catalogue())
-        self.metrics.last_reload_ok.set(1)
-        if self.opts.metrics_port is not None:
-            failed = self.metrics.serve(self.opts.metrics_address, self.opts.metrics_port,
-                                        health=self.health)
-            if failed:  # no /healthz: a liveness probe would kill it later, for less
-                self._not_started(failed)
-                return ExitCode.TEMPFAIL
         followers = self.collector.follow(lambda reason: self.wake.set())
         self.rule_watch.start()
         log.info("guardian %s: %d rule(s) from %s, every %gs; sources: %s; events: %s",
@@ -265,19 +238,24 @@ class Daemon:
         started = time.monotonic()
         snap = self.collector.collect(started)
         self._source_health(snap.errors)
-        before = self.engine.export_state(), list(self.engine.ending)
-        self.operations.before(self.engine)
-        decisions = self.engine.evaluate(snap)
-        if decisions and self.acting is not None and self.acting.is_alive():
+        op = self.operations.before()
+        # One tick, one transaction: the evaluation proposes, and the engine takes the
+        # proposal only once the state file and the audit log hold it; otherwise it is
+        # dropped whole and the engine decides (and acts) again at a later tick.
+        evaluation = self.engine.propose(snap, holds=op.holds, wall=op.wall,
+                                         window=op.window)
+        decisions = evaluation.decisions
+        proposal: Proposal | None = evaluation.proposal
+        if decisions and self.acting.is_alive():
             # the previous tick's actions are still waiting on the outside world: none
             # start beside them, and nothing is decided until they are done
-            self._undo(before)
-            decisions = []
-        if decisions and not self._persist():
-            # Fail closed: what cannot be made durable did not happen. The engine goes
-            # back to where it was, so it decides (and acts) again once the disk is back.
-            self._undo(before)
-            decisions = []
+            proposal, decisions = None, []
+        elif decisions and not self._persist(evaluation.proposal):
+            # Fail closed: what cannot be made durable did not happen
+            proposal, decisions = None, []
+        elif not decisions:
+            self.engine.commit(evaluation.proposal)  # nothing decided: nothing to keep
+            proposal = None
         if not self.ready:  # ready once it evaluates: acting may wait on the outside world
             self.ready = True
             self.notifier.ready(self.status())
@@ -286,13 +264,9 @@ class Daemon:
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
         results = self._act(decisions, snap) if decisions else self.executor.run([], snap)
-        if results is None:  # nothing could be started: decide again at the next tick
-            self._undo(before)
-            self._persist()
-            results = []
-        elif self.executor.audit_fault:
-            self._undo(before)  # not in the audit log, so not decided: again later
-            self._persist()
+        if proposal is not None:
+            self._settle(proposal, results)
+        results = results or []
         self.blind = blind_rules(self.ruleset, self.engine.states, snap, self.sight)
         self._update_metrics(snap)
         self._write_seen(snap, decisions)
@@ -305,13 +279,19 @@ class Daemon:
         self.notifier.status(self.status())
         return results
 
-    def _undo(self, before: tuple[dict[str, Any], list[Any]]) -> None:
-        """Put the engine back where it was before this tick's evaluation (its states, and
-        the resolutions a reload still owes), so it decides again at the next tick."""
-        assert self.engine
-        state, ending = before
-        self.engine.import_state(state)
-        self.engine.ending = ending
+    def _settle(self, proposal: Proposal, results: list[Executed] | None) -> None:
+        """Commit a durable tick's proposal once its decisions were carried out, or drop
+        it when they never reached the audit log and nothing was applied (no worker could
+        be started, or the audit log could not be written): not decided, so decided again
+        later, and the state file is put back to the engine's."""
+        assert self.engine and self.executor
+        unapplied = results is None or (
+            bool(self.executor.audit_fault) and not self.acting.is_alive()
+            and not any(ex.outcome is not None for ex in results))
+        if unapplied:
+            self._persist()
+            return
+        self.engine.commit(proposal)
 
     def _act(self, decisions: list[Decision], snap: Snapshot) -> list[Executed] | None:
         """Carry out decisions off the loop: planning and the fleet budget talk to an API
@@ -343,14 +323,17 @@ class Daemon:
                       self.opts.act_deadline)
         return []
 
-    def _persist(self) -> bool:
-        """Save the engine's state before anything is acted on; False (the fault logged
-        once and shown in the status and metrics) when it cannot be saved."""
+    def _persist(self, proposal: Proposal | None = None) -> bool:
+        """Save the engine's state (as ``proposal`` leaves it, when given) before anything
+        is acted on; False (the fault logged once and shown in the status and metrics)
+        when it cannot be saved, or when the state directory's lock is not held."""
         if self.opts.state_path is None:
             return True
+        if not self._locked():
+            return False
         try:
             assert self.engine is not None
-            state_file.save(self.engine, self.opts.state_path)
+            state_file.save(self.engine, self.opts.state_path, proposal=proposal)
         except OSError as exc:
             if not self.state_fault:
                 log.error("cannot save state to %s: %s; nothing is acted on until it can",
@@ -362,10 +345,27 @@ class Daemon:
         self.state_fault = ""
         return True
 
+    def _locked(self) -> bool:
+        """Whether this process holds its state directory's lock, taken now if a start
+        could not (a read-only or full disk then); the fault is logged once."""
+        if self.lock is None or self.lock.held:
+            return True
+        try:
+            self.lock.acquire()
+        except InstanceLocked as exc:
+            if str(exc) != self.lock_fault:
+                log.error("%s; nothing is acted on until the lock is taken", exc)
+            self.lock_fault = str(exc)
+            return False
+        log.info("took the lock on %s", self.lock.path.parent)
+        self.lock_fault = ""
+        return True
+
     def persistence_fault(self) -> str:
         """Why decisions cannot be made durable now ("" when they can)."""
         assert self.executor
-        return "; ".join(f for f in (self.state_fault, self.executor.audit_fault) if f)
+        lock = f"instance lock: {self.lock_fault}" if self.lock_fault else ""
+        return "; ".join(f for f in (lock, self.state_fault, self.executor.audit_fault) if f)
 
     def _source_health(self, errors: dict[str, str]) -> None:
         """Log and audit a source that starts failing (its signals have no value until it
@@ -511,7 +511,8 @@ class Daemon:
     def shutdown(self) -> None:
         self.notifier.stopping()
         self.rule_watch.stop()
-        if self.engine is not None and self.opts.state_path is not None:
+        if self.engine is not None and self.opts.state_path is not None \
+                and (self.lock is None or self.lock.held):  # another may hold the lock
             try:
                 state_file.save(self.engine, self.opts.state_path)
             except OSError as exc:

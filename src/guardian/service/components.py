@@ -1,0 +1,101 @@
+"""What the service's loop drives, built once at start from its options and config: the
+engine, the collector (and which source gives which signal), the audit log and the
+executor (with the fleet budget), the metrics (and their endpoint). A part that cannot be
+built is :class:`NotBuilt`, with the exit code and why, and what was built before it is
+released."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from guardian.core.audit import AuditLog
+from guardian.core.exitcodes import ExitCode
+from guardian.engine.bounds import Budget
+from guardian.engine.engine import Engine
+from guardian.hostio.host import Host
+from guardian.model.ruleset import Ruleset
+from guardian.plugin.registry import Registry
+from guardian.runtime.collector import Collector
+from guardian.runtime.config import Config
+from guardian.runtime.coverage import Sight, sight_of
+from guardian.runtime.executor import Executor
+from guardian.runtime.metrics import Metrics
+
+if TYPE_CHECKING:
+    from guardian.service.daemon import ServiceOptions
+
+log = logging.getLogger("guardian.service")
+
+
+class NotBuilt(Exception):
+    """A part the service cannot run without: ``code`` is the exit code, the message why."""
+
+    def __init__(self, code: ExitCode, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+@dataclass
+class Components:
+    collector: Collector
+    sight: Sight  # which source gives which signal, and why some give none
+    executor: Executor
+
+
+def build_engine(ruleset: Ruleset, config: Config) -> Engine:
+    budget = config.engine.budget
+    return Engine(ruleset, Budget(budget.runs, budget.within))
+
+
+def build_components(opts: ServiceOptions, config: Config, registry: Registry,
+                     ruleset: Ruleset, metrics: Metrics,
+                     health: Callable[[], tuple[bool, str]]) -> Components:
+    """The collector, the audit log and executor, and the metrics (served, when a port is
+    given, with ``health`` as /healthz)."""
+    collector = Collector.from_registry(Host(opts.root), registry, config)
+    try:
+        for name, reason in sorted(collector.unavailable.items()):
+            log.warning("source %s unavailable: %s", name, reason)
+        if opts.state_path is not None:
+            for src in collector.sources:
+                src.keep_state(opts.state_path.parent)
+        executor = _executor(opts, config, collector.host)
+        metrics.use_rules(ruleset, registry.catalogue())
+        metrics.last_reload_ok.set(1)
+        if opts.metrics_port is not None:
+            failed = metrics.serve(opts.metrics_address, opts.metrics_port, health=health)
+            if failed:  # no /healthz: a liveness probe would kill it later, for less
+                if executor.audit is not None:
+                    executor.audit.close()
+                raise NotBuilt(ExitCode.TEMPFAIL, failed)
+    except BaseException:
+        collector.close()
+        raise
+    return Components(collector, sight_of(collector, registry), executor)
+
+
+def _executor(opts: ServiceOptions, config: Config, host: Host) -> Executor:
+    try:
+        audit = AuditLog(opts.audit_path) if opts.audit_path else None
+    except OSError as exc:
+        raise NotBuilt(ExitCode.CANTCREAT, f"cannot open the audit log {opts.audit_path}: "
+                                           f"{exc.strerror or exc}") from exc
+    executor = Executor(host, dry_run=opts.dry_run, audit=audit,
+                        apply_timeout=opts.apply_timeout)
+    if config.fleet is not None:
+        from guardian.kube.fleet import FleetBudget, FleetParams
+        assert isinstance(config.fleet, FleetParams)
+        try:
+            executor.fleet = FleetBudget(config.fleet)
+        except Exception as exc:  # lightkube's: no kubeconfig, no service account
+            if audit is not None:
+                audit.close()
+            raise NotBuilt(ExitCode.CONFIG, f"[fleet] needs the Kubernetes API, and no "
+                           f"credentials reach it: "
+                           f"{str(exc).splitlines()[0] if str(exc) else exc!r}"
+                           " (in a pod: the service account's token and "
+                           "KUBERNETES_SERVICE_HOST; else a kubeconfig)") from exc
+    return executor
