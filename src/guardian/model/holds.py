@@ -110,15 +110,35 @@ def in_force(holds: list[Hold], wall: float) -> list[Hold]:
     return [h for h in holds if h.until > wall]
 
 
-def parse_holds(text: str, source: str, fmt: str = "toml") -> tuple[list[Hold], list[str]]:
+MAX_HOLD_BYTES = 1 << 20  # a hold source larger than 1 MiB is a mistake (or an attack)
+
+
+def parse_holds(text: str | bytes, source: str, fmt: str = "toml"
+                ) -> tuple[list[Hold], list[str]]:
     """Holds from ``[[hold]]`` tables (``fmt="toml"``) or JSON (one object, a list, or
-    ``{"hold": [...]}``); with the problems of the entries left out. Each problem also
-    yields a :func:`broken_hold` among the holds, so nothing malformed lifts a hold."""
+    ``{"hold": [...]}``), as text or UTF-8 bytes; with the problems of the entries left
+    out. Each problem also yields a :func:`broken_hold` among the holds, so nothing
+    malformed lifts a hold: not UTF-8, over :data:`MAX_HOLD_BYTES`, nested too deeply to
+    parse, or any other error of the parser is a problem, never an exception."""
+    def broken(why: str) -> tuple[list[Hold], list[str]]:
+        why = f"{source}: {why}"
+        return [broken_hold(source, why)], [why]
+
+    if len(text) > MAX_HOLD_BYTES:
+        return broken(f"{len(text)} bytes; at most {MAX_HOLD_BYTES} are read")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return broken(f"not UTF-8: {exc}")
     try:
         data: Any = loads(text) if fmt == "toml" else json.loads(text)
     except (TOMLDecodeError, ValueError) as exc:
-        why = f"{source}: not {fmt.upper()}: {exc}"
-        return [broken_hold(source, why)], [why]
+        return broken(f"not {fmt.upper()}: {exc}")
+    except (RecursionError, MemoryError):
+        return broken(f"not {fmt.upper()}: nested too deeply to read")
+    except Exception as exc:  # a parser's own failure must not lift a hold either
+        return broken(f"not {fmt.upper()}: {type(exc).__name__}: {exc}")
     if isinstance(data, dict) and "hold" in data:
         data = data["hold"]
     if isinstance(data, dict):
@@ -133,7 +153,10 @@ def parse_holds(text: str, source: str, fmt: str = "toml") -> tuple[list[Hold], 
             out.append(Hold.from_spec(HoldSpec.model_validate(raw), source))
         except ValidationError as exc:
             why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'hold'}: {e['msg']}"
-                            for e in exc.errors())
+                            for e in exc.errors()[:5])
             problems.append(f"{source}: hold {i + 1}: {why}")
+            out.append(broken_hold(source, problems[-1]))
+        except (RecursionError, MemoryError, ValueError, OverflowError) as exc:
+            problems.append(f"{source}: hold {i + 1}: {type(exc).__name__}")
             out.append(broken_hold(source, problems[-1]))
     return out, problems

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from guardian.core.atomicfile import write_json
 from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml
-from guardian.model.holds import Hold, HoldSpec, broken_hold, parse_holds
+from guardian.hostio.safefile import list_names, read_in_directory, read_regular
+from guardian.model.holds import MAX_HOLD_BYTES, Hold, HoldSpec, broken_hold, parse_holds
 
 log = logging.getLogger("guardian.holds")
 
@@ -23,26 +24,49 @@ class HoldReader(Protocol):
     def read(self) -> list[Hold]: ...
 
 
+def read_source(path: Path) -> bytes:
+    """A hold file's bytes: a regular file only, opened without blocking and without
+    following a symlink, at most :data:`MAX_HOLD_BYTES`. Raises FileNotFoundError when it
+    is not there, OSError or ValueError when it cannot be read as such."""
+    return read_regular(path, MAX_HOLD_BYTES)
+
+
+def with_last(holds: list[Hold], problems: list[str], last: list[Hold]) -> list[Hold]:
+    """A source's holds as parsed; where any of it could not be read or parsed, the holds
+    last read from it stay in force beside the hold on every rule (until they expire)."""
+    if not problems:
+        return holds
+    return [*holds, *(h for h in last if not h.broken and h not in holds)]
+
+
 class HoldFile:
     """`guardian pause`'s holds: a JSON list of holds, written atomically. A file that
-    exists but cannot be read or parsed (in whole or in one entry) holds every rule."""
+    exists but cannot be read or parsed (in whole or in one entry: not a regular file, too
+    large, not UTF-8, not JSON) holds every rule, and the holds last read from it stay."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.last: list[Hold] = []
 
     def read(self) -> list[Hold]:
+        source = f"cli {self.path}"
         try:
-            text = self.path.read_text()
+            data = read_source(self.path)
         except FileNotFoundError:
+            self.last = []
             return []
-        except OSError as exc:
-            log.error("holds: cannot read %s: %s", self.path, exc)
-            return [broken_hold(f"cli {self.path}", f"cannot read {self.path}: {exc}")]
-        holds, problems = parse_holds(text or "[]", str(self.path), "json")
+        except (OSError, ValueError) as exc:
+            why = f"cannot read {self.path}: {getattr(exc, 'strerror', None) or exc}"
+            log.error("holds: %s", why)
+            return [broken_hold(source, why), *self.last]
+        holds, problems = parse_holds(data.strip() or b"[]", str(self.path), "json")
         for p in problems:
             log.error("holds: %s", p)
-        return [Hold(h.until, h.reason, h.author, h.rule, h.labels,
-                     f"cli {self.path}" if h.broken else "cli") for h in holds]
+        holds = [Hold(h.until, h.reason, h.author, h.rule, h.labels,
+                      source if h.broken else "cli") for h in holds]
+        if not problems:
+            self.last = holds
+        return with_last(holds, problems, self.last)
 
     def write(self, holds: list[Hold]) -> None:
         """Replace the file's holds. Raises OSError."""
@@ -63,28 +87,39 @@ class DropIn:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.said: set[str] = set()
+        self.last: dict[str, list[Hold]] = {}  # file -> the holds last read from it
 
     def read(self) -> list[Hold]:
-        if not self.directory.exists():
-            return []
         try:
-            files = sorted(self.directory.glob("*.toml"))
+            names = [n for n in list_names(self.directory) if n.endswith(".toml")]
+        except FileNotFoundError:
+            self.last = {}
+            return []
         except OSError as exc:
-            why = f"cannot list {self.directory}: {exc}"
+            why = f"cannot list {self.directory}: {exc.strerror or exc}"
             self._say(why)
-            return [broken_hold(f"dir {self.directory}", why)]
+            return [broken_hold(f"dir {self.directory}", why),
+                    *(h for held in self.last.values() for h in held)]
         out: list[Hold] = []
-        for f in files:
+        last, self.last = self.last, {}
+        for name in names:
+            f = self.directory / name
             try:
-                text = f.read_text()
-            except OSError as exc:
-                self._say(f"cannot read {f}: {exc}")
-                out.append(broken_hold(f"file {f}", f"cannot read {f}: {exc}"))
+                data = read_in_directory(self.directory, name, MAX_HOLD_BYTES)
+            except FileNotFoundError:
+                continue  # removed since listed
+            except (OSError, ValueError) as exc:
+                why = f"cannot read {f}: {getattr(exc, 'strerror', None) or exc}"
+                self._say(why)
+                out += [broken_hold(f"file {f}", why), *last.get(name, [])]
+                self.last[name] = last.get(name, [])
                 continue
-            holds, problems = parse_holds(text, f"file {f}", "toml")
+            holds, problems = parse_holds(data, f"file {f}", "toml")
             for p in problems:
                 self._say(p)
-            out.extend(holds)
+            self.last[name] = holds if not problems else [
+                h for h in last.get(name, []) if not h.broken]
+            out += with_last(holds, problems, last.get(name, []))
         return out
 
     def _say(self, problem: str) -> None:
