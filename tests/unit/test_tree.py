@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from guardian.core import tomlread
 from tests.support.checkout import REPO, TESTS
 
@@ -139,3 +141,87 @@ def test_unit_tests_carry_no_system_marker() -> None:
     wrong = [f"{p.relative_to(REPO)}: {m}" for p in sorted((TESTS / "unit").rglob("*.py"))
              for m in system if f"mark.{m}" in p.read_text()]
     assert not wrong, "\n".join(wrong)
+
+
+# Elapsed wall-clock time is no claim a unit test makes: a loaded machine fails it, a fast
+# one makes it vacuous. What "fast" stood for is checked as what it means (an event, a
+# count, a call that returns while what it must not wait on is pending: tests/support/wait).
+CLOCKS = {"monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
+SLEEPS = {"sleep"}
+
+
+def _calls(node: ast.AST, names: set[str]) -> list[ast.Call]:
+    """Calls in ``node`` of ``time.NAME`` (or ``asyncio.sleep``), or of a bare NAME that
+    is no builtin (``from time import monotonic``)."""
+    found = []
+    for n in ast.walk(node):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        by_module = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+            f.value.id in ("time", "asyncio") and f.attr in names
+        if by_module or (isinstance(f, ast.Name) and f.id in names and f.id != "time"):
+            found.append(n)
+    return found
+
+
+def elapsed_time_asserts(source: str) -> list[int]:
+    """Lines of asserts that read a clock, or subtract from each other names that hold a
+    clock's reading (``took = time.perf_counter() - t0``: an assert on ``took``)."""
+    tree = ast.parse(source)
+    clocked: set[str] = set()
+    assigns = [n for n in ast.walk(tree) if isinstance(n, ast.Assign | ast.AnnAssign)]
+    for _ in range(3):  # t0 = clock(); took = clock() - t0; slow = took > 1
+        for a in assigns:
+            if a.value is not None and (_calls(a.value, CLOCKS) or any(
+                    isinstance(n, ast.Name) and n.id in clocked for n in ast.walk(a.value))):
+                targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+                clocked |= {n.id for t in targets for n in ast.walk(t)
+                            if isinstance(n, ast.Name)}
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assert):
+            continue
+        names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+        subtracts = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub) and
+                        {m.id for m in ast.walk(n) if isinstance(m, ast.Name)} & clocked
+                        for n in ast.walk(node.test))
+        if _calls(node.test, CLOCKS) or subtracts or names & {"took", "elapsed"}:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_elapsed_time_asserts_are_found() -> None:
+    assert elapsed_time_asserts("t0 = time.perf_counter()\nf()\n"
+                                "assert time.perf_counter() - t0 < 0.5\n") == [3]
+    assert elapsed_time_asserts("t0 = monotonic()\nf()\ntook = monotonic() - t0\n"
+                                "assert took < 1, took\n") == [4]
+    assert elapsed_time_asserts("start = time.time()\nend = time.time()\n"
+                                "assert end - start < 3\n") == [3]
+    assert elapsed_time_asserts("deadline = time.monotonic() + 5\n"
+                                "assert time.monotonic() < deadline\n") == [2]
+    # a reading of the clock as a time, not a duration
+    assert elapsed_time_asserts("now = time.monotonic()\nassert loaded == now\n"
+                                "assert f(now + 3600) == ['retry']\n") == []
+
+
+def test_no_unit_test_asserts_on_elapsed_time_or_sleeps() -> None:
+    """No module under tests/unit asserts on elapsed time (see above) or sleeps: a wait
+    for something is on an event, or tests/support/wait's bounded poll of a condition."""
+    wrong = []
+    for path in sorted((TESTS / "unit").rglob("*.py")):
+        source = path.read_text()
+        rel = path.relative_to(REPO)
+        wrong += [f"{rel}:{line}: asserts on elapsed time"
+                  for line in elapsed_time_asserts(source)]
+        wrong += [f"{rel}:{c.lineno}: sleeps" for c in _calls(ast.parse(source), SLEEPS)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_long_test_id_fails_collection() -> None:
+    """tests/conftest.py: a parameter's long text as its id made PYTEST_CURRENT_TEST, which
+    every process a test starts inherits, too long for the kernel (pytest 9.0.3)."""
+    from tests import conftest
+    assert conftest.pytest_make_parametrize_id(None, "x" * 100, "a") is None  # type: ignore[arg-type]
+    with pytest.raises(pytest.fail.Exception, match="101-character string"):
+        conftest.pytest_make_parametrize_id(None, "x" * 101, "a")  # type: ignore[arg-type]

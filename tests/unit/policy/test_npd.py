@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from guardian.policy.npd import NpdConfigError, go_duration, import_npd
 from guardian.runtime.config import load_config
 from guardian.sources.script import ScriptConfig, ScriptSource
 from tests.support.checkout import FIXTURES
+from tests.support.wait import wait_until
 
 NPD = FIXTURES / "npd"
 
@@ -131,15 +131,14 @@ def test_imported_checks_fire_what_npd_would(tmp_path: Path) -> None:
     try:
         for code in ("0", "2", "0", "1", "2", "0"):
             state.write_text(code)
-            deadline = time.monotonic() + 5
-            while True:  # until the check has run with this code
+
+            def ran_with(code: str = code, t: float = t) -> dict[str, object] | None:
                 values = src.collect(t)
                 result = values["script.result"]  # no value until the check has run
-                if isinstance(result, dict) and any(
-                        dict(k)["message"].endswith(f"code {code}") for k in result):
-                    break
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+                return values if isinstance(result, dict) and any(
+                    dict(k)["message"].endswith(f"code {code}") for k in result) else None
+
+            values = wait_until(ran_with, f"a run of the check that exits {code}")
             t += 1.0
             snap = Snapshot.build(t, values, src.specs)
             for d in engine.evaluate(snap):
@@ -171,13 +170,13 @@ def test_npds_own_plugins_run_unchanged() -> None:
     got = import_npd(NPD / "config" / "custom-plugin-monitor.json")
     src = ScriptSource(Host(Path("/")), ScriptConfig.model_validate(
         _toml(got.config)["sources"]["script"]))
+    def ran() -> dict[str, object] | None:
+        values = src.collect(0.0)
+        return values if values["script.duration_seconds"] or values["script.errors"] \
+            else None
+
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            values = src.collect(0.0)
-            if values["script.duration_seconds"] or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        values = wait_until(ran, "a run of check_ntp.sh, or its error")
     finally:
         src.close()
     result = values["script.result"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 from guardian.core.snapshot import labels_of
 from guardian.hostio.host import Host
 from guardian.sources.journal import JournalConfig, JournalSource
+from tests.support.wait import wait_until
 
 FAKE = r'''
 import os, sys, time
@@ -70,9 +70,7 @@ def _source(tmp: Path, lines: list[str], **cfg: object) -> JournalSource:
 
 def _collect(src: JournalSource, lines: int) -> dict[str, object]:
     src.follow(lambda _: None)
-    deadline = time.monotonic() + 10
-    while src.lines < lines and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: src.lines >= lines, f"{lines} lines read from the stand-in")
     assert src.lines == lines
     return src.collect(1.0)
 
