@@ -84,6 +84,14 @@ class Store:
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         self.fail_next: list[int] = []  # status codes to answer the next requests with
         self.delay = 0.0
+        # > 0: every answer from now on is sent one byte every `drip` seconds (a hostile or
+        # failing API server: every read gets a byte, so no per-read timeout fires);
+        # `dripping` counts the answers being dripped, `stop` (set when the stand-in
+        # stops) ends them
+        self.drip = 0.0
+        self.dripping = 0
+        self.stop = threading.Event()
+        self.drip_lock = threading.Lock()  # not `lock`: an answer may be sent under it
         self.requests: list[tuple[str, str]] = []
         self.authorization: list[str] = []
         # a deleted pod stays, with its deletionTimestamp, until its containers have
@@ -178,12 +186,36 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
+        if self.store.drip:
+            self._drip(code, data)
+            return
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)  # the client may have given up (a timeout test)
+
+    def _drip(self, code: int, data: bytes) -> None:
+        """The whole answer, head and body, a byte at a time until the stand-in stops."""
+        st = self.store
+        raw = (f"HTTP/1.1 {code} {self.responses.get(code, ('',))[0]}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+               "\r\n").encode() + data
+        self.close_connection = True
+        with st.drip_lock:
+            st.dripping += 1
+        try:
+            for byte in raw:
+                if st.stop.wait(st.drip):
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+        except OSError:  # the client gave up
+            return
+        finally:
+            with st.drip_lock:
+                st.dripping -= 1
 
     def _body(self) -> Any:
         return json.loads(self.raw or b"{}")
@@ -402,6 +434,7 @@ def serve(tls: tuple[str, str] | None = None) -> Iterator[tuple[str, Store]]:
     try:
         yield f"{scheme}://127.0.0.1:{server.server_address[1]}", store
     finally:
+        store.stop.set()
         server.shutdown()
         server.server_close()
 

@@ -13,12 +13,27 @@ parsed, in whole or in one entry, holds every rule until it is fixed (the holds 
 read stay in force beside it). The cost: one GET of the ConfigMap and
 one of this node a tick (at 15 s ticks, a thousand nodes make ~130 requests a second;
 ``annotation = ""`` halves it).
+
+The API is read off the loop. :meth:`KubeHolds.read` (the loop's, at every tick) starts a
+read on a worker thread unless one is under way, waits for it at most ``wait`` (0.2 s)
+and answers with the holds of the last read that finished: an API server that answers
+slowly, or drips its answer a byte at a time, costs a tick at most that, never READY, the
+watchdog or SIGTERM, and the holds it last gave stay in force meanwhile. Only the very
+first read (``run --once``, ``guardian act``, a service's first tick) waits for its
+answer, and no longer than ``timeout``. A read is bounded as a whole: every socket
+operation of both requests waits at most what is left of ``timeout`` (the whole read),
+so a server that drips is cut when it passes, never by a per-read timeout each byte
+renews.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from typing import Any
 
+import httpcore2
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import ConfigMap, Node
 from pydantic import Field
@@ -31,8 +46,9 @@ log = logging.getLogger("guardian.holds")
 
 
 class KubeHoldsParams(KubeParams):
-    timeout: float = Field(3.0, gt=0, le=30, description="seconds per API request (read "
-                           "on the loop, at every tick)")
+    timeout: float = Field(3.0, gt=0, le=30, description="seconds for a whole read of "
+                           "the holds (both requests; read off the loop, the last read "
+                           "that finished used at each tick)")
     namespace: str = "kube-system"
     configmap: str = Field("guardian-holds", description="a ConfigMap of holds for every "
                            "node (\"\" for none)")
@@ -41,40 +57,174 @@ class KubeHoldsParams(KubeParams):
                             "(JSON) or a list of them, for this node only (\"\" for none)")
 
 
+class _Cut:
+    """The monotonic time past which the read under way is cut (None: none is)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def left(self, timeout: float | None, exc: type[Exception]) -> float | None:
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise exc("the whole read's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _CutStream(httpcore2.NetworkStream):
+    """A connection whose every operation waits at most what is left of the read's
+    deadline: a server that drips bytes is cut when it passes."""
+
+    def __init__(self, inner: httpcore2.NetworkStream, cut: _Cut) -> None:
+        self.inner, self.cut = inner, cut
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, self.cut.left(timeout, httpcore2.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, self.cut.left(timeout, httpcore2.WriteTimeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore2.NetworkStream:
+        return _CutStream(self.inner.start_tls(
+            ssl_context, server_hostname, self.cut.left(timeout, httpcore2.ConnectTimeout)),
+            self.cut)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
+
+
+class _CutBackend(httpcore2.NetworkBackend):
+    def __init__(self, inner: httpcore2.NetworkBackend, cut: _Cut) -> None:
+        self.inner, self.cut = inner, cut
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None, socket_options: Any = None
+                    ) -> httpcore2.NetworkStream:
+        return _CutStream(self.inner.connect_tcp(
+            host, port, self.cut.left(timeout, httpcore2.ConnectTimeout), local_address,
+            socket_options), self.cut)
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> httpcore2.NetworkStream:
+        return _CutStream(self.inner.connect_unix_socket(
+            path, self.cut.left(timeout, httpcore2.ConnectTimeout), socket_options),
+            self.cut)
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+def _bound_whole(client: Client, cut: _Cut) -> bool:
+    """Put the client's connections under ``cut``; False where this lightkube and httpx
+    keep their connection pool elsewhere (each read is then bounded per operation only,
+    and the loop still never waits for it past ``wait``)."""
+    pool = getattr(getattr(getattr(getattr(client, "_client", None), "_client", None),
+                           "_transport", None), "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if not isinstance(backend, httpcore2.NetworkBackend):
+        return False
+    pool._network_backend = _CutBackend(backend, cut)  # type: ignore[union-attr]
+    return True
+
+
 class KubeHolds:
-    """Reads the ConfigMap and this node's annotation; :meth:`read` at every tick."""
+    """Reads the ConfigMap and this node's annotation off the loop; :meth:`read` at every
+    tick answers at once with the last read's holds (see the module)."""
+
+    wait = 0.2  # the most a tick waits for a read it started
 
     def __init__(self, params: KubeHoldsParams) -> None:
         self.p = params
         self.me = node_name(params)
         self._client: Client | None = None
+        self.cut = _Cut()
         self.last: dict[str, list[Hold]] = {"configmap": [], "annotation": []}
         self.said: set[str] = set()  # problems already logged
+        self.reads = 0  # reads that finished (answered or failed)
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._done = threading.Event()
 
     @property
     def client(self) -> Client:
         if self._client is None:  # made when first needed: no credentials is an error
             self._client = make_client(self.p)  # a tick reports, not a start-up crash
+            if not _bound_whole(self._client, self.cut):
+                self._say("cannot bound an API read as a whole in this lightkube; each "
+                          "request is bounded per read, off the loop")
         return self._client
 
+    def holds(self) -> list[Hold]:
+        """The holds of the last read that finished: never blocks."""
+        with self._lock:
+            return [*self.last["configmap"], *self.last["annotation"]]
+
     def read(self) -> list[Hold]:
-        """The holds the API holds now (the last good ones where it cannot be read)."""
+        """The holds now: a read is started off the loop unless one is under way; this
+        waits for it at most ``wait`` (the first read: ``timeout``), then answers with
+        the last good holds."""
+        with self._lock:
+            busy = self._worker is not None and self._worker.is_alive()
+            if not busy:
+                first = self.reads == 0
+                self._done = threading.Event()
+                worker = threading.Thread(target=self._read_whole, args=(self._done,),
+                                          name="guardian-kube-holds", daemon=True)
+                try:
+                    worker.start()
+                except RuntimeError as exc:  # no thread to be had (a task limit)
+                    self._say(f"cannot start a thread to read the API: {exc}; keeping "
+                              "the holds last read")
+                else:
+                    self._worker = worker
+            done = self._done
+        if not busy:
+            done.wait(self.p.timeout + 0.5 if first else self.wait)
+        return self.holds()
+
+    def fetch(self) -> list[Hold]:
+        """One whole read now, on this thread (bounded by ``timeout``); the holds after
+        it, as :meth:`read` answers them."""
+        self._read_whole(threading.Event())
+        return self.holds()
+
+    def _read_whole(self, done: threading.Event) -> None:
+        self.cut.at = time.monotonic() + self.p.timeout
+        try:
+            configmap, annotation = self._read_api()
+            with self._lock:
+                self.last = {"configmap": configmap, "annotation": annotation}
+        except Exception as exc:  # a bug here must not end the reads
+            self._say(f"reading the holds failed: {exc!r}; keeping the holds last read")
+        finally:
+            self.cut.at = None
+            with self._lock:
+                self.reads += 1
+            done.set()
+
+    def _read_api(self) -> tuple[list[Hold], list[Hold]]:
+        """What the API holds now, each part the last good one where it cannot be read."""
         p = self.p
+        configmap, annotation = self.last["configmap"], self.last["annotation"]
         try:
             client = self.client
         except Exception as exc:  # lightkube's: no kubeconfig, no service account
             self._say(f"no Kubernetes client: {exc}; keeping the holds last read")
-            return [*self.last["configmap"], *self.last["annotation"]]
+            return configmap, annotation
         if p.configmap:
             where = f"configmap {p.namespace}/{p.configmap}"
             try:
                 cm = client.get(ConfigMap, name=p.configmap, namespace=p.namespace)
                 text = (cm.data or {}).get(p.key, "")
-                self.last["configmap"] = self._parse(text, f"{where}:{p.key}", "toml",
-                                                     self.last["configmap"])
+                configmap = self._parse(text, f"{where}:{p.key}", "toml", configmap)
             except ApiError as exc:
                 if exc.status.code == 404:
-                    self.last["configmap"] = []
+                    configmap = []
                 else:
                     self._say(f"{where}: {_why(exc)}; keeping the holds last read")
             except API_ERRORS as exc:
@@ -84,12 +234,11 @@ class KubeHolds:
                 node = client.get(Node, name=self.me)
                 text = ((node.metadata and node.metadata.annotations) or {}).get(
                     p.annotation, "")
-                self.last["annotation"] = self._parse(
-                    text, f"node {self.me} annotation {p.annotation}", "json",
-                    self.last["annotation"])
+                annotation = self._parse(
+                    text, f"node {self.me} annotation {p.annotation}", "json", annotation)
             except API_ERRORS as exc:
                 self._say(f"node {self.me}: {_why(exc)}; keeping the holds last read")
-        return [*self.last["configmap"], *self.last["annotation"]]
+        return configmap, annotation
 
     def _parse(self, text: str, source: str, fmt: str, last: list[Hold]) -> list[Hold]:
         """The holds in ``text``, with the last good ones kept and a hold on every rule
