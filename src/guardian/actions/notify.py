@@ -4,22 +4,34 @@
 firing while the rule fires and resolved (``endsAt`` now) when it resolves.
 
 Both retry a failed POST (a connection error, 429 or 5xx) with doubling waits, within
-``budget`` seconds in all. Neither follows a redirect: a 3xx answer is a failed delivery,
-not retried (following it would send the secret headers wherever it points). URLs and
-headers are secrets, never shown in plans, the audit log or decisions (a chat webhook's
-URL is its credential).
+``budget`` seconds in all: the budget is a deadline for the whole delivery (each connect,
+send and read of every try), not a timeout per socket operation, so a receiver that drips
+a byte a second is cut at it. ``apply`` waits for the delivery at most ``wait`` seconds; a
+delivery still going then goes on in the background (one at a time per action, the newest
+waiting), so a slow receiver never holds the rule's other actions nor other rules' behind
+it; its result is logged and reported by the next run. Neither follows a redirect: a 3xx
+answer is a failed delivery, not retried (following it would send the secret headers
+wherever it points). URLs and headers are secrets, never shown in plans, the audit log or
+decisions (a chat webhook's URL is its credential), nor in what an error says (every text
+that came from an exception passes through :func:`guardian.plugin.secrets.scrub`); one
+with a control character (a CR or LF would start another header) is refused at load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import http.client
 import json
+import logging
 import os
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from string import Template
 from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
@@ -37,6 +49,9 @@ from guardian.plugin.contract import (
     SandboxNeeds,
     Step,
 )
+from guardian.plugin.secrets import control_character, scrub
+
+log = logging.getLogger("guardian.notify")
 
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -56,16 +71,39 @@ class PostParams(BaseModel):
     backoff: Duration = Field(1.0, ge=0, le=60, description="first wait between tries "
                               "(doubles)")
     budget: PositiveDuration = Field(20.0, le=300, description="time for all tries "
-                                     "together: no try starts that could not end within "
-                                     "it")
+                                     "together, a deadline for the whole delivery "
+                                     "(connect, send and read): no try starts that could "
+                                     "not end within it")
+    wait: Duration = Field(2.0, ge=0, le=60, description="how long the action waits for "
+                           "the delivery; one still going then goes on in the background "
+                           "(within `budget`) and the next actions run")
 
     @field_validator("url")
     @classmethod
     def _http(cls, v: SecretStr) -> SecretStr:
-        parts = urlsplit(v.get_secret_value())
+        text = v.get_secret_value()
+        if (c := control_character(text)) is not None or " " in text:
+            raise ValueError(f"the URL holds a control character or a blank "
+                             f"({c or repr(' ')}): percent-encode it")
+        parts = urlsplit(text)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("expected an http:// or https:// URL")
         return v
+
+    @field_validator("headers")
+    @classmethod
+    def _header_lines(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, value in v.items():
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+                raise ValueError(f"header name {name!r} is not an HTTP token")
+            if (c := control_character(value.get_secret_value().replace("\t", " "))):
+                raise ValueError(f"header {name}: its value holds a control character "
+                                 f"({c}), which would end the header line")
+        return v
+
+    def secrets(self) -> list[str]:
+        return [self.url.get_secret_value(),
+                *(v.get_secret_value() for v in self.headers.values())]
 
 
 def _where(url: str) -> str:
@@ -87,39 +125,184 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class _Deadline:
+    """Cuts every connection of one delivery at a monotonic deadline: a timer shuts the
+    sockets down, so a read or write blocked on a receiver that drips ends at once."""
+
+    def __init__(self) -> None:
+        self.conns: list[http.client.HTTPConnection] = []
+        self.lock = threading.Lock()
+        self.expired = False
+
+    def track(self, cls: type[http.client.HTTPConnection]
+              ) -> Callable[..., http.client.HTTPConnection]:
+        def make(host: str, **kw: Any) -> http.client.HTTPConnection:
+            conn = cls(host, **kw)
+            with self.lock:
+                self.conns.append(conn)
+            return conn
+        return make
+
+    def expire(self) -> None:
+        with self.lock:
+            self.expired = True
+            conns = list(self.conns)
+        for conn in conns:
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HTTP(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self.deadline.track(http.client.HTTPConnection), req)
+
+
+class _HTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self.deadline.track(http.client.HTTPSConnection), req,
+                            context=self._context)  # type: ignore[attr-defined]
 
 
 def post(url: str, body: bytes, p: PostParams) -> tuple[bool, str, int]:
-    """POST ``body`` as JSON with bounded retries: (ok, what happened, attempts made)."""
+    """POST ``body`` as JSON with bounded retries, the whole of it within ``p.budget``
+    seconds: (ok, what happened with the secrets scrubbed, attempts made)."""
+    deadline = _Deadline()
+    try:
+        timer = threading.Timer(p.budget, deadline.expire)
+        timer.daemon = True
+        timer.start()
+    except RuntimeError as exc:  # no thread to be had: no unbounded request either
+        return False, f"cannot bound the request in time: {exc}", 0
+    try:
+        ok, why, tries = _post(url, body, p, deadline)
+    finally:
+        timer.cancel()
+    return ok, scrub(why, p.secrets()), tries
+
+
+def _post(url: str, body: bytes, p: PostParams, cut: _Deadline) -> tuple[bool, str, int]:
     deadline = time.monotonic() + p.budget
+    opener = urllib.request.build_opener(_NoRedirect, _HTTP(cut), _HTTPS(cut))
     wait = p.backoff
     why = ""
     headers = {"Content-Type": "application/json", "User-Agent": "guardian",
                **{k: v.get_secret_value() for k, v in p.headers.items()}}
     for attempt in range(1, p.attempts + 1):
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or cut.expired:
             break
-        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
-            with _OPENER.open(req, timeout=min(p.timeout, left)) as resp:
-                return True, f"HTTP {resp.status}", attempt
+            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            with opener.open(req, timeout=min(p.timeout, left)) as resp:
+                if not cut.expired:  # an answer cut short reads as a complete one
+                    return True, f"HTTP {resp.status}", attempt
+                why = f"HTTP {resp.status}"
+            return False, f"cut at the budget of {p.budget:g}s ({why}, unfinished)", attempt
         except urllib.error.HTTPError as exc:
             why = f"HTTP {exc.code}"
             if 300 <= exc.code < 400:
                 return False, f"{why}: a redirect, not followed", attempt
             if exc.code != 429 and exc.code < 500:
                 return False, why, attempt  # the request is wrong: again would not help
-        except (TimeoutError, urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            why = f"unreachable: {reason}"
+        except Exception as exc:  # any failure of the request is a failed delivery
+            reason = getattr(exc, "reason", None) or exc
+            why = f"unreachable: {reason}" if isinstance(exc, (OSError, TimeoutError)) \
+                else f"{type(exc).__name__}: {exc}"
+            if cut.expired:
+                return False, f"cut at the budget of {p.budget:g}s ({why})", attempt
         if attempt < p.attempts and deadline - time.monotonic() > wait:
             time.sleep(wait)
             wait *= 2
         else:
             return False, why, attempt
     return False, why or "no time left in the budget", p.attempts
+
+
+class _Sender:
+    """One delivery at a time for an action, in a thread of its own: ``deliver`` waits
+    for it at most ``wait`` seconds; one still going then goes on, and a newer one waits
+    behind it (an older waiting one is dropped, counted). Its result is logged, and kept
+    for the next ``deliver`` to report."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.busy = False
+        self.queued: Callable[[], tuple[bool, str, int]] | None = None
+        self.dropped = 0
+        self.last: str = ""
+
+    def deliver(self, send: Callable[[], tuple[bool, str, int]], wait: float
+                ) -> tuple[bool, str, int] | None:
+        """The delivery's result, or None when it goes on in the background."""
+        done = threading.Event()
+        result: list[tuple[bool, str, int]] = []
+
+        def job() -> tuple[bool, str, int]:
+            try:
+                got = send()
+            except Exception as exc:  # post catches its own; a bug still ends the job
+                got = (False, f"{type(exc).__name__}", 0)
+            result.append(got)
+            done.set()
+            return got
+
+        with self.lock:
+            if self.busy:
+                if self.queued is not None:
+                    self.dropped += 1
+                self.queued = job
+                return None
+            self.busy = True
+        try:
+            threading.Thread(target=self._run, args=(job,), name=self.name,
+                             daemon=True).start()
+        except RuntimeError:  # no thread to be had: deliver here, bounded by the budget
+            with self.lock:
+                self.busy = False
+            return job()
+        if done.wait(wait):
+            return result[0]
+        return None
+
+    def _run(self, job: Callable[[], tuple[bool, str, int]]) -> None:
+        while True:
+            ok, what, tries = job()
+            with self.lock:
+                self.last = f"{'delivered' if ok else 'failed'}: {what} ({tries} attempt(s))"
+                if not ok:
+                    log.warning("%s: %s after %d attempt(s)", self.name, what, tries)
+                next_job, self.queued = self.queued, None
+                if next_job is None:
+                    self.busy = False
+                    return
+            job = next_job
+
+
+def _delivered(sender: _Sender, where: str, send: Callable[[], tuple[bool, str, int]],
+               wait: float) -> Outcome:
+    before = sender.last
+    got = sender.deliver(send, wait)
+    data: dict[str, Any] = {"previous": before} if before else {}
+    if got is None:
+        return Outcome(ok=True, verified=None, data=data,
+                       detail=f"{where}: still delivering after {wait:g}s: goes on in the "
+                              f"background within its budget (the result is logged)")
+    ok, what, tries = got
+    data["attempts"] = tries
+    if ok:
+        return Outcome(ok=True, verified=True, detail=f"{where}: {what}", data=data)
+    return Outcome(ok=False, error=f"{where}: {what} after {tries} attempt(s)", data=data)
 
 
 def alerts_url(base: str) -> str:
@@ -184,13 +367,16 @@ class Webhook(Action[WebhookParams, PostPayload]):
         return plan
 
     def apply(self, plan: Plan[PostPayload], ctx: ActionContext) -> Outcome:
-        ok, what, tries = post(self.params.url.get_secret_value(),
-                               plan.data["body"].encode(), self.params)
-        where = _where(self.params.url.get_secret_value())
-        data = {"attempts": tries}
-        if ok:
-            return Outcome(ok=True, verified=True, detail=f"{where}: {what}", data=data)
-        return Outcome(ok=False, error=f"{where}: {what} after {tries} attempt(s)", data=data)
+        url, body = self.params.url.get_secret_value(), plan.data["body"].encode()
+        return _delivered(self._sender, _where(url),
+                          lambda: post(url, body, self.params), self.params.wait)
+
+    @property
+    def _sender(self) -> _Sender:
+        sender: _Sender | None = getattr(self, "_sender_", None)
+        if sender is None:
+            sender = self._sender_ = _Sender(f"guardian-{self.name}")
+        return sender
 
 
 class AlertmanagerParams(PostParams):
@@ -244,10 +430,14 @@ class Alertmanager(Action[AlertmanagerParams, PostPayload]):
                     data={"body": body})
 
     def apply(self, plan: Plan[PostPayload], ctx: ActionContext) -> Outcome:
-        base = self.params.url.get_secret_value()
-        ok, what, tries = post(alerts_url(base), plan.data["body"].encode(), self.params)
-        data = {"attempts": tries}
-        if ok:
-            return Outcome(ok=True, verified=True, detail=f"{_where(base)}: {what}", data=data)
-        return Outcome(ok=False, error=f"{_where(base)}: {what} after {tries} attempt(s)",
-                       data=data)
+        base, body = self.params.url.get_secret_value(), plan.data["body"].encode()
+        return _delivered(self._sender, _where(base),
+                          lambda: post(alerts_url(base), body, self.params),
+                          self.params.wait)
+
+    @property
+    def _sender(self) -> _Sender:
+        sender: _Sender | None = getattr(self, "_sender_", None)
+        if sender is None:
+            sender = self._sender_ = _Sender(f"guardian-{self.name}")
+        return sender
