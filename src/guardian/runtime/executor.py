@@ -14,6 +14,7 @@ from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.hostio.host import Host
 from guardian.plugin.contract import Action, ActionContext, Outcome, Plan
+from guardian.plugin.secrets import scrub_for
 from guardian.runtime.deadline import DeadlineRunner, Ran
 
 log = logging.getLogger("guardian.executor")
@@ -183,7 +184,8 @@ class Executor:
         try:
             plan = action.plan(ctx)
         except Exception as exc:
-            ex = Executed(d, use, None, None, error=f"plan failed: {exc!r}")
+            ex = Executed(d, use, None, None,
+                          error=scrub_for(action.params, f"plan failed: {exc!r}"))
             self.audit_entry({"type": "error", "dry_run": self.dry_run, how: True,
                               **ex.to_dict()})
             return self._done(ex)
@@ -197,9 +199,10 @@ class Executor:
         try:
             plan = action.plan(ctx)
         except Exception as exc:
-            ex = Executed(d, use, None, None, error=f"plan failed: {exc!r}")
+            ex = Executed(d, use, None, None,
+                          error=scrub_for(action.params, f"plan failed: {exc!r}"))
             self.audit_entry({"type": "error", "dry_run": self.dry_run, **ex.to_dict()})
-            log.error("rule %s: action %s: plan failed: %r", d.rule, use, exc)
+            log.error("rule %s: action %s: %s", d.rule, use, ex.error)
             return self._done(ex)
         durable = self.audit_entry({"type": "plan", "dry_run": self.dry_run, "rule": d.rule,
                                     "use": use, "plan": plan.to_dict()})
@@ -234,7 +237,7 @@ class Executor:
                                          DeadlineRunner(f"guardian-apply-{use}"))
 
         def late(ran: Ran[Outcome]) -> None:
-            outcome = _outcome(ran)
+            outcome = _scrubbed(action, _outcome(ran))
             self.audit_entry({"type": "late_outcome", "rule": rule, "use": use,
                               "outcome": outcome.to_dict()})
             log.warning("rule %s: action %s finished after its timeout: %s", rule, use,
@@ -245,7 +248,7 @@ class Executor:
             return Outcome(ok=False, error=f"apply did not finish within "
                                            f"{self.apply_timeout:g}s (left running; its "
                                            f"outcome is audited when it ends)")
-        return _outcome(ran)
+        return _scrubbed(action, _outcome(ran))
 
     def _refuse(self, d: Decision, use: str, plan: Plan[Any] | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""
@@ -260,6 +263,15 @@ class Executor:
         for cb in self.on_result:
             cb(ex)
         return ex
+
+
+def _scrubbed(action: AnyAction, outcome: Outcome) -> Outcome:
+    """The outcome with the action's secrets taken out of what it says (an exception's
+    text, a receiver's answer), as its parameters are redacted."""
+    params = getattr(action, "params", None)
+    outcome.error = scrub_for(params, outcome.error)
+    outcome.detail = scrub_for(params, outcome.detail)
+    return outcome
 
 
 def _outcome(ran: Ran[Outcome]) -> Outcome:
