@@ -277,8 +277,10 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("schema", help="print a JSON Schema of guardian's files (for "
                                       "editors and validators)")
-    s.add_argument("kind", nargs="?", default="rules", choices=["rules", "tests", "config"],
-                   help="rule files (default), rule-test files, or guardian.toml")
+    s.add_argument("kind", nargs="?", default="rules",
+                   choices=["rules", "tests", "config", "audit"],
+                   help="rule files (default), rule-test files, guardian.toml, or a line "
+                        "of the audit log")
     s.set_defaults(func=_command("schema", "cmd_schema"))
 
     hl = sub.add_parser("health", help="ask the running service whether it is healthy (exit "

@@ -21,6 +21,7 @@ from guardian.cli.common import (
     warm_snapshot,
 )
 from guardian.core import tomlread
+from guardian.core.audit import ForcedRecord, RefusedRecord
 from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
 from guardian.plugin.registry import default_registry
@@ -76,8 +77,7 @@ def cmd_act(args: argparse.Namespace) -> ExitCode:
     rails = [] if args.dry_run else refusals(config, bool(cls.disruptive))
     if rails and not args.force:
         for why in rails:
-            executor.audit_entry({"type": "refused", "manual": True, "use": args.action,
-                                  "reason": why})
+            executor.audit_entry(RefusedRecord(manual=True, use=args.action, reason=why))
             print(f"guardian act: {args.action}: refused: {why} (--force overrides, "
                   f"audited)", file=sys.stderr)
         coll.close()
@@ -85,8 +85,7 @@ def cmd_act(args: argparse.Namespace) -> ExitCode:
             json_out("act", {"refused": rails}, ok=False, errors=rails)
         return ExitCode.FAILED
     if rails:
-        executor.audit_entry({"type": "forced", "manual": True, "use": args.action,
-                              "overrides": rails})
+        executor.audit_entry(ForcedRecord(manual=True, use=args.action, overrides=rails))
     ex = executor.act(args.action, cls(params), snap)
     coll.close()
     failed = bool(ex.error or (ex.outcome is not None and not ex.outcome.ok))

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 class AuditLog:
@@ -28,6 +31,7 @@ class AuditLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()  # a late outcome is written from its worker's thread
         self._fd = open_append(self.path)
         self._torn = _ends_torn(self._fd)
 
@@ -47,22 +51,173 @@ class AuditLog:
         self._torn = _ends_torn(fd)
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append and fsync one record. Raises OSError (ENOSPC, EROFS, EIO): then nothing
-        that depends on the record may happen."""
-        self._follow_rotation()
+        """Append and fsync one record (an :data:`AuditRecord`'s ``entry``). Raises OSError
+        (ENOSPC, EROFS, EIO): then nothing that depends on the record may happen."""
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str) + "\n"
-        data = (b"\n" if self._torn else b"") + line.encode()
-        self._torn = True  # until the whole line is down
-        while data:
-            n = os.write(self._fd, data)
-            data = data[n:]
-        os.fsync(self._fd)
-        self._torn = False
+        with self._lock:
+            self._follow_rotation()
+            data = (b"\n" if self._torn else b"") + line.encode()
+            self._torn = True  # until the whole line is down
+            while data:
+                n = os.write(self._fd, data)
+                data = data[n:]
+            os.fsync(self._fd)
+            self._torn = False
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class _Record(BaseModel):
+    """One audit record: ``type`` names its kind, ``ts`` (the wall time it was written) is
+    stamped by the writer. Keys with a default are written only where given."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str
+
+    def entry(self, ts: float) -> dict[str, Any]:
+        """The record as it is written: its type, its time and the keys given."""
+        return {**self.model_dump(exclude_unset=True), "type": self.type,
+                "ts": ts}
+
+
+class DecisionRecord(_Record):
+    """What the engine decided (or ``guardian act``, ``manual``), before anything is
+    done about it."""
+
+    type: Literal["decision"] = "decision"
+    time: float = Field(description="the snapshot's time the decision was made at")
+    rule: str
+    kind: str = Field(description="firing, retry, resolved, suppressed, escalated, manual…")
+    severity: str
+    summary: str
+    values: dict[str, Any] = Field(description="the evidence, rendered")
+    actions: list[dict[str, Any]] = Field(description="each action's use and public "
+                                                      "parameters")
+    reason: str
+    mode: str = Field("act", description="observe: a shadow rule")
+    held_actions: list[dict[str, Any]] = Field(default_factory=list,
+                                               description="actions a hold or window keeps")
+    manual: bool = False
+
+
+class PlanRecord(_Record):
+    """An action's plan, written before it is applied (nothing is applied that this record
+    does not show)."""
+
+    type: Literal["plan"] = "plan"
+    dry_run: bool
+    rule: str
+    use: str
+    plan: dict[str, Any]
+    would_act: bool = Field(False, description="a shadow rule's plan, never applied")
+    held: bool = Field(False, description="planned while a hold or window keeps it")
+
+
+class ErrorRecord(_Record):
+    """An action whose plan failed."""
+
+    type: Literal["error"] = "error"
+    dry_run: bool
+    rule: str
+    use: str
+    plan: dict[str, Any] | None
+    outcome: dict[str, Any] | None
+    error: str
+    refused: bool
+    would_act: bool = False
+    held: bool = False
+
+
+class OutcomeRecord(_Record):
+    """What an applied action did."""
+
+    type: Literal["outcome"] = "outcome"
+    rule: str
+    use: str
+    outcome: dict[str, Any]
+
+
+class LateOutcomeRecord(_Record):
+    """What an action that overran its timeout did, when it ended at last."""
+
+    type: Literal["late_outcome"] = "late_outcome"
+    rule: str
+    use: str
+    outcome: dict[str, Any]
+
+
+class RefusedRecord(_Record):
+    """An action not carried out: its plan, a rail, the audit log or a run still going
+    said no."""
+
+    type: Literal["refused"] = "refused"
+    use: str
+    reason: str
+    rule: str = ""
+    dry_run: bool = False
+    manual: bool = False
+
+
+class ForcedRecord(_Record):
+    """``guardian act --force``: the rails it overrode."""
+
+    type: Literal["forced"] = "forced"
+    use: str
+    overrides: list[str]
+    manual: bool = True
+
+
+class FleetRefusedRecord(_Record):
+    """A rule's disruptive actions not run: the fleet budget has no slot for this node."""
+
+    type: Literal["fleet_refused"] = "fleet_refused"
+    rule: str
+    reason: str
+
+
+class ActCrashRecord(_Record):
+    """Carrying out a tick's decisions raised (a bug): the rules whose actions it was."""
+
+    type: Literal["act_crash"] = "act_crash"
+    rules: list[str]
+    error: str
+
+
+class SourceErrorRecord(_Record):
+    """A source started failing: its signals have no value until it recovers."""
+
+    type: Literal["source_error"] = "source_error"
+    source: str
+    error: str
+
+
+class SourceRecoveredRecord(_Record):
+    """A source that failed gives values again."""
+
+    type: Literal["source_recovered"] = "source_recovered"
+    source: str
+
+
+#: Every record guardian writes to the audit log, one model per ``type``.
+AuditRecord = (DecisionRecord | PlanRecord | ErrorRecord | OutcomeRecord | LateOutcomeRecord
+               | RefusedRecord | ForcedRecord | FleetRefusedRecord | ActCrashRecord
+               | SourceErrorRecord | SourceRecoveredRecord)
+
+
+def audit_schema() -> dict[str, Any]:
+    """The JSON Schema of one audit-log line (``guardian schema audit``)."""
+    adapter: TypeAdapter[AuditRecord] = TypeAdapter(
+        Annotated[AuditRecord, Field(discriminator="type")])
+    schema = adapter.json_schema(ref_template="#/$defs/{model}")
+    for model in schema["$defs"].values():
+        model["properties"]["ts"] = {"type": "number",
+                                     "description": "when it was written (Unix time)"}
+        model["required"] = sorted({*model.get("required", []), "type", "ts"})
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "guardian audit record (one line of the audit log)", **schema}
 
 
 def open_append(path: Path) -> int:

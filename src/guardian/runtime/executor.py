@@ -9,7 +9,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from guardian.core.audit import AuditLog
+from guardian.core.audit import (
+    AuditLog,
+    AuditRecord,
+    DecisionRecord,
+    ErrorRecord,
+    FleetRefusedRecord,
+    LateOutcomeRecord,
+    OutcomeRecord,
+    PlanRecord,
+    RefusedRecord,
+)
 from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.hostio.host import Host
@@ -107,13 +117,14 @@ class Executor:
     audit_fault: str = ""  # why the audit log cannot be written now ("" when it can)
     running: dict[tuple[str, str], DeadlineRunner[Outcome]] = field(default_factory=dict)
 
-    def audit_entry(self, entry: dict[str, Any]) -> bool:
-        """Append one entry to the audit log (when there is one), stamped with the time.
-        False when it could not be made durable (the fault is kept in ``audit_fault``)."""
+    def audit_entry(self, record: AuditRecord) -> bool:
+        """Append one record to the audit log (when there is one), stamped with the time:
+        the one path to the audit trail. False when it could not be made durable (the
+        fault is kept in ``audit_fault``)."""
         if self.audit is None:
             return True
         try:
-            self.audit.write({"ts": self.clock(), **entry})
+            self.audit.write(record.entry(self.clock()))
         except OSError as exc:
             if not self.audit_fault:
                 log.error("audit log %s cannot be written: %s; nothing is applied until it "
@@ -127,7 +138,7 @@ class Executor:
         """Audit each decision and carry out its actions (plan only when dry-run)."""
         results: list[Executed] = []
         for d in decisions:
-            self.audit_entry({"type": "decision", **d.to_dict()})
+            self.audit_entry(DecisionRecord(**d.to_dict()))
             results.extend(self._carry_out(d, snapshot))
             if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet \
                     and d.mode != "observe":
@@ -156,7 +167,7 @@ class Executor:
                 None, "the rule needs the fleet budget, and [fleet] is not configured")
             if slot is None:
                 may_disrupt = False
-                self.audit_entry({"type": "fleet_refused", "rule": d.rule, "reason": why})
+                self.audit_entry(FleetRefusedRecord(rule=d.rule, reason=why))
                 log.warning("rule %s: no disruptive action: %s", d.rule, why)
                 results.append(self._done(Executed(d, "(fleet budget)", None, None, why,
                                                    refused=True)))
@@ -174,7 +185,7 @@ class Executor:
         """The operator's manual action (``guardian act``): the same plan, refusal and
         apply path as a rule's, audited as manual."""
         d = Decision(snapshot.time, "manual", "manual", "info", f"guardian act {use}")
-        self.audit_entry({"type": "decision", "manual": True, **d.to_dict()})
+        self.audit_entry(DecisionRecord(manual=True, **d.to_dict()))
         ctx = ActionContext("manual", snapshot, self.host, self.dry_run, kind="manual")
         return self._execute(d, use, action, ctx)
 
@@ -186,11 +197,12 @@ class Executor:
         except Exception as exc:
             ex = Executed(d, use, None, None,
                           error=scrub_for(action.params, f"plan failed: {exc!r}"))
-            self.audit_entry({"type": "error", "dry_run": self.dry_run, how: True,
-                              **ex.to_dict()})
+            self.audit_entry(ErrorRecord.model_validate(
+                {"dry_run": self.dry_run, how: True, **ex.to_dict()}))
             return self._done(ex)
-        self.audit_entry({"type": "plan", "dry_run": self.dry_run, how: True, "rule": d.rule,
-                          "use": use, "plan": plan.to_dict()})
+        self.audit_entry(PlanRecord.model_validate(
+            {"dry_run": self.dry_run, how: True, "rule": d.rule, "use": use,
+             "plan": plan.to_dict()}))
         return self._done(Executed(d, use, plan, None, only_planned=how))
 
     def _execute(self, d: Decision, use: str, action: AnyAction, ctx: ActionContext
@@ -201,11 +213,11 @@ class Executor:
         except Exception as exc:
             ex = Executed(d, use, None, None,
                           error=scrub_for(action.params, f"plan failed: {exc!r}"))
-            self.audit_entry({"type": "error", "dry_run": self.dry_run, **ex.to_dict()})
+            self.audit_entry(ErrorRecord(dry_run=self.dry_run, **ex.to_dict()))
             log.error("rule %s: action %s: %s", d.rule, use, ex.error)
             return self._done(ex)
-        durable = self.audit_entry({"type": "plan", "dry_run": self.dry_run, "rule": d.rule,
-                                    "use": use, "plan": plan.to_dict()})
+        durable = self.audit_entry(PlanRecord(dry_run=self.dry_run, rule=d.rule, use=use,
+                                              plan=plan.to_dict()))
         if plan.refused:
             return self._refuse(d, use, plan, "plan refused: " + "; ".join(plan.refused))
         if self.dry_run:
@@ -219,8 +231,7 @@ class Executor:
         started = time.monotonic()
         outcome = self._apply(action, plan, ctx, d.rule, use)
         outcome.data.setdefault("seconds", round(time.monotonic() - started, 6))
-        self.audit_entry({"type": "outcome", "rule": d.rule, "use": use,
-                          "outcome": outcome.to_dict()})
+        self.audit_entry(OutcomeRecord(rule=d.rule, use=use, outcome=outcome.to_dict()))
         if not outcome.ok:
             log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
         return self._done(Executed(d, use, plan, outcome))
@@ -238,8 +249,8 @@ class Executor:
 
         def late(ran: Ran[Outcome]) -> None:
             outcome = _scrubbed(action, _outcome(ran))
-            self.audit_entry({"type": "late_outcome", "rule": rule, "use": use,
-                              "outcome": outcome.to_dict()})
+            self.audit_entry(LateOutcomeRecord(rule=rule, use=use,
+                                               outcome=outcome.to_dict()))
             log.warning("rule %s: action %s finished after its timeout: %s", rule, use,
                         "ok" if outcome.ok else outcome.error)
 
@@ -252,8 +263,8 @@ class Executor:
 
     def _refuse(self, d: Decision, use: str, plan: Plan[Any] | None, why: str) -> Executed:
         """Not carried out: said once, in the log and in the audit trail."""
-        self.audit_entry({"type": "refused", "dry_run": self.dry_run, "rule": d.rule,
-                          "use": use, "reason": why})
+        self.audit_entry(RefusedRecord(dry_run=self.dry_run, rule=d.rule, use=use,
+                                       reason=why))
         log.warning("rule %s: action %s not applied: %s", d.rule, use, why)
         return self._done(Executed(d, use, plan, None, error=why, refused=True))
 

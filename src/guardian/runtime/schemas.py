@@ -1,7 +1,8 @@
 """JSON Schemas of guardian's TOML files for editors and validators (taplo,
 check-jsonschema): rule files, rule-test files and ``guardian.toml``, generated from the
 models the loaders validate with and from the registry, plugins included, so a misspelled
-action name or parameter is flagged before guardian ever reads the file."""
+action name or parameter is flagged before guardian ever reads the file; and of a line of
+the audit log, from its records' models."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from guardian.core.audit import audit_schema
 from guardian.model.schema import ActionSpec, RuleFile
 from guardian.model.testfile import test_file_schema
 from guardian.plugin.registry import Registry, default_registry
 from guardian.runtime.config import EngineConfig, HoldsConfig, ServiceConfig
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-KINDS = ("rules", "tests", "config")
+KINDS = ("rules", "tests", "config", "audit")
 
 
 def _inline(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any]:
@@ -99,5 +101,7 @@ def config_schema(registry: Registry | None = None) -> dict[str, Any]:
 
 def schema_for(kind: str, registry: Registry | None = None) -> dict[str, Any]:
     """The schema of ``kind``: one of :data:`KINDS`."""
+    if kind == "audit":  # the audit log's lines: the same whatever the registry holds
+        return audit_schema()
     return {"rules": rule_file_schema, "tests": rule_test_schema,
             "config": config_schema}[kind](registry)

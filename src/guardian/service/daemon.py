@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from guardian.core.audit import ActCrashRecord, SourceErrorRecord, SourceRecoveredRecord
 from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
 from guardian.core.snapshot import Snapshot
@@ -316,7 +317,7 @@ class Daemon:
             rules = sorted({d.rule for d in decisions})
             log.error("acting on %s crashed: %r", ", ".join(rules), error,
                       exc_info=(type(error), error, error.__traceback__))
-            executor.audit_entry({"type": "act_crash", "rules": rules, "error": repr(error)})
+            executor.audit_entry(ActCrashRecord(rules=rules, error=repr(error)))
         elif ran.status == "overran":
             log.error("actions did not finish within %gs (an API that does not answer?); "
                       "the loop goes on, and nothing else acts until they end",
@@ -373,11 +374,10 @@ class Daemon:
         assert self.executor
         for name in sorted(set(errors) - set(self.failing)):
             log.error("source %s failed: %s; its signals have no value", name, errors[name])
-            self.executor.audit_entry({"type": "source_error", "source": name,
-                                  "error": errors[name]})
+            self.executor.audit_entry(SourceErrorRecord(source=name, error=errors[name]))
         for name in sorted(set(self.failing) - set(errors)):
             log.info("source %s recovered", name)
-            self.executor.audit_entry({"type": "source_recovered", "source": name})
+            self.executor.audit_entry(SourceRecoveredRecord(source=name))
         self.failing = dict(errors)
 
     def _count(self, ex: Executed) -> None:
