@@ -97,6 +97,12 @@ def threads_of(pid: int) -> int:
     raise AssertionError("no Threads line")
 
 
+def process_state(pid: int) -> str:
+    """The state letter of process ``pid`` (``T``: stopped; /proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def free_port() -> int:
     """A loopback TCP port nothing listens on now, for the daemon's metrics."""
     with socket.socket() as s:
