@@ -103,6 +103,18 @@ def process_state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
+def main_thread_waits(pid: int) -> bool:
+    """Whether process ``pid``'s main thread sleeps in a wait (a futex: Event.wait; or a
+    poll), as the service's loop does between ticks: its state ``S``, and its kernel wait
+    channel, where the kernel shows it."""
+    task = Path(f"/proc/{pid}/task/{pid}")
+    stat = (task / "stat").read_text()
+    if stat[stat.rindex(")") + 2] != "S":
+        return False
+    wchan = (task / "wchan").read_text().strip()
+    return wchan in ("", "0") or any(w in wchan for w in ("futex", "poll", "select"))
+
+
 def free_port() -> int:
     """A loopback TCP port nothing listens on now, for the daemon's metrics."""
     with socket.socket() as s:
