@@ -13,6 +13,13 @@ Expiry is judged as client-go's leader election judges it: by how long *this* ob
 has seen a Lease's record unchanged, on its own monotonic clock, never by comparing the
 holder's ``renewTime`` with the local wall clock (a holder whose clock is 20 minutes slow
 would lose a slot it still renews; one a year fast that died would keep it a year).
+
+A slot never expires under a holder that is a node of the cluster and not Ready: a node
+that rebooted (``node.reboot``, drained or not) cannot renew while it is down, and its
+slot is what keeps a second node from going down under a budget of one. It is kept until
+the node is back and Ready, where its restarted guardian takes it up again (or, with no
+guardian there, it expires a TTL after the node was last seen down). A holder no longer
+among the nodes (deleted) loses it after its TTL as before.
 """
 
 from __future__ import annotations
@@ -147,7 +154,8 @@ class FleetBudget:
         slots = [n for n in (self.p.max_nodes, math.floor(len(nodes) * self.p.max_percent / 100)
                              if self.p.max_percent else None) if n is not None]
         limit = max(1, min(slots)) if slots else 1
-        return nodes, limit, self._holders(limit)
+        down = {_name(n) for n in nodes if not _ready(n)}
+        return nodes, limit, self._holders(limit, down)
 
     def _limits(self) -> tuple[int, str]:
         """(slots, reason not to act or "")."""
@@ -182,8 +190,9 @@ class FleetBudget:
                 out.add(_name(n))
         return out
 
-    def _holders(self, count: int) -> dict[str, str]:
-        """Slot name -> holder, for the first ``count`` slots, held and not expired."""
+    def _holders(self, count: int, down: set[str]) -> dict[str, str]:
+        """Slot name -> holder, for the first ``count`` slots, held and not expired (a
+        holder among ``down``, the nodes not Ready, keeps its slot)."""
         out: dict[str, str] = {}
         for i in range(count):
             name = f"{self.p.name}-slot-{i}"
@@ -193,14 +202,15 @@ class FleetBudget:
                 if exc.status.code == 404:
                     continue
                 raise
-            if self._live(name, lease):
+            if self._live(name, lease, down):
                 assert lease.spec is not None and lease.spec.holderIdentity
                 out[name] = lease.spec.holderIdentity
         return out
 
-    def _live(self, name: str, lease: Lease) -> bool:
+    def _live(self, name: str, lease: Lease, down: set[str]) -> bool:
         """Whether the slot is held: its holder has changed its record within its TTL, as
-        this node has watched it (a record first seen now counts as just renewed)."""
+        this node has watched it (a record first seen now counts as just renewed), or
+        the holder is a node that is not Ready (``down``: rebooting, say)."""
         held = lease.spec
         if not held or not held.holderIdentity:
             self.observed.pop(name, None)
@@ -208,7 +218,9 @@ class FleetBudget:
         record = (held.holderIdentity, str(held.renewTime))
         now = self.monotonic()
         seen = self.observed.get(name)
-        if seen is None or seen[0] != record:
+        if seen is None or seen[0] != record or held.holderIdentity in down:
+            # a holder down (rebooting) counts as renewing: back and Ready, its guardian
+            # has a whole TTL to start and take its slot up again
             self.observed[name] = (record, now)
             return True
         return now - seen[1] < (held.leaseDurationSeconds or self.p.ttl)
@@ -235,9 +247,10 @@ class FleetBudget:
             why = self._verdict(nodes, slots, holders)
             if why:
                 return None, f"fleet budget: {why}"
+            down = {_name(n) for n in nodes if not _ready(n)}
             for i in range(slots):
                 name = f"{self.p.name}-slot-{i}"
-                if name not in holders and self._take(name):
+                if name not in holders and self._take(name, down):
                     # a node cordoned meanwhile, without a slot, may have used up the budget
                     try:
                         _, why = self._limits()
@@ -251,7 +264,7 @@ class FleetBudget:
             return None, f"fleet budget unavailable: {_why(exc)}"
         return None, f"fleet budget: all {slots} slot(s) held by other nodes"
 
-    def _take(self, name: str) -> bool:
+    def _take(self, name: str, down: set[str]) -> bool:
         now = self.clock()
         spec = LeaseSpec(holderIdentity=self.me, leaseDurationSeconds=self.p.ttl,
                          acquireTime=now, renewTime=now)
@@ -269,7 +282,7 @@ class FleetBudget:
                 if exc2.status.code == 409:
                     return False  # another node created it first
                 raise
-        if self._live(name, lease) and lease.spec is not None \
+        if self._live(name, lease, down) and lease.spec is not None \
                 and lease.spec.holderIdentity != self.me:
             return False  # held, and not expired
         lease.spec = spec
