@@ -89,12 +89,15 @@ def always_rules_dir(tmp_path: Path) -> Path:
     return rules_dir
 
 
+HOLDS: list[Hold] = []  # the holds in force that tick() evaluates under
+
+
 def tick(engine: Engine, ex: Executor, t: float, v: float = 50.0) -> list[str]:
-    """One evaluation at wall time T0 + t; the kinds of the decisions and what ran."""
+    """One evaluation at wall time T0 + t under HOLDS; the kinds of the decisions and
+    what ran."""
     Applied.calls.clear()
-    engine.wall = T0 + t
     snap = Snapshot(t, {"memcg.dying": v})
-    decisions = engine.evaluate(snap)
+    decisions = engine.evaluate(snap, holds=HOLDS, wall=T0 + t)
     ex.run(decisions, snap)
     return [d.kind for d in decisions] + list(Applied.calls)
 
@@ -104,7 +107,7 @@ def test_a_paused_rule_evaluates_plans_and_audits_and_acts_when_the_hold_ends(
     engine = rules()
     audit = tmp_path / "audit.jsonl"
     ex = Executor(Host(), dry_run=False, audit=AuditLog(audit))
-    engine.holds = [Hold(T0 + 600, "kernel rollout", "alice")]
+    HOLDS[:] = [Hold(T0 + 600, "kernel rollout", "alice")]
     assert tick(engine, ex, 0) == ["firing", "held"]  # nothing applied
     held = [json.loads(line) for line in audit.read_text().splitlines()]
     [decision] = [e for e in held if e["type"] == "decision" and e["kind"] == "held"]
@@ -135,11 +138,12 @@ def test_holds_match_all_rules_a_name_or_labels_and_always_expire() -> None:
         '*{team="net"}'
     engine = rules()
     ex = Executor(Host(), dry_run=False)
-    engine.holds = [Hold(T0 + 60, "r", "a", labels=(("team", "net"),))]
+    HOLDS[:] = [Hold(T0 + 60, "r", "a", labels=(("team", "net"),))]
     assert "leak:firing" in tick(engine, ex, 0)  # another team's hold
     engine = rules()
-    engine.holds = [Hold(T0 - 1, "r", "a")]  # expired
+    HOLDS[:] = [Hold(T0 - 1, "r", "a")]  # expired
     assert "leak:firing" in tick(engine, ex, 0)
+    HOLDS.clear()
 
 
 # kured's window semantics (cmd/kured/main.go: --reboot-days, --start-time, --end-time,
@@ -168,11 +172,10 @@ def test_window_opening_while_a_rule_fires_runs_the_held_disruptive_action() -> 
 
 def test_config_window_applies_to_rules_without_their_own() -> None:
     engine = rules()
-    engine.window = Window(days=["sat"])  # T0 is a Monday
     ex = Executor(Host(), dry_run=False)
-    engine.wall = T0
     snap = Snapshot(0, {"memcg.dying": 50.0})
-    held = [d for d in engine.evaluate(snap) if d.kind == "held"]
+    held = [d for d in engine.evaluate(snap, wall=T0, window=Window(days=["sat"]))
+            if d.kind == "held"]  # T0 is a Monday
     assert "held outside the maintenance window (sat 00:00-24:00 UTC)" in held[0].reason
     assert [a.use for a in held[0].would] == ["test.remedy"]
     assert ex is not None
@@ -259,9 +262,9 @@ limit = { runs = 2, within = "1h" }
     chain = links(engine, snap, [])
     assert chain[0].needs_human and any("NEEDS A HUMAN" in line
                                         for line in text(chain, 200.0))
-    saved = engine.export_state()
+    saved = engine.state()
     again = Engine(engine.ruleset)
-    again.import_state(saved)
+    again.restore(saved)
     assert again.states["leak"].escalated  # survives a restart
     metrics = Metrics()
     Operations(Config(), None, sources=[]).after(engine, metrics)
@@ -310,11 +313,11 @@ def test_pause_resume_holds_cli_and_the_files_the_service_reads(
                                     'reason = "puppet"\nauthor = "cm"\n')
     engine = rules()
     ops = Operations(Config(), None, sources=[HoldFile(f), DropIn(dropin)])
-    ops.before(engine)
-    assert {h.source for h in engine.holds} == {"cli", f"file {dropin / 'cm.toml'}"}
-    assert engine.wall is not None
+    op = ops.before()
+    assert {h.source for h in op.holds} == {"cli", f"file {dropin / 'cm.toml'}"}
+    assert op.wall is not None
     snap = Snapshot(0.0, {"memcg.dying": 50.0})
-    assert [d.kind for d in engine.evaluate(snap)] == ["firing", "held"]
+    assert [d.kind for d in engine.evaluate(snap, holds=op.holds)] == ["firing", "held"]
     metrics = Metrics()
     ops.after(engine, metrics)
     assert metrics.registry.get_sample_value("guardian_rule_paused", {"rule": "leak"}) == 1
@@ -438,9 +441,9 @@ def test_a_hold_source_that_cannot_be_parsed_holds_every_rule(
     assert DropIn(tmp_path / "none.d").read() == []  # a missing directory has none
     engine = rules()
     ops = Operations(Config(), None, sources=[DropIn(dropin)])
-    ops.before(engine)
-    assert [d.kind for d in engine.evaluate(Snapshot(0.0, {"memcg.dying": 50.0}))] == \
-        ["firing", "held"]
+    op = ops.before()
+    assert [d.kind for d in engine.evaluate(Snapshot(0.0, {"memcg.dying": 50.0}),
+                                            holds=op.holds)] == ["firing", "held"]
     metrics = Metrics()
     ops.after(engine, metrics)
     assert metrics.registry.get_sample_value("guardian_rule_paused", {"rule": "leak"}) == 1

@@ -63,7 +63,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
     try:
         done = once.run_once(rules, coll, engine, executor,
-                             warmup=parse_duration(args.warmup), state_path=state_path)
+                             warmup=parse_duration(args.warmup), state_path=state_path,
+                             operating=once.operating(config, state))
         _report(args, rules, engine, coll, done, state_path)
     finally:
         coll.close()

@@ -1,25 +1,32 @@
 """The rule engine: pure, with no I/O and no clock of its own.
 
-Each call to :meth:`Engine.evaluate` takes a snapshot (whose ``time`` is the only clock)
-and returns :class:`~guardian.engine.decision.Decision` records; the same series of
-snapshots always yields the same decisions. Per rule the state machine is Prometheus'
-(:mod:`~guardian.engine.lifecycle`); on top of it sit Monit-style action bounds
-(:mod:`~guardian.engine.bounds`), causes that hold their symptoms' disruptive actions
-(:mod:`~guardian.engine.causes`) and the pauses and maintenance windows that make
-actions wait (:mod:`~guardian.engine.waits`).
+One tick is a transaction. :meth:`Engine.propose` takes a snapshot (whose ``time`` is the
+only clock) and what operators say (the holds in force, the wall time they and the
+maintenance windows are judged at, the default window) and returns an
+:class:`Evaluation`: the :class:`~guardian.engine.decision.Decision` records and the
+:class:`Proposal`, the rules' next state. The engine's rule states, action budget and a
+reload's owed resolutions do not change until :meth:`Engine.commit` takes the proposal;
+one that is dropped leaves no trace, so the same decisions are proposed again (the service
+commits only what it made durable). :meth:`Engine.evaluate` proposes and commits at once.
+The snapshot joins the history when it is proposed over: what was observed stays observed,
+only decisions wait for a commit. The same series of snapshots always yields the same
+decisions.
 
-What the operators say enters as data, set before a call: :attr:`Engine.holds` (pauses
-and silences, each with its expiry) and :attr:`Engine.wall` (the Unix time they and the
-maintenance windows are judged at; the snapshot's time when not given), and
-:attr:`Engine.window` (the config's default maintenance window).
+Per rule the state machine is Prometheus' (:mod:`~guardian.engine.lifecycle`); on top of
+it sit Monit-style action bounds (:mod:`~guardian.engine.bounds`), causes that hold their
+symptoms' disruptive actions (:mod:`~guardian.engine.causes`) and the pauses and
+maintenance windows that make actions wait (:mod:`~guardian.engine.waits`).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import ChainMap, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardian.core.durations import format_duration
+from guardian.core.errors import GuardianError
 from guardian.core.snapshot import Snapshot, check_values
 from guardian.engine import bounds, causes, waits
 from guardian.engine.bounds import Budget
@@ -30,6 +37,75 @@ from guardian.model.holds import Hold
 from guardian.model.kinds import EngineKind
 from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
 from guardian.model.window import Window
+
+
+class StaleProposal(GuardianError):
+    """A proposal made before the engine last changed (a commit, a reload, a restore)."""
+
+
+@dataclass(frozen=True)
+class Operating:
+    """What operators say, for one evaluation: the holds in force (pauses and silences,
+    each with its expiry), the Unix time they and the maintenance windows are judged at
+    (None: the snapshot's time) and the config's default maintenance window."""
+
+    holds: tuple[Hold, ...] = ()
+    wall: float | None = None  # once committed: the time they were judged at
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The engine's next state after one evaluation, for :meth:`Engine.commit`: the
+    states of the rules it changed, the global budget's runs (None: unchanged), whether
+    it decided the resolutions a reload owed, and what it was judged under."""
+
+    base: int  # the engine's generation it was proposed against
+    states: dict[str, RuleState]
+    global_runs: deque[float] | None
+    ended: bool
+    operating: Operating
+
+
+@dataclass
+class Evaluation:
+    """One evaluation's decisions and the proposal that makes them the engine's."""
+
+    decisions: list[Decision]
+    proposal: Proposal
+
+
+@dataclass
+class EngineState:
+    """All the engine keeps between ticks that a restart must not lose: every rule's
+    state and the global budget's runs."""
+
+    rules: dict[str, RuleState] = field(default_factory=dict)
+    global_runs: list[float] = field(default_factory=list)
+
+
+class _Tick:
+    """One evaluation in progress: copies of what it changes, never the engine's."""
+
+    __slots__ = ("base", "global_runs", "now", "operating", "out", "states", "values",
+                 "wall")
+
+    def __init__(self, base: deque[float], now: float, values: Any,
+                 operating: Operating) -> None:
+        self.base = base
+        self.now = now
+        self.values = values
+        self.operating = operating
+        self.wall = operating.wall if operating.wall is not None else now
+        self.states: dict[str, RuleState] = {}
+        self.global_runs: deque[float] | None = None
+        self.out: list[Decision] = []
+
+    def runs(self) -> deque[float]:
+        """The global budget's runs, copied when first needed."""
+        if self.global_runs is None:
+            self.global_runs = deque(self.base)
+        return self.global_runs
 
 
 class Engine:
@@ -44,10 +120,10 @@ class Engine:
         self.ruleset = Ruleset()
         self.history = History({})
         self.ending: list[tuple[CompiledRule, str]] = []  # firing rules a reload took away
-        self.holds: list[Hold] = []  # pauses and silences, set by the caller
-        self.wall: float | None = None  # Unix time for holds and windows (None: snapshot's)
-        self.window: Window | None = None  # the config's default maintenance window
-        self._now_wall = 0.0
+        self.operating = Operating()  # what the last committed evaluation was judged under
+        self.generation = 0  # moves on at each commit, reload and restore
+        self.active: list[tuple[CompiledRule, RuleState, Any]] = []
+        self._slot: dict[str, int] = {}  # rule name -> its place in self.active
         self.replace_rules(ruleset)
 
     # -- rules -------------------------------------------------------------------------
@@ -58,7 +134,7 @@ class Engine:
         or timing changed stays firing while its (new) condition holds, and goes back to
         pending, keeping its start, when a raised ``for`` has not yet passed (as
         Prometheus does). A firing rule that is removed or disabled resolves at the next
-        evaluation, with its clean-up actions."""
+        evaluation, with its clean-up actions. A proposal made before is stale."""
         old = {r.name: r for r in self.ruleset.rules}
         kept = {r.name for r in ruleset.rules if r.spec.enabled}
         for name, gone in old.items():
@@ -76,57 +152,83 @@ class Engine:
                 elif prev.spec.mode != rule.spec.mode:
                     st.held = False  # nothing observed is owed to a rule now acting
                 else:
-                    st.changed = (prev.spec.when, prev.spec.for_,
-                                  prev.spec.keep_firing_for) != (
+                    st.changed = st.changed or (
+                        prev.spec.when, prev.spec.for_, prev.spec.keep_firing_for) != (
                         rule.spec.when, rule.spec.for_, rule.spec.keep_firing_for)
             states[rule.name] = st or RuleState()
         self.states = states
         self.ruleset = ruleset
-        self.active = [(r, states[r.name], r.condition.fn)
-                       for r in causes.evaluation_order(ruleset.rules)]
+        self._activate()
         self.history = History(ruleset.lookbacks, previous=self.history)
+
+    def _activate(self) -> None:
+        """The enabled rules in evaluation order, each with its state and condition."""
+        self.active = [(r, self.states[r.name], r.condition.fn)
+                       for r in causes.evaluation_order(self.ruleset.rules)]
+        self._slot = {r.name: i for i, (r, _, _) in enumerate(self.active)}
+        self.generation += 1
 
     # -- evaluation ----------------------------------------------------------------------
     def observe(self, snapshot: Snapshot) -> None:
         """Add a snapshot to the history without evaluating (a warm-up sample for rates)."""
         self.history.record(snapshot.time, snapshot.values)
 
-    def evaluate(self, snapshot: Snapshot) -> list[Decision]:
-        """One tick: evaluate every enabled rule against ``snapshot``. The signals the
-        rules use are held to their specs first unless the snapshot was checked already
-        (a value that breaks its spec is unknown, and ``snapshot.errors`` says why)."""
+    def evaluate(self, snapshot: Snapshot, *, holds: Iterable[Hold] = (),
+                 wall: float | None = None, window: Window | None = None) -> list[Decision]:
+        """One tick proposed and committed at once (:meth:`propose`, :meth:`commit`): for
+        callers that have nothing to make durable first."""
+        evaluation = self.propose(snapshot, holds=holds, wall=wall, window=window)
+        self.commit(evaluation.proposal)
+        return evaluation.decisions
+
+    def propose(self, snapshot: Snapshot, *, holds: Iterable[Hold] = (),
+                wall: float | None = None, window: Window | None = None) -> Evaluation:
+        """One tick: evaluate every enabled rule against ``snapshot``, under the
+        ``holds`` in force at Unix time ``wall`` (None: the snapshot's time) and the
+        default maintenance ``window``. Returns the decisions and the proposed next state;
+        the engine's state is unchanged until :meth:`commit`. The signals the rules use
+        are held to their specs first unless the snapshot was checked already (a value
+        that breaks its spec is unknown, and ``snapshot.errors`` says why)."""
         if not snapshot.checked:
             self._check(snapshot)
         now = snapshot.time
-        self._now_wall = self.wall if self.wall is not None else now
         values = snapshot.values
         self.history.record(now, values)
         hist = self.history
-        out: list[Decision] = []
+        operating = Operating(tuple(holds), wall, window)
+        tick = _Tick(self.global_runs, now, values, operating)
+        out = tick.out
+        new = tick.states
         for gone, why in self.ending:
             cleanup = [a for a in gone.actions if a.spec.on != "fire"]
             out.append(self._decision(gone, "resolved", now, values, None, cleanup, why))
-        self.ending = []
+        any_holds = bool(operating.holds)
         for rule, st, fn in self.active:
-            pause = self.pause(rule)
-            st.paused = pause.describe() if pause else ""
+            pause = waits.pause(operating.holds, rule, tick.wall) if any_holds else None
+            paused = pause.describe() if pause else ""
             try:
                 result = fn(values, hist)
             except Exception:  # a compiled condition should not raise; if it does: unknown
                 result = None
             if result is None:
-                st.unknown = True
+                if not st.unknown or st.paused != paused:
+                    new[rule.name] = nst = st.copy()
+                    nst.unknown, nst.paused = True, paused
                 continue
-            st.unknown = False
+            if not result and st.phase == "inactive" and not st.changed \
+                    and not st.unknown and st.paused == paused:
+                continue  # false, and was: nothing changes (most rules, most ticks)
+            new[rule.name] = st = st.copy()
+            st.unknown, st.paused = False, paused
             step = advance(rule, st, bool(result), now)
             if step is None:
                 continue
             kind, reason = step
             if kind == "firing":
-                if not self._act(rule, st, now, values, result, out, "firing"):
+                if not self._act(tick, rule, st, result, "firing"):
                     out.append(self._decision(rule, "firing", now, values, result))
             elif kind == "retry":
-                self._act(rule, st, now, values, result, out, "retry")
+                self._act(tick, rule, st, result, "retry")
             elif kind == "resolved":
                 st.said_suppressed = st.held = False
                 # clean-up actions (on = "resolve"/"both") are not held to the limits
@@ -138,7 +240,28 @@ class Engine:
                                           actions=cleanup))
             else:
                 out.append(self._decision(rule, kind, now, values, result, reason=reason))
-        return out
+        proposal = Proposal(self.generation, new, tick.global_runs, bool(self.ending),
+                            Operating(operating.holds, tick.wall, window))
+        return Evaluation(out, proposal)
+
+    def commit(self, proposal: Proposal) -> None:
+        """Make ``proposal`` the engine's state. Raises :class:`StaleProposal` when the
+        engine changed since it was proposed (a commit, a reload, a restore)."""
+        if proposal.base != self.generation:
+            raise StaleProposal(f"proposal of generation {proposal.base}, the engine is "
+                                f"at {self.generation}")
+        for name, st in proposal.states.items():
+            self.states[name] = st
+            i = self._slot.get(name)
+            if i is not None:
+                rule, _, fn = self.active[i]
+                self.active[i] = (rule, st, fn)
+        if proposal.global_runs is not None:
+            self.global_runs = proposal.global_runs
+        if proposal.ended:
+            self.ending = []
+        self.operating = proposal.operating
+        self.generation += 1
 
     def _check(self, snapshot: Snapshot) -> None:
         used = {n: v for n, v in snapshot.values.items() if n in self.ruleset.signals}
@@ -149,19 +272,21 @@ class Engine:
         snapshot.errors.update(problems)
         snapshot.checked = True
 
-    def _act(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
-             result: object, out: list[Decision], kind: Literal["firing", "retry"]) -> bool:
+    def _act(self, tick: _Tick, rule: CompiledRule, st: RuleState, result: object,
+             kind: Literal["firing", "retry"]) -> bool:
         """Emit an action run if the bounds allow; True when a decision was emitted."""
         acting = [a for a in rule.actions if a.spec.on != "resolve"]
         if not acting:
             return False
-        held, why_held, planned = self._held(rule, acting)
+        now, values, out = tick.now, tick.values, tick.out
+        held, why_held, planned = self._held(tick, rule, acting)
         owed = st.held and not held  # what was held runs now
         if not owed and bounds.cooling_down(rule, st, now):
             return False
-        reason, limited = bounds.refusal(rule, st, self.global_runs, self.budget, now)
+        global_runs = tick.runs()
+        reason, limited = bounds.refusal(rule, st, global_runs, self.budget, now)
         if limited:
-            self._escalate(rule, st, now, values, result, out)
+            self._escalate(tick, rule, st, result)
         if reason:
             if kind == "firing":
                 out.append(self._decision(rule, "firing", now, values, result, reason=reason))
@@ -177,7 +302,7 @@ class Engine:
         st.last_run = now  # held or not: the next look is after the cooldown
         st.said_suppressed = False
         if acting:
-            bounds.record_run(rule, st, self.global_runs, now)
+            bounds.record_run(rule, st, global_runs, now)
             out.append(self._decision(rule, kind, now, values, result, actions=acting,
                                       reason="what was held runs now" if owed else ""))
         elif kind == "firing":
@@ -189,36 +314,42 @@ class Engine:
             out.append(d)
         return True
 
-    def _held(self, rule: CompiledRule, acting: list[BoundAction]
+    def _held(self, tick: _Tick, rule: CompiledRule, acting: list[BoundAction]
               ) -> tuple[list[BoundAction], str, list[BoundAction]]:
-        """The actions of ``acting`` that wait now, why, and those of them to plan."""
-        return waits.waiting(acting, self.pause(rule), causes.holders(rule, self.states),
-                             rule.spec.window or self.window, self._now_wall)
+        """The actions of ``acting`` that wait now, why, and those of them to plan (the
+        causes' phases as this evaluation left them)."""
+        op = tick.operating
+        states = ChainMap(tick.states, self.states)
+        return waits.waiting(acting, waits.pause(op.holds, rule, tick.wall),
+                             causes.holders(rule, states), rule.spec.window or op.window,
+                             tick.wall)
 
     def pause(self, rule: CompiledRule) -> Hold | None:
-        """The hold in force that pauses ``rule`` now (the one that ends last), if any."""
-        return waits.pause(self.holds, rule, self._now_wall)
+        """The hold that paused ``rule`` at the last committed evaluation (the one that
+        ends last), if any."""
+        op = self.operating
+        return waits.pause(op.holds, rule, op.wall if op.wall is not None else 0.0)
 
     def holders(self, rule: CompiledRule) -> list[tuple[str, str]]:
         """The causes of ``rule`` (``caused_by``) that are pending or firing, with their
         phase: while there are any, its disruptive actions are held."""
         return [*causes.holders(rule, self.states)]
 
-    def _escalate(self, rule: CompiledRule, st: RuleState, now: float, values: Any,
-                  result: object, out: list[Decision]) -> None:
+    def _escalate(self, tick: _Tick, rule: CompiledRule, st: RuleState,
+                  result: object) -> None:
         """The remedy ran its limit and the rule still fires: it needs a human, and its
         ``escalate`` actions run once (not while a hold pauses it; a disruptive one waits
         for the maintenance window)."""
         if st.escalated:
             return
         steps = [a for a in rule.escalate if a.spec.on != "resolve"]
-        _, _, waiting = self._held(rule, steps) if steps else ([], "", [])
-        if self.pause(rule) is not None or waiting:
+        _, _, waiting = self._held(tick, rule, steps) if steps else ([], "", [])
+        if waits.pause(tick.operating.holds, rule, tick.wall) is not None or waiting:
             return
         st.escalated = True
         if steps:
-            out.append(self._decision(
-                rule, "escalated", now, values, result, actions=steps,
+            tick.out.append(self._decision(
+                rule, "escalated", tick.now, tick.values, result, actions=steps,
                 reason=f"needs a human: {len(st.runs)} action runs within "
                        f"{format_duration(rule.spec.limit.within)} did not resolve it"))
 
@@ -231,35 +362,28 @@ class Engine:
                         labels=rule.spec.labels, _mark=ENGINE_MARK)
 
     # -- persistence ---------------------------------------------------------------------
-    def export_state(self, offset: float = 0.0) -> dict[str, Any]:
-        """Rule states and action history, times shifted by ``offset`` (e.g. from the
-        monotonic clock to wall-clock time, so they survive a reboot)."""
-        def t(x: float | None) -> float | None:
-            return None if x is None else x + offset
-        return {
-            "rules": {name: st.export(t) for name, st in self.states.items()},
-            "global_runs": [x + offset for x in self.global_runs],
-        }
+    def state(self, proposal: Proposal | None = None) -> EngineState:
+        """What a restart must not lose: now, or as it will be once ``proposal`` is
+        committed (to make that durable first). The rule states are the engine's own:
+        read them, never change them."""
+        rules = self.states
+        runs = self.global_runs
+        if proposal is not None:
+            rules = {**rules, **{n: st for n, st in proposal.states.items() if n in rules}}
+            if proposal.global_runs is not None:
+                runs = proposal.global_runs
+        return EngineState(dict(rules), list(runs))
 
-    def import_state(self, data: dict[str, Any], offset: float = 0.0,
-                     now: float | None = None) -> list[str]:
-        """Restore what :meth:`export_state` wrote (times shifted back by ``offset``) for
-        rules that still exist; their names. With ``now``, no restored time lies after
-        it (a clock that jumped must not leave a cooldown that never ends)."""
-        def t(x: Any) -> float | None:
-            if x is None:
-                return None
-            v = float(x) - offset
-            return v if now is None else min(v, now)
+    def restore(self, state: EngineState) -> list[str]:
+        """Take back a saved :class:`EngineState` for the rules that still exist; their
+        names. Whatever was proposed before is stale."""
         restored = []
-        for name, saved in (data.get("rules") or {}).items():
-            st = self.states.get(name)
-            if st is None or not isinstance(saved, dict):
-                continue
-            st.restore(saved, t)
-            restored.append(name)
-        self.global_runs = deque(sorted(v for x in data.get("global_runs", [])
-                                        if (v := t(x)) is not None))
+        for name, saved in state.rules.items():
+            if name in self.states:
+                self.states[name] = saved.copy()
+                restored.append(name)
+        self.global_runs = deque(sorted(state.global_runs))
+        self._activate()
         return restored
 
     # -- introspection -------------------------------------------------------------------

@@ -1,15 +1,21 @@
 """A rule's lifecycle, Prometheus' state machine: inactive -> pending (the condition
 holds, ``for`` has not passed) -> firing -> resolved (false for ``keep_firing_for``),
 then inactive again. Only the phases live here; what a firing rule may do is
-:mod:`guardian.engine.bounds`'."""
+:mod:`guardian.engine.bounds`'.
+
+:class:`RuleState` is the one definition of what the engine remembers of a rule, and so
+of what a saved state holds: every field is saved and restored (the state file validates
+an entry against these same types), so nothing an evaluation reads is lost by a restart."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Literal
 
-from guardian.model.kinds import PHASES, Phase
+from pydantic import AllowInfNan, Strict, StrictBool, StrictStr
+
+from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
 
 # What one evaluation did to a rule's phase: it became pending or fired, it went on
@@ -17,45 +23,52 @@ from guardian.model.ruleset import CompiledRule
 # pending without firing; ``resolved``: firing no more).
 Step = Literal["pending", "firing", "retry", "resolved", "inactive"]
 
+# A time on the engine's clock (a snapshot's ``time``): a finite number. The metadata
+# only matters when a saved state is validated; the engine itself never pays for it.
+Time = Annotated[float, AllowInfNan(False), Strict()]
 
-@dataclass
+
+@dataclass(slots=True)
 class RuleState:
-    """What the engine remembers of one rule between ticks (persistable)."""
+    """What the engine remembers of one rule between ticks; all of it is saved."""
 
     phase: Phase = "inactive"
-    since: float | None = None  # pending or firing since
-    active_at: float | None = None  # the condition holds since (pending's start)
-    keep_firing_since: float | None = None  # firing, first false evaluation since it held
-    last_run: float | None = None
-    runs: list[float] = field(default_factory=list)  # action runs within the limit window
-    said_suppressed: bool = False
-    held: bool = False  # disruptive actions are owed: they were held while a cause was active
-    unknown: bool = False  # condition had no value at the last tick
-    changed: bool = False  # reloaded with another condition or timing; not yet evaluated
-    escalated: bool = False  # ran its limit without resolving: needs a human
-    paused: str = ""  # the hold that pauses it now, described ("" when none)
+    since: Time | None = None  # pending or firing since
+    active_at: Time | None = None  # the condition holds since (pending's start)
+    keep_firing_since: Time | None = None  # firing, first false evaluation since it held
+    last_run: Time | None = None
+    runs: list[Time] = field(default_factory=list)  # action runs within the limit window
+    said_suppressed: StrictBool = False
+    held: StrictBool = False  # disruptive actions are owed: held while a cause was active
+    unknown: StrictBool = False  # condition had no value at the last tick
+    changed: StrictBool = False  # reloaded with another condition or timing; not yet evaluated
+    escalated: StrictBool = False  # ran its limit without resolving: needs a human
+    paused: StrictStr = ""  # the hold that pauses it now, described ("" when none)
 
-    def export(self, t: Callable[[float | None], float | None]) -> dict[str, Any]:
-        """What survives a restart, each time mapped through ``t``."""
-        return {"phase": self.phase, "since": t(self.since), "active_at": t(self.active_at),
-                "keep_firing_since": t(self.keep_firing_since),
-                "last_run": t(self.last_run),
-                "runs": [v for x in self.runs if (v := t(x)) is not None],
-                "said_suppressed": self.said_suppressed, "held": self.held,
-                "escalated": self.escalated}
+    def copy(self) -> RuleState:
+        """An independent copy (what an evaluation changes, while the engine's stays)."""
+        return RuleState(self.phase, self.since, self.active_at, self.keep_firing_since,
+                         self.last_run, list(self.runs), self.said_suppressed, self.held,
+                         self.unknown, self.changed, self.escalated, self.paused)
 
-    def restore(self, saved: dict[str, Any], t: Callable[[Any], float | None]) -> None:
-        """Take back what :meth:`export` wrote, each time mapped through ``t``."""
-        phase = saved.get("phase")
-        self.phase = phase if phase in PHASES else "inactive"
-        self.since = t(saved.get("since"))
-        self.keep_firing_since = t(saved.get("keep_firing_since"))
-        self.active_at = t(saved.get("active_at", saved.get("since")))
-        self.last_run = t(saved.get("last_run"))
-        self.runs = [v for x in saved.get("runs", []) if (v := t(x)) is not None]
-        self.said_suppressed = bool(saved.get("said_suppressed"))
-        self.held = bool(saved.get("held"))
-        self.escalated = bool(saved.get("escalated"))
+    def shifted(self, t: Callable[[float], float]) -> RuleState:
+        """A copy with every time mapped through ``t`` (from one clock to another)."""
+        def opt(x: float | None) -> float | None:
+            return None if x is None else t(x)
+        out = self.copy()
+        out.since, out.active_at = opt(self.since), opt(self.active_at)
+        out.keep_firing_since, out.last_run = opt(self.keep_firing_since), opt(self.last_run)
+        out.runs = [t(x) for x in self.runs]
+        return out
+
+    def problem(self) -> str:
+        """Why this state cannot be (a phase past inactive has a start); "" when it can."""
+        if self.phase != "inactive" and self.since is None:
+            return f"{self.phase} without `since`"
+        return ""
+
+
+FIELDS = tuple(f.name for f in fields(RuleState))
 
 
 def advance(rule: CompiledRule, st: RuleState, holds: bool, now: float

@@ -7,7 +7,8 @@ budget, as the service carries them from tick to tick::
 
     engine = once.engine_for(rules, config, paths.state, paths.state)
     report = once.run_once(rules, collector, engine, executor, warmup=1.0,
-                           state_path=paths.state)
+                           state_path=paths.state,
+                           operating=once.operating(config, paths.state))
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from guardian.core.snapshot import Snapshot
 from guardian.engine.bounds import Budget
 from guardian.engine.decision import Decision, decision_values, render_values
-from guardian.engine.engine import Engine
+from guardian.engine.engine import Engine, Operating
 from guardian.model.ruleset import Ruleset
 from guardian.model.schema import Severity
 from guardian.plugin.registry import default_registry
@@ -30,7 +31,7 @@ from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
 from guardian.runtime.executor import Executed, Executor
 
-__all__ = ["Pass", "RuleReport", "engine_for", "run_once", "warm_snapshot"]
+__all__ = ["Pass", "RuleReport", "engine_for", "operating", "run_once", "warm_snapshot"]
 
 Condition = Literal["holds", "ok", "unknown", "disabled"]
 
@@ -48,18 +49,23 @@ def warm_snapshot(coll: Collector, warmup: float, engine: Engine | None = None) 
 
 def engine_for(rules: Ruleset, config: Config, state_path: Path | None,
                holds_state: Path) -> Engine:
-    """An engine for one pass: the config's budget, the state the last pass saved in
-    ``state_path`` (none for a dry run, which neither reads nor writes it), and the holds
-    and maintenance window the service would see now (guardian pause's holds beside
-    ``holds_state``)."""
-    from guardian.runtime.operate import Operations  # the holds, as the service reads them
-
+    """An engine for one pass: the config's budget and the state the last pass saved in
+    ``state_path`` (none for a dry run, which neither reads nor writes it). The holds and
+    maintenance window the pass is evaluated under are :func:`operating`'s (an argument
+    of each evaluation, not the engine's); ``holds_state`` is kept for callers."""
     budget = config.engine.budget
     engine = Engine(rules, Budget(budget.runs, budget.within))
     if state_path is not None:
         state_file.load(engine, state_path)
-    Operations(config, holds_state).before(engine)
     return engine
+
+
+def operating(config: Config, holds_state: Path) -> Operating:
+    """The holds in force now and the maintenance window, as the service sees them
+    (guardian pause's holds beside ``holds_state``), for :func:`run_once`."""
+    from guardian.runtime.operate import Operations  # the holds, as the service reads them
+
+    return Operations(config, holds_state).before()
 
 
 @dataclass
@@ -107,14 +113,16 @@ class Pass:
 
 
 def run_once(rules: Ruleset, coll: Collector, engine: Engine, executor: Executor, *,
-             warmup: float, state_path: Path | None) -> Pass:
+             warmup: float, state_path: Path | None,
+             operating: Operating | None = None) -> Pass:
     """Evaluate once and carry out the engine's decisions (planned only when the executor
     is a dry run). The state is saved to ``state_path`` before acting, as the service
     saves it. In a dry run, a rule whose condition holds but that the engine does not act
     on yet (pending, cooldown) also gets the plan it would run, from an executor that
     cannot apply."""
     snap = warm_snapshot(coll, warmup, engine)
-    decisions = engine.evaluate(snap)
+    op = operating or Operating()
+    decisions = engine.evaluate(snap, holds=op.holds, wall=op.wall, window=op.window)
     if state_path is not None:
         state_file.save(engine, state_path)
     executed = executor.run(decisions, snap)

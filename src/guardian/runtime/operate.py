@@ -1,7 +1,8 @@
 """The service's per-tick link to what operators set: the holds in force from every
-source and the default maintenance window go into the engine (as data, with the wall
-time they are judged at), and the metrics show the holds, the paused and shadow rules,
-and the rules that need a human."""
+source and the default maintenance window, with the wall time they are judged at, are
+read into an :class:`~guardian.engine.engine.Operating` that each evaluation takes as an
+argument; the metrics show the holds, the paused and shadow rules, and the rules that
+need a human."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import time
 from pathlib import Path
 
-from guardian.engine.engine import Engine
+from guardian.engine.engine import Engine, Operating
 from guardian.model.holds import Hold, in_force
 from guardian.runtime.config import Config
 from guardian.runtime.holds import DropIn, HoldFile, HoldReader
@@ -41,7 +42,8 @@ def readers(config: Config, state_path: Path | None) -> list[HoldReader]:
 
 
 class Operations:
-    """Call :meth:`before` ahead of each evaluation and :meth:`after` once it is done."""
+    """Call :meth:`before` ahead of each evaluation (it says what to evaluate under) and
+    :meth:`after` once it is committed."""
 
     def __init__(self, config: Config, state_path: Path | None,
                  sources: list[HoldReader] | None = None) -> None:
@@ -58,7 +60,9 @@ class Operations:
                 log.error("holds: %s failed: %r", type(src).__name__, exc)
         return in_force(out, wall)
 
-    def before(self, engine: Engine, wall: float | None = None) -> None:
+    def before(self, wall: float | None = None) -> Operating:
+        """The holds in force at ``wall`` (now when None), judged at it, and the default
+        window; a hold that starts or ends is logged once."""
         wall = time.time() if wall is None else wall
         held = self.holds(wall)
         for h in sorted(set(held) - self.seen, key=lambda h: h.until):
@@ -66,11 +70,11 @@ class Operations:
         for h in sorted(self.seen - set(held), key=lambda h: h.until):
             log.info("hold from %s on rules %s ended", h.source, h.matcher)
         self.seen = set(held)
-        engine.holds, engine.wall, engine.window = held, wall, self.window
+        return Operating(tuple(held), wall, self.window)
 
     def after(self, engine: Engine, metrics: Metrics) -> None:
         ops = metrics.operations
-        ops.holds = list(engine.holds)
+        ops.holds = list(engine.operating.holds)
         ops.paused = {n: bool(st.paused) for n, st in engine.states.items()}
         ops.needs_human = {n: st.escalated for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}

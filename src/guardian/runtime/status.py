@@ -57,10 +57,11 @@ def held_by(engine: Engine, rule: CompiledRule) -> list[str]:
 def _waiting_now(engine: Engine, rule: CompiledRule, now: float) -> str:
     """Why some of the rule's actions would wait if it acted now ("" when none would):
     the engine's own waits, for a pause, an active cause, a shut window."""
-    wall = engine.wall if engine.wall is not None else now
-    _, why, _ = waits.waiting(_acting(rule), engine.pause(rule),
+    op = engine.operating  # what the last committed evaluation was judged under
+    wall = op.wall if op.wall is not None else now
+    _, why, _ = waits.waiting(_acting(rule), waits.pause(op.holds, rule, wall),
                               causes.holders(rule, engine.states),
-                              rule.spec.window or engine.window, wall)
+                              rule.spec.window or op.window, wall)
     return why
 
 

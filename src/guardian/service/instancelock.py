@@ -1,11 +1,18 @@
 """One guardian per state directory: two (the package's unit beside a DaemonSet, both
 writing /var/lib/guardian) would both act on every rule and overwrite each other's state.
 The service holds an exclusive ``flock`` on ``guardian.lock`` there for its lifetime; the
-kernel drops it when the process ends, however it ends."""
+kernel drops it when the process ends, however it ends.
+
+The lock needs no space: only the pid written into the file for the message of another
+instance does, and that is skipped on a full disk. A lock file that cannot even be created
+(a read-only or full filesystem, an I/O error) is :class:`LockUnavailable`: the service
+runs failing closed (it acts on nothing without its state durable, which such a directory
+cannot hold either) and takes the lock once it can."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -19,6 +26,16 @@ class InstanceLocked(GuardianError):
     """Another process holds the lock, or it cannot be taken; the message says which."""
 
 
+class LockUnavailable(InstanceLocked):
+    """The lock file cannot be created or opened for what the disk is now (read-only,
+    full, failing): no setting to fix, and worth taking again later."""
+
+
+# what the disk is, not how guardian is set up: a read-only or full filesystem, a quota,
+# an I/O error
+DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
 class InstanceLock:
     """The lock on one state directory, taken by :meth:`acquire`."""
 
@@ -26,15 +43,23 @@ class InstanceLock:
         self.path = directory / LOCK_NAME
         self.fd = -1
 
+    @property
+    def held(self) -> bool:
+        return self.fd >= 0
+
     def acquire(self) -> None:
-        """Take the lock, or raise :class:`InstanceLocked` with a one-line reason."""
+        """Take the lock, or raise :class:`InstanceLocked` with a one-line reason
+        (:class:`LockUnavailable` when it is the disk that says no)."""
+        if self.held:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                         0o600)
+            fd = self._open()
         except OSError as exc:
-            raise InstanceLocked(f"cannot use the state directory {self.path.parent}: "
-                                 f"{exc.strerror or exc}") from None
+            why = f"cannot use the state directory {self.path.parent}: {exc.strerror or exc}"
+            if exc.errno in DISK_ERRNOS:
+                raise LockUnavailable(why) from None
+            raise InstanceLocked(why) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -46,9 +71,23 @@ class InstanceLock:
                     f"the state directory {self.path.parent}; one per node (stop the other "
                     "first, or give this one a state directory of its own)") from None
             raise InstanceLocked(f"cannot lock {self.path}: {exc.strerror or exc}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the pid is for messages: a full disk skips it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
+
+    def _open(self) -> int:
+        flags = os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | flags, 0o600)
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            # a read-only filesystem: a lock file already there locks as well read-only
+            try:
+                return os.open(self.path, os.O_RDONLY | flags)
+            except FileNotFoundError:
+                raise exc from None
 
     def release(self) -> None:
         if self.fd >= 0:

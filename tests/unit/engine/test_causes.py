@@ -76,9 +76,9 @@ def test_holding_is_deterministic_and_survives_a_restart() -> None:
     assert first == [d.to_dict() for d in _run(text, SERIES)]
     engine = Engine(load_text(text))
     engine.evaluate(Snapshot(0, {"memcg.dying": 500.0, "cpu.hottest_core_pct": 99.0}))
-    saved = engine.export_state()
+    saved = engine.state()
     again = Engine(load_text(text))
-    again.import_state(saved)
+    again.restore(saved)
     assert again.states["core-hot"].held
     out = again.evaluate(Snapshot(60, {"memcg.dying": 10.0, "cpu.hottest_core_pct": 99.0}))
     assert [(d.rule, d.kind, [a.use for a in d.actions]) for d in out] == [

@@ -13,7 +13,7 @@ from guardian.model.holds import Hold
 from guardian.model.kinds import ENGINE_KINDS, PHASES, DecisionKind, EngineKind, Phase
 from guardian.plugin.contract import ActionContext
 from guardian.runtime.metrics import KINDS
-from guardian.runtime.state import SavedRule
+from guardian.runtime.state import rule_state
 
 
 def test_every_kind_the_engine_emits_is_an_engine_kind() -> None:
@@ -40,10 +40,11 @@ when = "memcg.dying > 10"
   use = "log"
 ''')
     engine = Engine(rules)
-    engine.holds = [Hold(1000.0, "maintenance", "alice", rule="paused")]
+    holds = [Hold(1000.0, "maintenance", "alice", rule="paused")]
     seen: list[str] = []
     for t, x in [(0, 50), (10, 1), (20, 50), (50, 50), (60, 50), (70, 50), (80, 1)]:
-        seen += [d.kind for d in engine.evaluate(Snapshot(float(t), {"memcg.dying": x}))]
+        seen += [d.kind for d in engine.evaluate(Snapshot(float(t), {"memcg.dying": x}),
+                                                 holds=holds)]
     assert set(seen) == set(ENGINE_KINDS) == set(get_args(EngineKind)), seen
     assert set(ENGINE_KINDS) < set(get_args(DecisionKind))
     assert set(KINDS) == set(ENGINE_KINDS)
@@ -55,4 +56,4 @@ when = "memcg.dying > 10"
 def test_every_phase_is_one_a_saved_state_may_hold() -> None:
     assert set(PHASES) == set(get_args(Phase)) == {"inactive", "pending", "firing"}
     for phase in PHASES:
-        assert SavedRule.model_validate({"phase": phase, "since": 0.0}).phase == phase
+        assert rule_state({"phase": phase, "since": 0.0}).phase == phase

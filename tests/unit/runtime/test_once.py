@@ -90,7 +90,8 @@ def _pass(tmp_path: Path, rules: Ruleset, *, dry_run: bool = False) -> once.Pass
     executor = Executor(coll.host, dry_run=dry_run)
     try:
         return once.run_once(rules, coll, engine, executor, warmup=0.0,
-                             state_path=state_path)
+                             state_path=state_path,
+                             operating=once.operating(_config(tmp_path), state))
     finally:
         coll.close()
 

@@ -3,7 +3,6 @@ trusted is dropped, never fatal, and never suppresses actions for good."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -30,29 +29,30 @@ def test_invalid_state_entries_are_dropped_not_fatal(case: Case) -> None:
         assert engine.states[rule].phase == phase
 
 
-def test_a_wrong_wall_clock_never_suppresses_actions_for_good(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_wall_clock_never_suppresses_actions_for_good(tmp_path: Path) -> None:
     """Before: persisted times were wall-clock; a clock one year behind at start-up put
-    every last run a year into the future, and no cooldown ever ended."""
+    every last run a year into the future, and no cooldown ever ended. The clocks are
+    the state module's parameter (no patched ``time``)."""
     rules = load_text(RULE.format(name="r"))  # cooldown 1h
     engine = Engine(rules)
-    now = time.monotonic()
+    now, wall, year = 5000.0, 1.7e9, 365 * 86400.0
     engine.states["r"].phase, engine.states["r"].since = "firing", now
     engine.states["r"].last_run = now
     path = tmp_path / "state.json"
-    state_file.save(engine, path)
-    year = 365 * 86400.0
-    real_time = time.time
-    monkeypatch.setattr(time, "time", lambda: real_time() - year)  # the clock state reads
+    state_file.save(engine, path, clock=_clock("boot-a", now, wall))
     # the same boot: monotonic times are exact, whatever the wall clock says
     same = Engine(rules)
-    state_file.load(same, path)
+    state_file.load(same, path, clock=_clock("boot-a", now + 10, wall - year))
     assert same.states["r"].last_run == now
     # another boot (the wall clock a year behind): nothing lands after now
-    monkeypatch.setattr(state_file, "boot_id", lambda path: "another-boot")
     other = Engine(rules)
-    state_file.load(other, path)
-    last, loaded = other.states["r"].last_run, time.monotonic()  # a time, not a duration
+    loaded = 20.0  # this boot's monotonic clock at the load
+    state_file.load(other, path, clock=_clock("boot-b", loaded, wall - year))
+    last = other.states["r"].last_run
     assert last is not None and last <= loaded
     an_hour_on = snapshot(loaded + 3601, {"processes.total": 5.0})  # the cooldown is over
     assert [d.kind for d in other.evaluate(an_hour_on)] == ["retry"]
+
+
+def _clock(boot: str, mono: float, wall: float) -> state_file.Clock:
+    return state_file.Clock(monotonic=lambda: mono, wall=lambda: wall, boot=lambda: boot)

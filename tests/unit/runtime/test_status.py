@@ -42,8 +42,10 @@ def _one(for_: str = "0s", keep: str = "0s", runs: int = 3) -> Engine:
     return _engine(RULE.format(for_=for_, keep=keep, runs=runs))
 
 
-def _at(engine: Engine, t: float, dying: float) -> list[Decision]:
-    return engine.evaluate(Snapshot(t, {"memcg.dying": dying, "memcg.live": 1.0}))
+def _at(engine: Engine, t: float, dying: float, holds: tuple[Hold, ...] = (),
+        wall: float | None = None) -> list[Decision]:
+    return engine.evaluate(Snapshot(t, {"memcg.dying": dying, "memcg.live": 1.0}),
+                           holds=holds, wall=wall)
 
 
 def _rule(engine: Engine, name: str = "r") -> CompiledRule:
@@ -214,17 +216,17 @@ def test_the_summary_counts_each_rule_once_and_names_the_blind() -> None:
 
 def test_a_paused_rule_says_the_hold_and_what_was_held_runs_when_it_ends() -> None:
     engine = _one()
-    engine.holds, engine.wall = [Hold(1e9, "freeze", "ops")], 1000.0
+    freeze = (Hold(1e9, "freeze", "ops"),)
     rule = _rule(engine)
     pause = "paused by ops until 2001-09-09T01:46:40Z: freeze"
-    first = _at(engine, 0.0, 5.0)
+    first = _at(engine, 0.0, 5.0, freeze, 1000.0)
     assert [d.kind for d in first] == ["firing", "held"]
     assert now_words(engine, rule, first, 0.0, dry_run=True) == f"firing: held now: {pause}"
-    later = _at(engine, 60.0, 5.0)
+    later = _at(engine, 60.0, 5.0, freeze, 1000.0)
     assert now_words(engine, rule, later, 60.0, dry_run=True) == (
         "firing: in cooldown: actions again in 29m (cooldown 30m from the last run, 1m "
         f"ago); waiting: {pause}")
-    engine.holds = []
-    owed = _at(engine, 120.0, 5.0)  # the pause ended: what was held runs, cooldown or not
+    # the pause ended: what was held runs, cooldown or not
+    owed = _at(engine, 120.0, 5.0, (), 1000.0)
     assert now_words(engine, rule, owed, 120.0, dry_run=False) == \
         "firing: acting now (what was held runs now): log"
