@@ -58,10 +58,11 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             engine = Engine(rules)
             if args.state and Path(args.state).exists():
                 state_file.load(engine, Path(args.state))
-            Operations(config, state).before(engine)  # the holds the service sees now
+            op = Operations(config, state).before()  # the holds the service sees now
             coll = host_collector(args.root, config)
             snap = warm_snapshot(coll, args.warmup, engine)
-            decisions = engine.evaluate(snap)
+            decisions = engine.evaluate(snap, holds=op.holds, wall=op.wall,
+                                        window=op.window)
             chain = why.links(engine, snap, decisions)
             now, total = snap.time, len(rules.rules)
             from guardian.plugin.registry import default_registry
