@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from guardian.core.audit import AuditLog
+from guardian.core.errors import GuardianError
 from guardian.core.exitcodes import ExitCode
 from guardian.engine.bounds import Budget
 from guardian.engine.engine import Engine
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("guardian.service")
 
 
-class NotBuilt(Exception):
+class NotBuilt(GuardianError):
     """A part the service cannot run without: ``code`` is the exit code, the message why."""
 
     def __init__(self, code: ExitCode, why: str) -> None:
