@@ -14,6 +14,11 @@ node-problem-detector gives each monitor its own). A check still running
 when it is due again is not started again. Each run is an argv list (no shell) in its own
 session; at its timeout, and when it ends, its whole process group is killed.
 
+A program another user could replace (owned by neither root nor guardian's user, writable
+by group or others, or in a directory that is, up to ``/``) is never run, as rule files
+that others could change are refused: it would run as root, in a dry run too. Such a
+check is a start error, with why, and ``guardian check`` warns of it.
+
 A check that did not answer has no value, never a problem and never OK: its program could
 not start (missing, not executable; node-problem-detector's ``plugin.go``: "Error in
 starting plugin", Unknown), its run timed out (Unknown there too), or it has not finished a
@@ -41,7 +46,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from guardian.core.durations import PositiveDuration
 from guardian.core.snapshot import Family, SignalSpec, label, labels_of
 from guardian.hostio.host import Host
-from guardian.hostio.programs import MINIMAL_ENV, Ran, cannot_run, run_bounded
+from guardian.hostio.programs import MINIMAL_ENV, Ran, cannot_run, find_program, run_bounded
+from guardian.hostio.safefile import replaceable_by_others
 from guardian.plugin.contract import Source
 from guardian.sources.periodic import Periodic
 
@@ -125,6 +131,16 @@ class Result:
     error: str = ""
 
 
+def replaceable(prog: str) -> str | None:
+    """Why a check's program is refused (another user could replace it, or a directory on
+    its way: it would run as root, dry run or not), or None. As rule files are refused."""
+    found = prog if prog.startswith("/") else find_program(prog, MINIMAL_ENV["PATH"])
+    if found is None or cannot_run(found) is not None:
+        return None  # not there or not executable: a start error of its own
+    why = replaceable_by_others(found)
+    return None if why is None else f"another user could replace it: {why}"
+
+
 def npd_status(exit_status: int) -> int:
     """node-problem-detector's status of an exit status: 0 OK, 1 NonOK, else Unknown."""
     return exit_status if exit_status in (OK, PROBLEM) else UNKNOWN
@@ -167,6 +183,8 @@ class ScriptSource(Source[ScriptConfig]):
             prog = check.argv[0]
             if (why := cannot_run(prog)) is not None:
                 out.append(f"check {name}: {prog} {why}")
+            elif (why := replaceable(prog)) is not None:
+                out.append(f"check {name}: not run: {why}")
         return out
 
     def __init__(self, host: Host, config: ScriptConfig | None = None) -> None:
@@ -245,8 +263,11 @@ class ScriptSource(Source[ScriptConfig]):
         check = self.cfg.checks[name]
         timeout = check.timeout or self.cfg.timeout
         try:
-            ran = run_bounded(check.argv, timeout, KEEP, {**MINIMAL_ENV, **check.env},
-                              check.cwd, stop=self.pools[check.pool].stop)
+            if (why := replaceable(check.argv[0])) is not None:
+                ran = Ran(None, b"", b"", 0.0, error=f"not run: {why}")
+            else:
+                ran = run_bounded(check.argv, timeout, KEEP, {**MINIMAL_ENV, **check.env},
+                                  check.cwd, stop=self.pools[check.pool].stop)
         except Exception as exc:  # a worker must never die with the check marked running
             ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
         self.record(name, ran)
