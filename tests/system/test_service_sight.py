@@ -98,7 +98,7 @@ def test_why_on_the_node_answers_from_what_the_service_saw(tmp_path: Path) -> No
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         text = out.stdout
-        assert text.startswith(f"As the guardian service (pid {proc.pid}) saw it at "), text
+        assert text.startswith(f"As the guardian service (pid {proc.pid}) sees it "), text
         assert "busy-cores [FIRING" in text, text
         assert 'evidence: matched = {cpu="' in text or '{cpu="' in text, text
         assert "acted: " in text and "log ok: " in text, text
@@ -113,7 +113,7 @@ def test_why_on_the_node_answers_from_what_the_service_saw(tmp_path: Path) -> No
             [sys.executable, "-m", "guardian", "explain", "busy-cores", "--rules", str(rules),
              "--config", str(config), "--warmup", "0.2s"],
             capture_output=True, text=True, timeout=60).stdout
-        assert explained.startswith(f"As the guardian service (pid {proc.pid}) saw it at "), \
+        assert explained.startswith(f"As the guardian service (pid {proc.pid}) sees it "), \
             explained
         assert "  the service: FIRING, began " in explained, explained
         assert "  the service acted: " in explained and " log ok: " in explained, explained

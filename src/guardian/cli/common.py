@@ -186,5 +186,6 @@ def service_saw(directory: Path) -> tuple[Seen | None, str]:
                       "which remembers nothing)")
     import time
     age = max(time.time() - seen.wall, 0.0)
-    return seen, (f"As the guardian service (pid {seen.pid}) saw it at "
-                  f"{clock(seen.wall)}, {format_duration(round(age))} ago:")
+    return seen, (f"As the guardian service (pid {seen.pid}) sees it (it writes what it "
+                  f"sees when that changes, and every minute; last at {clock(seen.wall)}, "
+                  f"{format_duration(round(age))} ago):")

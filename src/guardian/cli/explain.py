@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from guardian.cli.common import (
 )
 from guardian.core.durations import parse_duration
 from guardian.core.exitcodes import ExitCode
-from guardian.engine.decision import Decision
+from guardian.engine.decision import Decision, decision_values
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.plugin.registry import default_registry
@@ -71,8 +72,10 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
     plans: list[dict[str, Any]] = []
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
+        result = rule.condition.fn(snap.values, engine.history)
         d = Decision(snap.time, rule.name, "explain", rule.spec.severity, rule.spec.summary,
-                     {}, [a for a in rule.actions if a.spec.on != "resolve"])
+                     decision_values(rule, snap.values, result),  # $values as the engine's
+                     [a for a in rule.actions if a.spec.on != "resolve"])
         plans = [ex.to_dict() for ex in executor.run([d], snap)]  # dry run: never applies
     if args.json:
         json_out("explain", {"rule": rule.name, "state": state, "missing": missing,
@@ -95,6 +98,9 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         print(f"no value for: {', '.join(missing)}")
     for blind in blind_rules(rules, {rule.name: st}, snap, sight):
         print("BLIND, because: " + "; ".join(blind.reasons or ("a computed value",)))
+    for cause in rule.spec.caused_by:
+        if cause in engine.states and engine.states[cause].unknown:
+            print(f"its cause {cause} is BLIND: whether it is active is not seen")
     if plans:
         print("it would run:")
         for p in plans:
@@ -118,8 +124,9 @@ def _as_the_service_saw(rule: str, config: Config) -> str:
     link = next((lk for lk in seen.chain if lk.rule == rule), None)
     blind = next((b for b in seen.blind if b.rule == rule), None)
     if link is not None:
+        now = seen.now + max(time.time() - seen.wall, 0.0)  # its clock, read now
         began = "" if link.since is None else \
-            f", began {for_people(max(seen.now - link.since, 0.0))} ago"
+            f", began {for_people(max(now - link.since, 0.0))} ago"
         lines.append(f"  the service: {link.phase.upper()}{began}")
     elif blind is not None:
         lines.append(f"  the service: BLIND: {blind.line()}")

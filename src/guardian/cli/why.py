@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from guardian.cli.common import (
@@ -51,7 +52,9 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
         state = Path(args.state) if args.state else service_paths(config).state
         seen, note = service_saw(state.parent)
         if seen is not None:
-            chain, blind, now, total = seen.chain, seen.blind, seen.now, seen.rules
+            # its `since` are on its clock at `now`; it is later by the report's age
+            now = seen.now + max(time.time() - seen.wall, 0.0)
+            chain, blind, total = seen.chain, seen.blind, seen.rules
         else:
             from guardian.runtime import state as state_file
             from guardian.runtime.operate import Operations
@@ -63,7 +66,8 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             snap = warm_snapshot(coll, args.warmup, engine)
             decisions = engine.evaluate(snap, holds=op.holds, wall=op.wall,
                                         window=op.window)
-            chain = why.links(engine, snap, decisions)
+            # this command applies nothing: what the engine decides now, it would do now
+            chain = why.links(engine, snap, decisions, when=lambda _: "now")
             now, total = snap.time, len(rules.rules)
             from guardian.plugin.registry import default_registry
             blind = blind_rules(rules, engine.states, snap, sight_of(coll, default_registry()))
@@ -76,7 +80,7 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
     else:
         if note:
             print(note)
-        for line in why.text(chain, now, "would act" if rec is not None else "acted",
+        for line in why.text(chain, now, "acted" if seen is not None else "would act",
                              blind, total):
             print(line)
         if lately:

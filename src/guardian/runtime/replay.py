@@ -41,7 +41,9 @@ def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Repl
     """Run the engine over the recording (up to ``until`` seconds from its start)."""
     r = Replay(Engine(ruleset))
     for snap in rec.snapshots:
-        if until is not None and snap.time > until:
+        # up to the snapshot printed as `until` (times print in whole seconds: the one at
+        # 570.041 s is "+9m30s", and `--at 9m30s` means it)
+        if until is not None and round(snap.time) > until:
             break
         for d in r.engine.evaluate(snap):
             r.decisions.append(d)

@@ -8,7 +8,7 @@ guardian did or would do there, and what it holds back while a cause is being fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +57,16 @@ class Link:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list[Link]:
-    """The active rules, each chain root first (roots in order of when they began)."""
+def at_recording(t: float) -> str:
+    """A point of a recording, as replay prints it: ``+5m5s``."""
+    return f"+{format_duration(round(t))}"
+
+
+def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
+          when: Callable[[float], str] = at_recording) -> list[Link]:
+    """The active rules, each chain root first (roots in order of when they began); each
+    decision's time said by ``when`` (a point of a recording by default; "now" for this
+    host's evaluation)."""
     rules = {r.name: r for r in engine.ruleset.rules}
     active = {name for name, st in engine.states.items()
               if st.phase in ACTIVE and name in rules}
@@ -80,14 +88,14 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision]) -> list
         if found is None:
             continue
         if d.kind == "held":
-            found.held.append(f"+{format_duration(round(d.time))}: {d.reason}")
+            found.held.append(f"{when(d.time)}: {d.reason}")
             found.held_at.append(d.time)
         elif d.actions:
             if d.mode == "observe":
-                found.did.append(f"+{format_duration(round(d.time))}: {d.kind}: would run "
+                found.did.append(f"{when(d.time)}: {d.kind}: would run "
                                  "(shadow mode): " + ", ".join(a.use for a in d.actions))
                 continue
-            found.did.append(f"+{format_duration(round(d.time))}: {d.kind}: "
+            found.did.append(f"{when(d.time)}: {d.kind}: "
                              + ", ".join(a.use for a in d.actions))
     return _root_first(out)
 
@@ -164,8 +172,12 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
     lines: list[str] = []
     roots = [lk for lk in chain if not lk.causes]
     if roots:
+        # a root whose own cause is blind is only the first link guardian can see
         lines.append("Root cause" + ("s" if len(roots) > 1 else "") + ": "
-                     + ", ".join(f"{r.rule} ({r.summary})" for r in roots))
+                     + ", ".join(f"{r.rule} ({r.summary})" + (
+                         f" — as far as guardian sees: its cause "
+                         f"{', '.join(r.unseen_causes)} is BLIND" if r.unseen_causes else "")
+                         for r in roots))
     for link in chain:
         depth[link.rule] = 1 + max((depth[c] for c in link.causes if c in depth), default=-1)
         pad = "  " * depth[link.rule]

@@ -169,3 +169,25 @@ def test_what_the_service_saw_is_written_when_it_changes_or_is_a_minute_old(
     assert not keeper.keep(seen(1003.0, [entry]), now=3.0)
     assert keeper.keep(seen(1062.0, [entry]), now=62.0)  # a minute on: fresh again
     assert seen_file.read(keeper.path).wall == 1062.0
+
+
+def test_a_root_whose_cause_is_blind_is_only_as_far_as_guardian_sees() -> None:
+    """Before: "Root cause: dying-memcgs" while its cause unit-crashloop was blind."""
+    engine, snap = _evaluated({"memcg.dying": 50.0, "prom.sample": {}})
+    lines = why.text(why.links(engine, snap, []), snap.time)
+    assert lines[0] == ("Root cause: dying-memcgs (dying memory cgroups pile up) — as far as "
+                        "guardian sees: its cause unit-crashloop is BLIND")
+
+
+def test_this_hosts_evaluation_says_would_act_now_never_a_time_since_boot() -> None:
+    """Before: a live `why` printed "acted: +28m39s: firing: log" (the monotonic clock
+    since boot, as if a recording's point) while nothing had run."""
+    engine = Engine(load_text(RULES.replace(
+        'caused_by = ["unit-crashloop"]', 'caused_by = ["unit-crashloop"]\n'
+        '  [[rule.action]]\n  use = "log"')))
+    snap = Snapshot(1719.0, {"memcg.dying": 50.0, "prom.sample": {},
+                             "systemd.unit_restarts_recent": {}})
+    decisions = engine.evaluate(snap)
+    chain = why.links(engine, snap, decisions, when=lambda _: "now")
+    assert chain[0].did == ["now: firing: log"]
+    assert "   would act: now: firing: log" in why.text(chain, snap.time, "would act")
