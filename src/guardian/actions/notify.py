@@ -192,7 +192,7 @@ def post(url: str, body: bytes, p: PostParams) -> tuple[bool, str, int]:
 
 def _post(url: str, body: bytes, p: PostParams, cut: _Deadline) -> tuple[bool, str, int]:
     deadline = time.monotonic() + p.budget
-    opener = urllib.request.build_opener(_NoRedirect, _HTTP(cut), _HTTPS(cut))
+    _OPENER = urllib.request.build_opener(_NoRedirect, _HTTP(cut), _HTTPS(cut))
     wait = p.backoff
     why = ""
     headers = {"Content-Type": "application/json", "User-Agent": "guardian",
@@ -203,7 +203,7 @@ def _post(url: str, body: bytes, p: PostParams, cut: _Deadline) -> tuple[bool, s
             break
         try:
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            with opener.open(req, timeout=min(p.timeout, left)) as resp:
+            with _OPENER.open(req, timeout=min(p.timeout, left)) as resp:
                 if not cut.expired:  # an answer cut short reads as a complete one
                     return True, f"HTTP {resp.status}", attempt
                 why = f"HTTP {resp.status}"
