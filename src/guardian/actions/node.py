@@ -7,7 +7,8 @@ optionally draining the node first (``drain``: kube.drain's parameters) and, wit
 
 The reboots are recorded in ``state_dir``/reboots.json before systemd is asked (each with
 the boot it was asked in), so the budget and "has the node rebooted yet" outlive the
-reboot. A ``fleet = true`` rule holds its slot of the fleet budget across the reboot:
+reboot; a reboot systemd refuses is taken out of the record again (it spends nothing). A
+``fleet = true`` rule holds its slot of the fleet budget across the reboot:
 the slot is a Lease under this node's name, which the restarted guardian finds, renews and
 gives back when the rule resolves in the new boot.
 """
@@ -211,7 +212,14 @@ class NodeReboot(Action[RebootParams, RebootPayload]):
         finally:
             client.close()
         if error:
-            return Outcome(ok=False, data=data, error=error)
+            # refused: not a reboot, so not one of the budget's (the record is written
+            # first because an accepted reboot may end this process before a later write)
+            history.pop()
+            try:
+                write_json(self._file(ctx), {"reboots": history[-100:]})
+            except OSError as exc:
+                error += f"; and the record of the reboot asked could not be taken back: {exc}"
+            return Outcome(ok=False, data=data, error=f"not rebooted: systemd refused: {error}")
         return Outcome(ok=True, verified=None, data=data,
                        detail=f"reboot asked of {client.describe()} in boot "
                               f"{plan.data['boot'][:8]}")
