@@ -122,7 +122,9 @@ class Engine:
         self.ending: list[tuple[CompiledRule, str]] = []  # firing rules a reload took away
         self.operating = Operating()  # what the last committed evaluation was judged under
         self.generation = 0  # moves on at each commit, reload and restore
-        self.active: list[tuple[CompiledRule, RuleState, Any]] = []
+        # per enabled rule, in evaluation order: its name, state, condition and the
+        # actions it runs when it fires (all but the clean-up ones)
+        self.active: list[tuple[CompiledRule, str, RuleState, Any, list[BoundAction]]] = []
         self._slot: dict[str, int] = {}  # rule name -> its place in self.active
         self.replace_rules(ruleset)
 
@@ -163,9 +165,10 @@ class Engine:
 
     def _activate(self) -> None:
         """The enabled rules in evaluation order, each with its state and condition."""
-        self.active = [(r, self.states[r.name], r.condition.fn)
+        self.active = [(r, r.name, self.states[r.name], r.condition.fn,
+                        [a for a in r.actions if a.spec.on != "resolve"])
                        for r in causes.evaluation_order(self.ruleset.rules)]
-        self._slot = {r.name: i for i, (r, _, _) in enumerate(self.active)}
+        self._slot = {a[1]: i for i, a in enumerate(self.active)}
         self.generation += 1
 
     # -- evaluation ----------------------------------------------------------------------
@@ -203,7 +206,7 @@ class Engine:
             cleanup = [a for a in gone.actions if a.spec.on != "fire"]
             out.append(self._decision(gone, "resolved", now, values, None, cleanup, why))
         any_holds = bool(operating.holds)
-        for rule, st, fn in self.active:
+        for rule, name, st, fn, acting in self.active:
             pause = waits.pause(operating.holds, rule, tick.wall) if any_holds else None
             paused = pause.describe() if pause else ""
             try:
@@ -212,23 +215,29 @@ class Engine:
                 result = None
             if result is None:
                 if not st.unknown or st.paused != paused:
-                    new[rule.name] = nst = st.copy()
+                    new[name] = nst = st.copy()
                     nst.unknown, nst.paused = True, paused
                 continue
-            if not result and st.phase == "inactive" and not st.changed \
-                    and not st.unknown and st.paused == paused:
-                continue  # false, and was: nothing changes (most rules, most ticks)
-            new[rule.name] = st = st.copy()
+            if st.paused == paused and not st.changed and not st.unknown:
+                # what changes nothing is not copied (most rules, most ticks)
+                if not result:
+                    if st.phase == "inactive":
+                        continue  # false, and was
+                elif st.phase == "firing" and st.keep_firing_since is None and (
+                        not acting or (not st.held and st.last_run is not None
+                        and now - st.last_run < rule.spec.cooldown)):
+                    continue  # a retry that would not act (none to run, or cooling down)
+            new[name] = st = st.copy()
             st.unknown, st.paused = False, paused
             step = advance(rule, st, bool(result), now)
             if step is None:
                 continue
             kind, reason = step
             if kind == "firing":
-                if not self._act(tick, rule, st, result, "firing"):
+                if not self._act(tick, rule, st, result, "firing", acting):
                     out.append(self._decision(rule, "firing", now, values, result))
             elif kind == "retry":
-                self._act(tick, rule, st, result, "retry")
+                self._act(tick, rule, st, result, "retry", acting)
             elif kind == "resolved":
                 st.said_suppressed = st.held = False
                 # clean-up actions (on = "resolve"/"both") are not held to the limits
@@ -254,8 +263,8 @@ class Engine:
             self.states[name] = st
             i = self._slot.get(name)
             if i is not None:
-                rule, _, fn = self.active[i]
-                self.active[i] = (rule, st, fn)
+                rule, _, _, fn, acting = self.active[i]
+                self.active[i] = (rule, name, st, fn, acting)
         if proposal.global_runs is not None:
             self.global_runs = proposal.global_runs
         if proposal.ended:
@@ -273,9 +282,8 @@ class Engine:
         snapshot.checked = True
 
     def _act(self, tick: _Tick, rule: CompiledRule, st: RuleState, result: object,
-             kind: Literal["firing", "retry"]) -> bool:
+             kind: Literal["firing", "retry"], acting: list[BoundAction]) -> bool:
         """Emit an action run if the bounds allow; True when a decision was emitted."""
-        acting = [a for a in rule.actions if a.spec.on != "resolve"]
         if not acting:
             return False
         now, values, out = tick.now, tick.values, tick.out
