@@ -1,7 +1,10 @@
 """Where holds come from on a node: `guardian pause` (a JSON file in the state
 directory, so a pause survives restarts), a drop-in directory of ``[[hold]]`` TOML files
 for configuration management, and, in a DaemonSet, the Kubernetes API
-(:mod:`guardian.kube.holds`). Each is read at every tick; the engine gets them as data."""
+(:mod:`guardian.kube.holds`). Each is read at every tick; the engine gets them as data.
+A reader's ``read`` is the loop's and must never wait on anything remote: the files are
+local, and the Kubernetes API is read off the loop (its ``read`` answers with the holds
+of the last read that finished, ``holds()`` with them without starting one)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ log = logging.getLogger("guardian.holds")
 
 
 class HoldReader(Protocol):
-    def read(self) -> list[Hold]: ...
+    def read(self) -> list[Hold]:
+        """The holds now, at once (called on the service's loop at every tick)."""
+        ...
 
 
 def read_source(path: Path) -> bytes:

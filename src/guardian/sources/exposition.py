@@ -5,8 +5,18 @@ application's) are scraped and ``*.prom`` files of node_exporter's textfile-coll
 directories read by a worker thread, every ``interval``, each within ``timeout`` and
 ``max_bytes``: a collection only takes the latest results, so a slow endpoint never holds
 the loop. Files are opened without blocking and must be regular (a FIFO or a device named
-``x.prom`` is refused, never waited on). The text is parsed with prometheus_client's
-parser.
+``x.prom`` is refused, never waited on). Endpoints are read at once, each on a thread of
+its own and bounded as a whole (every socket operation waits at most what is left of
+``timeout``: a server that drips a byte at a time is cut when it passes), so one slow
+endpoint never delays the others' reads. An endpoint on this host is believed only when
+the kernel says its listener belongs to root, guardian's own user or one of its
+``owner_uids`` (anyone may listen first on dcgm-exporter's port): else it is refused, with
+why (:mod:`guardian.sources.localhttp`). The text is parsed with prometheus_client's
+parser, whose cost grows with a line's labels and escapes times its length: a page is
+measured first, and one with a line over ``max_line_bytes``, a sample with more than
+``max_labels`` labels or more than 64 backslash escapes, more labels in all than
+``max_labels_total``, or a parse that would cost more than it could afford is refused, with
+why, and never parsed.
 
 Every sample becomes a member of ``prom.sample{target,metric,series}``: ``metric`` is the
 sample's name as exposed (``DCGM_FI_DEV_XID_ERRORS``, ``node_x_total``), ``series`` its
@@ -38,21 +48,21 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
+import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from guardian.core.durations import Duration
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host
-from guardian.hostio.textfile import is_directory, read_capped, read_capped_stream, textfiles
+from guardian.hostio.textfile import is_directory, read_capped, textfiles
 from guardian.plugin.contract import Source
+from guardian.sources.localhttp import Deadline, NotOwned, get, trusted_uids
 
 log = logging.getLogger("guardian.sources.exposition")
 
@@ -77,6 +87,15 @@ class ExpositionConfig(BaseModel):
                              "twice as many")
     metrics: list[str] = Field(default_factory=lambda: ["*"], description="sample names "
                                "kept (globs); the rest are not turned into signals")
+    max_line_bytes: int = Field(16384, gt=0, description="a longer line refuses the page")
+    max_labels: int = Field(64, gt=0, description="a sample with more labels refuses the "
+                            "page")
+    max_labels_total: int = Field(200_000, gt=0, description="more labels in all refuse "
+                                  "the page")
+    owner_uids: dict[str, list[int]] = Field(
+        default_factory=dict, description="endpoint name -> uids, besides root and "
+        "guardian's own, whose listener on this host is believed (anyone else's is "
+        "refused: no value)")
 
     @field_validator("endpoints")
     @classmethod
@@ -87,6 +106,13 @@ class ExpositionConfig(BaseModel):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"endpoint {name!r}: {url!r} is not an http(s) URL")
         return v
+
+    @model_validator(mode="after")
+    def _owners(self) -> ExpositionConfig:
+        unknown = sorted(set(self.owner_uids) - set(self.endpoints))
+        if unknown:
+            raise ValueError(f"owner_uids names no endpoint: {', '.join(unknown)}")
+        return self
 
 
 @dataclass
@@ -100,17 +126,73 @@ class Reading:
     modified: float | None = None  # a file's mtime (wall clock)
 
 
+MAX_ESCAPES = 64  # backslash escapes in one sample line
+PARSE_BUDGET = 100_000_000  # the sum of len(line) * (1 + labels + escapes) a page may cost
+HEAD_LIMIT = 65536  # bytes of an answer's status line and headers
+
+
+def _labels(line: str) -> int:
+    """How many labels a sample line has: the ``=`` outside its quoted strings."""
+    if '"' not in line:
+        return line.count("=")
+    unescaped = line.replace("\\\\", "").replace('\\"', "")
+    return sum(part.count("=") for part in unescaped.split('"')[::2])
+
+
+def measure(text: str, max_samples: int, max_line_bytes: int = 16384,
+            max_labels: int = 64, max_labels_total: int = 200_000) -> tuple[str, int]:
+    """What of a page may be parsed: the text up to its first ``max_samples`` samples, and
+    how many samples are left out. Raises ValueError, naming the line, for a page whose
+    parse would cost more than it may (prometheus_client's parser costs a line's length
+    times its labels and escapes: one sample with a 4 MiB label set cost ~70 s)."""
+    lines = text.split("\n")
+    samples = labels_total = cost = 0
+    for i, line in enumerate(lines):
+        if len(line) > max_line_bytes:
+            raise ValueError(f"line {i + 1}: longer than max_line_bytes ({max_line_bytes})")
+        bare = line.lstrip()
+        if not bare or bare.startswith("#"):
+            cost += len(line)
+            continue
+        samples += 1
+        if samples > max_samples:
+            left = sum(1 for rest in lines[i:] if rest.strip()
+                       and not rest.lstrip().startswith("#"))
+            return "\n".join(lines[:i]) + "\n", left
+        escapes = line.count("\\")
+        if escapes > MAX_ESCAPES:
+            raise ValueError(f"line {i + 1}: {escapes} backslash escapes (at most "
+                             f"{MAX_ESCAPES} a sample)")
+        labels = _labels(line)
+        if labels > max_labels:
+            raise ValueError(f"line {i + 1}: a sample with {labels} labels (max_labels "
+                             f"{max_labels})")
+        labels_total += labels
+        if labels_total > max_labels_total:
+            raise ValueError(f"line {i + 1}: over {max_labels_total} labels in all "
+                             "(max_labels_total)")
+        cost += len(line) * (1 + labels + escapes)
+        if cost > PARSE_BUDGET:
+            raise ValueError(f"line {i + 1}: the page would cost the parser more than "
+                             f"{PARSE_BUDGET} character scans (long lines with many labels)")
+    return text, 0
+
+
 def parse(text: str, target: str, max_series: int, keep: list[str],
-          max_samples: int = 10_000) -> tuple[Family, int]:
+          max_samples: int = 10_000, max_line_bytes: int = 16384, max_labels: int = 64,
+          max_labels_total: int = 200_000) -> tuple[Family, int]:
     """The samples of an exposition page as members of ``prom.sample``, and how many were
     dropped over ``max_series`` per metric or ``max_samples`` in all (parsing stops once
-    twice ``max_samples`` were seen). Raises ValueError on a malformed page."""
+    twice ``max_samples`` were seen). Raises ValueError on a malformed page, and on one
+    whose parse would cost more than it may (:func:`measure`: never parsed)."""
     # imported here: `guardian check` loads every source's module and needs no parser
     from prometheus_client.parser import text_string_to_metric_families
 
+    text, unparsed = measure(text, 2 * max_samples, max_line_bytes, max_labels,
+                             max_labels_total)
     out: Family = {}
     per_metric: dict[str, int] = {}
-    dropped = 0
+    dropped = unparsed
     everything = keep == ["*"]
     seen = 0
     for fam in text_string_to_metric_families(text):
@@ -131,16 +213,38 @@ def parse(text: str, target: str, max_series: int, keep: list[str],
     return out, dropped
 
 
-def scrape(url: str, timeout: float, max_bytes: int) -> str:
+def scrape(url: str, timeout: float, max_bytes: int,
+           trusted: frozenset[int] | None = None) -> str:
     """One GET of an exposition page, whole within ``timeout`` (a server that drips bytes
-    is cut off too), at most ``max_bytes``. Raises OSError or ValueError."""
-    deadline = time.monotonic() + timeout
-    req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        try:
-            return read_capped_stream(resp.read1, max_bytes, deadline)
-        except TimeoutError:
-            raise TimeoutError(f"not read whole within {timeout:g} s") from None
+    is cut off too), at most ``max_bytes``, from a listener ``trusted`` owns where it is
+    on this host. Raises OSError (TimeoutError past the deadline), ValueError or
+    NotOwned."""
+    answer = get(url, Deadline(timeout), max_bytes + HEAD_LIMIT,
+                 headers={"Accept": "text/plain;version=0.0.4"}, trusted=trusted,
+                 over_limit="error")
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0]
+    m = re.match(rb"HTTP/\d(?:\.\d)? (\d{3})", status_line)
+    if m is None or not sep:
+        raise ValueError(f"not an HTTP answer: {status_line[:60]!r}")
+    if m.group(1) != b"200":
+        raise ValueError(f"HTTP {m.group(1).decode()}")
+    fields = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip().lower()
+    if fields.get(b"transfer-encoding", b"identity") != b"identity":
+        raise ValueError("a chunked or encoded answer to an HTTP/1.0 request")
+    if fields.get(b"content-encoding", b"identity") != b"identity":
+        raise ValueError(f"content encoding {fields[b'content-encoding'][:20]!r}")
+    length = fields.get(b"content-length")
+    if length is not None and length.isdigit():
+        if len(body) < int(length):
+            raise ValueError(f"the answer ended after {len(body)} of {int(length)} bytes")
+        body = body[:int(length)]
+    if len(body) > max_bytes:
+        raise ValueError(f"larger than {max_bytes} bytes")
+    return body.decode("utf-8")
 
 
 class ExpositionSource(Source[ExpositionConfig]):
@@ -170,6 +274,7 @@ class ExpositionSource(Source[ExpositionConfig]):
         self.errors: dict[str, int] = dict.fromkeys(self.cfg.endpoints, 0)
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
+        self.reading: dict[str, threading.Thread] = {}  # each endpoint's last reader
         self.rounds = 0              # whole rounds of the worker
         self.failing: set[str] = set()  # targets logged as failing
         self._faults: list[str] = []
@@ -190,17 +295,43 @@ class ExpositionSource(Source[ExpositionConfig]):
             return "no endpoints or textfile directories configured ([sources.exposition])"
         return None
 
+    def _parse(self, text: str, target: str) -> tuple[Family, int]:
+        c = self.cfg
+        return parse(text, target, c.max_series, c.metrics, c.max_samples,
+                     c.max_line_bytes, c.max_labels, c.max_labels_total)
+
+    def read_endpoint(self, name: str) -> None:
+        """Read one endpoint now and keep what it gave (or why not)."""
+        url = self.cfg.endpoints[name]
+        try:
+            text = scrape(url, self.cfg.timeout, self.cfg.max_bytes,
+                          trusted_uids(self.cfg.owner_uids.get(name, ())))
+            samples, dropped = self._parse(text, name)
+            reading = Reading(self.clock(), samples, dropped)
+        except (OSError, ValueError, NotOwned) as exc:
+            reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
+        self._keep(name, reading)
+
     def refresh(self) -> None:
-        """Read every target once (the worker's round; blocking, never on the loop)."""
-        for name, url in self.cfg.endpoints.items():
+        """Read every target once (the worker's round; blocking, never on the loop): the
+        endpoints at once, each on a thread of its own and bounded as a whole by
+        ``timeout``, while this thread reads the textfiles."""
+        readers: list[threading.Thread] = []
+        for name in self.cfg.endpoints:
+            if (busy := self.reading.get(name)) is not None:
+                busy.join(self.cfg.timeout + 1)  # another round's read ends by its deadline
+                if busy.is_alive():
+                    continue  # never two reads of one endpoint at once
+            reader = threading.Thread(target=self.read_endpoint, args=(name,), daemon=True,
+                                      name=f"guardian-exposition-{name}"[:15])
             try:
-                text = scrape(url, self.cfg.timeout, self.cfg.max_bytes)
-                samples, dropped = parse(text, name, self.cfg.max_series, self.cfg.metrics,
-                                         self.cfg.max_samples)
-                reading = Reading(self.clock(), samples, dropped)
-            except (OSError, ValueError, urllib.error.URLError) as exc:
-                reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
-            self._keep(name, reading)
+                reader.start()
+            except RuntimeError as exc:  # no thread to be had (a task limit)
+                self._keep(name, Reading(self.clock(), error=f"cannot start a thread "
+                                         f"to read it: {exc}"))
+                continue
+            self.reading[name] = reader
+            readers.append(reader)
         seen: set[str] = set()
         for directory in self.cfg.textfile_directories:
             base = self.host.root / directory.lstrip("/")
@@ -217,8 +348,7 @@ class ExpositionSource(Source[ExpositionConfig]):
                 seen.add(target)
                 try:
                     text, mtime = read_capped(base / n, self.cfg.max_bytes)
-                    samples, dropped = parse(text, target, self.cfg.max_series,
-                                             self.cfg.metrics, self.cfg.max_samples)
+                    samples, dropped = self._parse(text, target)
                     reading = Reading(self.clock(), samples, dropped, modified=mtime)
                 except FileNotFoundError:
                     # removed since the listing (a writer's rename, a cleanup): no target
@@ -228,6 +358,9 @@ class ExpositionSource(Source[ExpositionConfig]):
                 except (OSError, ValueError) as exc:
                     reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
                 self._keep(target, reading)
+        until = time.monotonic() + self.cfg.timeout + 1  # each read ends by its deadline
+        for reader in readers:
+            reader.join(max(0.0, until - time.monotonic()))
         with self.lock:  # a file that was removed is no target any more
             for gone in [t for t in self.readings if t.startswith("file:") and t not in seen]:
                 del self.readings[gone]

@@ -10,12 +10,19 @@ chunked answers), at most 64 KiB of the answer read. A probe that fails is down
 has run once, ``probe.up``, ``probe.latency_seconds`` and ``probe.status_code`` have no value
 at all (a snapshot holds a family whole or not at all): an empty family would read "not
 down" for a probe that has not answered yet.
+
+Whoever listens first on a port would be believed (a user on kubelet's healthz port
+answering "ok" for a dead kubelet): a probe of this host (TCP, HTTP, a unix socket) counts
+only when the kernel says the listener belongs to root, guardian's own user or one of the
+probe's ``owner_uids`` (:mod:`guardian.sources.localhttp`). Otherwise the probe is refused
+(reason ``owner`` in ``probe.failures``): neither up nor down, so those three families have
+no value while it lasts, and the source's fault says why (nothing a user controls fires a
+rule over them or hides one).
 """
 
 from __future__ import annotations
 
 import re
-import socket
 import ssl
 import threading
 import time
@@ -32,11 +39,20 @@ from guardian.core.regexsafety import backtracking_risk
 from guardian.core.snapshot import Family, SignalSpec, label, labels_of
 from guardian.hostio.host import Host
 from guardian.plugin.contract import Source
+from guardian.sources.localhttp import (
+    Deadline,
+    NotOwned,
+    connect,
+    connect_unix,
+    get,
+    host_port,
+    trusted_uids,
+)
 from guardian.sources.periodic import Periodic
 
 ANSWER_LIMIT = 65536
 PROBE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-REASONS = ("refused", "timeout", "status", "body", "tls", "error")
+REASONS = ("refused", "timeout", "status", "body", "tls", "error", "owner")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field names
 
@@ -59,6 +75,9 @@ class Probe(BaseModel):
     verify_tls: bool = Field(True, description="https: check the server's certificate")
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP request "
                                     "headers", json_schema_extra={"secret": True})
+    owner_uids: list[int] = Field(default_factory=list, description="uids, besides root "
+                                  "and guardian's own, whose listener on this host is "
+                                  "believed (anyone else's is refused: no value)")
 
     @model_validator(mode="after")
     def _one_target(self) -> Probe:
@@ -79,7 +98,7 @@ class Probe(BaseModel):
                 raise ValueError(f"header {k!r}: a token name, and no control characters "
                                  "in the value")  # a line break would forge a header
         if self.tcp is not None:
-            _host_port(self.tcp)
+            host_port(self.tcp)
         return self
 
     @field_validator("body")
@@ -126,45 +145,27 @@ class ProbeFailed(GuardianError):
         self.reason, self.status = reason, status
 
 
-def _host_port(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"tcp {text!r}: host:port expected")
-    return host.strip("[]"), int(port)
-
-
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise ProbeFailed("timeout", "timed out")
-        return left
-
-
 def run_probe(p: Probe, timeout: float, root: str = "/") -> Result:
     """Run one probe now, bounded by ``timeout`` seconds in all."""
     started = time.monotonic()
-    deadline = _Deadline(timeout)
+    deadline = Deadline(timeout)
+    trusted = trusted_uids(p.owner_uids)
     status = None
     try:
         if p.unix is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(deadline.left())
-            try:
-                sock.connect(root.rstrip("/") + "/" + p.unix.lstrip("/"))
-            finally:
-                sock.close()
+            connect_unix(root.rstrip("/") + "/" + p.unix.lstrip("/"), deadline,
+                         trusted).close()
         elif p.tcp is not None:
-            socket.create_connection(_host_port(p.tcp), timeout=deadline.left()).close()
+            connect(*host_port(p.tcp), deadline, trusted).close()
         else:
             assert p.url is not None
-            status = _http(p, deadline)
+            status = _http(p, deadline, trusted)
     except ProbeFailed as exc:
         return Result(time.monotonic(), False, time.monotonic() - started, exc.status,
                       exc.reason, str(exc))
+    except NotOwned as exc:
+        return Result(time.monotonic(), False, time.monotonic() - started, None, "owner",
+                      str(exc))
     except TimeoutError:
         return Result(time.monotonic(), False, time.monotonic() - started, status,
                       "timeout", "timed out")
@@ -180,36 +181,11 @@ def run_probe(p: Probe, timeout: float, root: str = "/") -> Result:
     return Result(time.monotonic(), True, time.monotonic() - started, status)
 
 
-def _http(p: Probe, deadline: _Deadline) -> int:
+def _http(p: Probe, deadline: Deadline, trusted: frozenset[int]) -> int:
     assert p.url is not None
-    parts = urlsplit(p.url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    sock: socket.socket = socket.create_connection((host, port), timeout=deadline.left())
-    try:
-        if parts.scheme == "https":
-            ctx = ssl.create_default_context()
-            if not p.verify_tls:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            sock.settimeout(deadline.left())
-            sock = ctx.wrap_socket(sock, server_hostname=host)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = {"Host": parts.netloc.rpartition("@")[2], "User-Agent": "guardian-probe",
-                "Accept": "*/*", "Connection": "close", **p.headers}
-        request = f"GET {path} HTTP/1.0\r\n" + "".join(
-            f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n"
-        sock.settimeout(deadline.left())
-        sock.sendall(request.encode("latin-1", "replace"))
-        answer = bytearray()
-        while len(answer) < ANSWER_LIMIT:
-            sock.settimeout(deadline.left())  # a dripping server is cut at the deadline
-            chunk = sock.recv(ANSWER_LIMIT - len(answer))
-            if not chunk:
-                break
-            answer += chunk
-    finally:
-        sock.close()
+    answer = get(p.url, deadline, ANSWER_LIMIT, headers={"User-Agent": "guardian-probe",
+                                                         **p.headers},
+                 verify_tls=p.verify_tls, trusted=trusted)
     head_end = answer.find(b"\r\n\r\n")
     status_line = bytes(answer[:answer.find(b"\r\n")] if b"\r\n" in answer else answer)
     m = re.match(rb"HTTP/\d(?:\.\d)? (\d{3})", status_line)
@@ -231,7 +207,8 @@ class ProbeSource(Source[ProbeConfig]):
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("probe.up", "1 when the probe's last run succeeded (connected; HTTP: an "
                    "expected status and body), else 0; no value (as probe.latency_seconds "
-                   "and probe.status_code) until every probe has run once",
+                   "and probe.status_code) until every probe has run once, and while a "
+                   "probe's listener is not one guardian believes",
                    labels=("probe",)),
         SignalSpec("probe.latency_seconds", "how long the probe's last successful run took "
                    "(connect to last byte)", "seconds", labels=("probe",)),
@@ -240,7 +217,8 @@ class ProbeSource(Source[ProbeConfig]):
         SignalSpec("probe.age_seconds", "time since the probe's last run ended", "seconds",
                    labels=("probe",)),
         SignalSpec("probe.failures", "failed runs by reason (refused, timeout, status, "
-                   "body, tls, error)", "runs", labels=("probe", "reason"), counter=True),
+                   "body, tls, error; owner: its listener is not believed, and probe.up "
+                   "has no value)", "runs", labels=("probe", "reason"), counter=True),
     )
 
     def __init__(self, host: Host, config: ProbeConfig | None = None) -> None:
@@ -250,6 +228,7 @@ class ProbeSource(Source[ProbeConfig]):
         self.failures: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._wake: Callable[[str], None] | None = None
+        self._faults: list[str] = []
         self.periodic = Periodic({n: p.interval or self.cfg.interval
                                   for n, p in self.cfg.probes.items()}, self._run,
                                  self.cfg.concurrency, "guardian-probe")
@@ -282,14 +261,20 @@ class ProbeSource(Source[ProbeConfig]):
                 latency[key] = r.seconds
             if r.status is not None:
                 code[key] = float(r.status)
-        # a configured probe that has not answered yet: no value, never "not down"
-        pending = any(name not in results for name in self.cfg.probes)
+        # a configured probe that has not answered yet, or whose listener is not believed:
+        # no value, never "not down" (nor "down", which the listener would have chosen)
+        refused = {n: r.detail for n, r in results.items() if r.reason == "owner"}
+        self._faults = [f"probe {n}: {why}" for n, why in sorted(refused.items())]
+        pending = bool(refused) or any(name not in results for name in self.cfg.probes)
         return {"probe.up": None if pending else up,
                 "probe.latency_seconds": None if pending else latency,
                 "probe.status_code": None if pending else code,
                 "probe.age_seconds": age,
                 "probe.failures": {labels_of({"probe": p, "reason": why}): float(n)
                                    for (p, why), n in failures.items()}}
+
+    def faults(self) -> list[str]:
+        return list(self._faults)
 
     def close(self) -> None:
         self.periodic.close()
