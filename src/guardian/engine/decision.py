@@ -106,7 +106,7 @@ def short(v: Any) -> str:
         items = list(v.items())
         body = ", ".join(f"{k}: {x}" for k, x in items[:4])
         return "{" + body + (f", … {len(items) - 4} more" if len(items) > 4 else "") + "}"
-    return str(v)
+    return "(no value)" if v is None else str(v)
 
 
 def _plain(v: Any) -> Any:
