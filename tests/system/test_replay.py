@@ -9,9 +9,9 @@ import os
 import re
 import subprocess
 import sys
-import time
+import zlib
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -21,10 +21,12 @@ from guardian.hostio.host import Host
 from guardian.plugin.contract import ActionContext
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
+from guardian.runtime import recording
 from guardian.runtime.recording import RecordingError, read
 from guardian.runtime.replay import replay
 from tests.support.checkout import DATA, RULES
 from tests.support.cli import guardian
+from tests.support.wait import wait_until
 
 INCIDENT = DATA / "incident.rec"
 CHAIN = DATA / "chain.rec"
@@ -189,9 +191,7 @@ def test_record_writes_a_readable_recording_and_survives_a_kill(tmp_path: Path) 
         except (FileNotFoundError, RecordingError):  # not even the header flushed yet
             return 0
 
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and snapshots_so_far() < 5:
-        time.sleep(0.2)
+    wait_until(lambda: snapshots_so_far() >= 5, "five snapshots recorded", every=0.2)
     proc.kill()  # no chance to close the gzip stream
     proc.wait(timeout=10)
     rec = read(out)
@@ -244,13 +244,39 @@ def test_a_header_whose_signals_are_not_specs_is_refused(tmp_path: Path) -> None
     assert "damaged at line 1" in out.stderr
 
 
-def test_decompression_is_linear_in_the_data(tmp_path: Path) -> None:
+def test_decompression_is_linear_in_the_data(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: a 398 KiB recording (one long line) took 25 s: each 4 KiB chunk re-split
     everything after the last line end. Now 400 MiB of one line inflates and is refused
     as damage in linear time, without holding it all."""
     path = _recording(tmp_path / "long.rec", b"x" * (400 << 20))
     assert path.stat().st_size < 1 << 20
-    t0 = time.monotonic()
+    inflated, searched = [0], [0]
+
+    class Counted(bytes):  # a decompressed piece that counts what is searched of it
+        def find(self, sub: Any, start: Any = 0, *rest: Any) -> int:
+            at = bytes.find(self, sub, start, *rest)
+            searched[0] += (at + 1 if at >= 0 else len(self)) - start
+            return at
+
+    real = zlib.decompressobj
+
+    class Inflate:
+        def __init__(self, wbits: int) -> None:
+            self.d = real(wbits)
+
+        def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+            piece = self.d.decompress(data, max_length)
+            inflated[0] += len(piece)
+            return Counted(piece)
+
+        def __getattr__(self, name: str) -> Any:  # unconsumed_tail, eof
+            return getattr(self.d, name)
+
+    monkeypatch.setattr(zlib, "decompressobj", Inflate)  # recording inflates with zlib
     rec = read(path)
-    assert time.monotonic() - t0 < 10
     assert "a line longer than 64 MiB" in rec.damage and rec.snapshots == []
+    # each inflated byte searched for a line end once (before: again with every chunk),
+    # and inflating stopped past the longest line (before: all 400 MiB)
+    assert searched[0] == inflated[0]
+    assert inflated[0] <= recording.MAX_LINE + 2 * recording._CHUNK
