@@ -395,8 +395,10 @@ class Engine:
         return restored
 
     # -- introspection -------------------------------------------------------------------
-    def firing(self) -> list[str]:
-        return [n for n, s in self.states.items() if s.phase == "firing"]
+    def firing(self, proposal: Proposal | None = None) -> list[str]:
+        """The rules firing now, or as ``proposal`` leaves them once committed."""
+        states = self.state(proposal).rules if proposal is not None else self.states
+        return [n for n, s in states.items() if s.phase == "firing"]
 
     def pending(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "pending"]

@@ -87,6 +87,7 @@ class Daemon:
         self.failing: dict[str, str] = {}  # sources failing at the last tick
         self.state_fault = ""  # why the state cannot be saved now
         self.lock_fault = ""  # why the state directory's lock is not held (disk faults)
+        self.proposed: Proposal | None = None  # the tick's durable proposal, while acting
         # the worker carrying out decisions
         self.acting: DeadlineRunner[list[Executed]] = DeadlineRunner("guardian-act")
         self.act_fault = ""  # why no worker could be started to act
@@ -257,6 +258,7 @@ class Daemon:
         elif not decisions:
             self.engine.commit(evaluation.proposal)  # nothing decided: nothing to keep
             proposal = None
+        self.proposed = proposal  # what the status says until it is committed
         if not self.ready:  # ready once it evaluates: acting may wait on the outside world
             self.ready = True
             self.notifier.ready(self.status())
@@ -265,6 +267,7 @@ class Daemon:
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
         results = self._act(decisions, snap) if decisions else self.executor.run([], snap)
+        self.proposed = None
         if proposal is not None:
             self._settle(proposal, results)
         results = results or []
@@ -462,7 +465,7 @@ class Daemon:
 
     def status(self) -> str:
         assert self.engine and self.ruleset
-        firing = self.engine.firing()
+        firing = self.engine.firing(self.proposed)
         parts = [f"{len(self.ruleset.rules)} rules",
                  f"{len(firing)} firing" + (f" ({', '.join(firing[:3])})" if firing else ""),
                  *([summary(self.blind)] if self.blind else []),
