@@ -60,6 +60,8 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
                                          f"cannot read the unit: {exc.strerror or exc}")],
                        warnings)
     warnings += box.warnings
+    files = f"{len(rs.files)} file(s)" + (f" and the config {args.config}" if args.config
+                                          else "")
     if args.config:
         rs.files.insert(0, args.config)
     if args.json:
@@ -70,10 +72,10 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
             print(f"warning: {w}", file=sys.stderr)
         if getattr(args, "dropin", False):
             print(box.dropin(), end="")
-            print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s); unit: "
-                  f"{box.unit}", file=sys.stderr)
+            print(f"ok: {len(rs.rules)} rule(s) in {files}; unit: {box.unit}",
+                  file=sys.stderr)
         else:
-            print(f"ok: {len(rs.rules)} rule(s) in {len(rs.files)} file(s)")
+            print(f"ok: {len(rs.rules)} rule(s) in {files}")
     return ExitCode.OK
 
 

@@ -57,7 +57,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from guardian.core.durations import Duration
+from guardian.core.durations import Duration, format_duration
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host
 from guardian.hostio.textfile import is_directory, read_capped, textfiles
@@ -391,8 +391,9 @@ class ExpositionSource(Source[ExpositionConfig]):
             return r.error
         if now - r.at > self.cfg.max_age:
             return f"not read for over max_age ({self.cfg.max_age:g} s)"
-        if r.modified is not None and time.time() - r.modified > self.cfg.max_age:
-            return f"last modified over max_age ({self.cfg.max_age:g} s) ago"
+        if r.modified is not None and (age := time.time() - r.modified) > self.cfg.max_age:
+            return (f"last modified {format_duration(round(age))} ago, over max_age "
+                    f"({format_duration(self.cfg.max_age)})")
         return None
 
     def collect(self, now: float) -> dict[str, object]:
