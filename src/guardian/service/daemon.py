@@ -248,6 +248,11 @@ class Daemon:
                                          window=op.window)
         decisions = evaluation.decisions
         proposal: Proposal | None = evaluation.proposal
+        # what this evaluation could not see, whatever becomes of its proposal (READY's
+        # status says it too)
+        self.blind = blind_rules(self.ruleset, {**self.engine.states,
+                                                **evaluation.proposal.states},
+                                 snap, self.sight)
         if decisions and self.acting.is_alive():
             # the previous tick's actions are still waiting on the outside world: none
             # start beside them, and nothing is decided until they are done
@@ -271,7 +276,6 @@ class Daemon:
         if proposal is not None:
             self._settle(proposal, results)
         results = results or []
-        self.blind = blind_rules(self.ruleset, self.engine.states, snap, self.sight)
         self._update_metrics(snap)
         self._write_seen(snap, decisions)
         self.operations.after(self.engine, self.metrics)
