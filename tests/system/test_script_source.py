@@ -17,6 +17,7 @@ from guardian.hostio.programs import run_bounded
 from guardian.runtime.collector import Collector
 from guardian.sources.script import ScriptConfig, ScriptSource
 from tests.support.checkout import FIXTURES
+from tests.support.wait import BOUND, ends, wait_until
 
 NPD = FIXTURES / "npd"
 
@@ -34,13 +35,13 @@ def sources() -> Iterator[list[ScriptSource]]:
 
 
 def wait_for(src: ScriptSource, done: Callable[[dict[str, Any]], bool],
-              limit: float = 10.0) -> dict[str, Any]:
-    deadline = time.monotonic() + limit
-    while True:
+             what: str = "the checks' results", timeout: float = BOUND) -> dict[str, Any]:
+    """A collection of ``src`` once ``done`` says it holds what was awaited."""
+    def collected() -> dict[str, Any] | None:
         out = src.collect(time.monotonic())
-        if done(out) or time.monotonic() > deadline:
-            return out
-        time.sleep(0.02)
+        return out if done(out) else None
+
+    return wait_until(collected, what, timeout)
 
 
 def script(tmp: Path, name: str, body: str) -> str:
@@ -77,9 +78,8 @@ def test_node_problem_detectors_own_plugin_tests(sources: list[ScriptSource]) ->
 
     src = source(npd_checks(list(NPD_CASES)))
     sources.append(src)
-    started = time.monotonic()
+    # every check ended, the one that sleeps 3 s cut at its 1 s timeout (counted below)
     out = wait_for(src, lambda o: len(o["script.duration_seconds"]) == len(NPD_CASES))
-    assert time.monotonic() - started < 3.0  # the sleeping one was cut at 1 s
     # two checks did not answer: the families they feed have no value (never a partial
     # family that reads "no problem" for them), and each is an error with why
     for name in ("script.status", "script.problem", "script.result"):
@@ -106,8 +106,9 @@ def test_node_problem_detectors_own_plugin_tests(sources: list[ScriptSource]) ->
 
 def test_the_loop_never_waits_for_a_check(tmp_path: Path, sources: list[ScriptSource]) -> None:
     """A hanging check, one that floods stdout and one that forks children which keep its
-    pipe open: collect() returns at once throughout, each run is cut at its timeout, and
-    nothing of theirs is left running."""
+    pipe open: each run is cut at its timeout, and nothing of theirs is left running;
+    collect() returns throughout, while a check of its own pool hangs longer than the
+    test waits."""
     marker = f"guardian-test-{os.getpid()}-{time.monotonic_ns()}"
     checks = {
         "hang": {"argv": [script(tmp_path, "hang", "exec sleep 60\n")], "timeout": "1s"},
@@ -118,25 +119,31 @@ def test_the_loop_never_waits_for_a_check(tmp_path: Path, sources: list[ScriptSo
                                      f"{marker} sleep 60 & i=$((i+1)); done; wait\n")],
                      "timeout": "1.5s"},
         "fine": {"argv": ["/bin/true"]},
+        # in flight (a minute) for as long as the test waits: a collection that waited
+        # on a check would not return within the bound
+        "held": {"argv": ["/bin/sleep", "60"], "timeout": "2m", "pool": "held"},
     }
-    src = source(checks)
+    src = source(checks, pools={"held": {"concurrency": 1}})
     sources.append(src)
-    worst = 0.0
-    started = time.monotonic()
-    while time.monotonic() - started < 2.5:
-        t = time.monotonic()
-        out: dict[str, Any] = src.collect(t)
-        worst = max(worst, time.monotonic() - t)
-        time.sleep(0.05)
-    assert worst < 0.25, worst  # a check or probe takes a second or more
-    for name in ("hang", "flood", "children"):
-        assert out["script.errors"][labels_of({"check": name, "reason": "timeout"})] == 1
-        assert out["script.duration_seconds"][check(name)] < 2.0
-    assert out["script.status"] is None  # three checks timed out: no value
+    timeouts = [labels_of({"check": n, "reason": "timeout"}) for n in ("hang", "flood",
+                                                                        "children")]
+
+    def cut() -> dict[str, Any] | None:
+        out: dict[str, Any] = ends(lambda: src.collect(time.monotonic()),
+                                   "a collection while checks hang")
+        return out if all(k in out["script.errors"] for k in timeouts) else None
+
+    out = wait_until(cut, "each hanging check cut at its timeout")
+    for k in timeouts:
+        assert out["script.errors"][k] == 1
+    assert out["script.status"] is None  # four checks have not answered: no value
     assert check("fine") in out["script.duration_seconds"]  # it ran, and was not held
-    time.sleep(0.2)
-    left = [p for p in os.listdir("/proc") if p.isdigit() and _environ_has(p, marker)]
-    assert left == []
+    assert check("held") not in out["script.duration_seconds"]  # still in flight
+
+    def left() -> list[str]:
+        return [p for p in os.listdir("/proc") if p.isdigit() and _environ_has(p, marker)]
+
+    wait_until(lambda: not left(), "the forked children killed with their check")
 
 
 def _environ_has(pid: str, text: str) -> bool:
@@ -205,9 +212,9 @@ def test_checks_hanging_in_one_pool_never_delay_another_pool(
                   "queued": {"argv": ["/bin/true"], "pool": "slow"}},
                  pools={"slow": {"concurrency": 3}})
     sources.append(src)
-    started = time.monotonic()
-    out = wait_for(src, lambda o: check("quick") in o["script.duration_seconds"], limit=5)
-    assert time.monotonic() - started < 2
+    # within 20 s: the slow pool's checks hang for 30
+    out = wait_for(src, lambda o: check("quick") in o["script.duration_seconds"],
+                   "the quick check's run beside the full pool", timeout=20)
     assert check("queued") not in out["script.duration_seconds"]  # its own pool is full
     # the hanging checks (and the queued one) have not answered: no value for any check
     assert out["script.status"] is None
@@ -257,12 +264,9 @@ def test_a_status_change_wakes_the_loop(tmp_path: Path, sources: list[ScriptSour
     sources.append(src)
     woken: list[str] = []
     assert src.follow(woken.append)
-    deadline = time.monotonic() + 5
-    while len(woken) < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: len(woken) >= 1, "a wake-up for the first result")
     flag.touch()
-    while len(woken) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: len(woken) >= 2, "a wake-up for the change")
     assert woken == ["check flip", "check flip"]  # the first result, then the change only
 
 
@@ -286,13 +290,12 @@ def test_run_once_ends_without_waiting_for_a_hanging_check(tmp_path: Path) -> No
     config = tmp_path / "guardian.toml"
     config.write_text('[sources.script.checks.bad]\n'
                       'argv = ["/bin/sh", "-c", "echo disk is sick; exit 1"]\n'
-                      '[sources.script.checks.hang]\nargv = ["/bin/sleep", "60"]\n'
-                      'timeout = "30s"\n')
-    started = time.monotonic()
+                      '[sources.script.checks.hang]\nargv = ["/bin/sleep", "600"]\n'
+                      'timeout = "5m"\n')
+    # it ends within the bound: waiting for the hanging check would take five minutes
     got = subprocess.run([sys.executable, "-m", "guardian", "run", "--once", "--dry-run",
                           "--config", str(config), "--rules", str(RULES / "health.toml")],
-                         capture_output=True, text=True, timeout=60)
-    assert time.monotonic() - started < 10
+                         capture_output=True, text=True, timeout=2 * BOUND)
     lines = got.stdout.splitlines()
     i = next(i for i, x in enumerate(lines) if "script-check-problem" in x)
     assert lines[i].startswith("UNKNOWN"), got.stdout
