@@ -218,3 +218,37 @@ def test_kubectl_apply_dry_run_accepts_the_manifests(tmp_path: Path, target: str
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines and all(line.endswith("created (dry run)") for line in lines), out.stdout
+
+
+@pytest.mark.parametrize("overlay", ["kubernetes", "kubernetes-unprivileged"])
+def test_node_reboot_looks_for_the_sentinel_in_the_nodes_run(
+        overlay: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kured's sentinel is the node's /var/run/reboot-required (/run/reboot-required):
+    the DaemonSet says where node.reboot finds it in the pod (GUARDIAN_REBOOT_SENTINEL),
+    and that path lies in a read-only hostPath mount of the node's /run. Before: no such
+    mount nor setting, node.reboot looked in the pod's own /run and never rebooted."""
+    import shutil
+
+    from guardian.actions.node import SENTINEL_ENV, RebootParams
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / overlay)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    [ds] = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert SENTINEL_ENV in env, "the DaemonSet does not say where the node's sentinel is"
+    monkeypatch.setenv(SENTINEL_ENV, env[SENTINEL_ENV])
+    sentinel = RebootParams().sentinel_path()  # what a rule that sets none looks for
+    assert sentinel == env[SENTINEL_ENV]
+    mounts = [m for m in c["volumeMounts"]
+              if sentinel.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert mounts, f"{sentinel} is in no mount: the pod's own filesystem"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    assert mount.get("readOnly") is True
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    on_node = volume["hostPath"]["path"].rstrip("/") + sentinel[len(mount["mountPath"]):]
+    assert on_node == "/run/reboot-required"  # kured's /var/run/reboot-required

@@ -315,3 +315,28 @@ def test_a_slot_from_before_a_restart_is_looked_for_until_the_api_answers(
         assert restarted.slot is None and not restarted.adopted
         restarted.renew()
         assert restarted.slot == "guardian-slot-0"
+
+
+def test_the_sentinel_is_looked_for_where_the_daemonset_mounts_the_nodes_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the DaemonSet the node's /run is at /host/run and GUARDIAN_REBOOT_SENTINEL says
+    so (deploy/kubernetes/daemonset.yaml); the pod's own /var/run has no sentinel. Before:
+    node.reboot looked only in the pod's /var/run/reboot-required: never a reboot."""
+    argv = fake_systemctl(tmp_path)
+    h = host(tmp_path, required=False)  # the pod's /var/run: no sentinel there
+    (h.root / "host/run").mkdir(parents=True)
+    (h.root / "host/run/reboot-required").write_text("*** System restart required ***\n")
+    monkeypatch.delenv("GUARDIAN_REBOOT_SENTINEL", raising=False)
+    plan = NodeReboot(RebootParams(systemctl=argv)).plan(ctx(h))
+    assert not plan.steps and "/var/run/reboot-required is absent" in plan.note
+    monkeypatch.setenv("GUARDIAN_REBOOT_SENTINEL", "/host/run/reboot-required")
+    plan = NodeReboot(RebootParams(systemctl=argv)).plan(ctx(h))
+    assert [s.target for s in plan.steps][-1] == "node", plan.note
+    # a rule's own sentinel wins over the setting; an empty one: always
+    mine = NodeReboot(RebootParams(systemctl=argv, sentinel="/var/run/reboot-required"))
+    assert "/var/run/reboot-required is absent" in mine.plan(ctx(h)).note
+    (h.root / "host/run/reboot-required").unlink()
+    assert "/host/run/reboot-required is absent" in \
+        NodeReboot(RebootParams(systemctl=argv)).plan(ctx(h)).note
+    assert NodeReboot(RebootParams(systemctl=argv, sentinel="")).plan(ctx(h)).steps
+    assert calls(tmp_path) == []

@@ -1,7 +1,9 @@
 """The ``node.reboot`` action: reboot the node through systemd (StartUnit of
 ``reboot.target``, job mode ``replace-irreversibly``, as ``systemctl reboot`` asks; over
 systemd's private bus or its systemctl argv, never a shell), when a reboot is required
-(kured's sentinel, ``/var/run/reboot-required``), at most ``max_reboots`` per ``window``,
+(kured's sentinel, ``/var/run/reboot-required``; where guardian sees the node's ``/run``
+elsewhere, as the DaemonSet does at ``/host/run``, ``$GUARDIAN_REBOOT_SENTINEL`` or the
+``sentinel`` parameter says where), at most ``max_reboots`` per ``window``,
 optionally draining the node first (``drain``: kube.drain's parameters) and, with
 ``on = "both"``, undoing guardian's cordon once the node is back in a new boot.
 
@@ -15,6 +17,7 @@ gives back when the rule resolves in the new boot.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -33,13 +36,25 @@ if TYPE_CHECKING:  # imported when used: kubernetes is an extra
     from guardian.kube.drain import KubeDrain
 
 TARGET, MODE = "reboot.target", "replace-irreversibly"
+DEFAULT_SENTINEL = "/var/run/reboot-required"  # kured's
+SENTINEL_ENV = "GUARDIAN_REBOOT_SENTINEL"  # where the DaemonSet mounts the node's /run
 
 
 class RebootParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sentinel: str | None = Field("/var/run/reboot-required", description="reboot only "
-                                 "while this file exists (kured's sentinel); empty: always")
+    sentinel: str | None = Field(None, description="reboot only while this file exists "
+                                 "(kured's sentinel); empty: always. Default: "
+                                 f"${SENTINEL_ENV} when set (the DaemonSet sets "
+                                 "/host/run/reboot-required: the node's /run, mounted "
+                                 "read-only; the pod's own /run has no sentinel), else "
+                                 f"{DEFAULT_SENTINEL}")
+
+    def sentinel_path(self) -> str:
+        """The sentinel this action looks for ("": none, always reboot)."""
+        if self.sentinel is not None:
+            return self.sentinel
+        return os.environ.get(SENTINEL_ENV) or DEFAULT_SENTINEL
     max_reboots: int = Field(1, ge=1, le=100, description="reboots of this node within "
                              "`window`, then refused")
     window: Duration = Field(86400.0, gt=0)
@@ -133,8 +148,9 @@ class NodeReboot(Action[RebootParams, RebootPayload]):
                          f"waiting for it")
             plan.data["pending"] = True
             return plan
-        if p.sentinel and not exists(resolve_under(ctx.host.root, p.sentinel)):
-            plan.note = f"no reboot required ({p.sentinel} is absent): nothing to do"
+        sentinel = p.sentinel_path()
+        if sentinel and not exists(resolve_under(ctx.host.root, sentinel)):
+            plan.note = f"no reboot required ({sentinel} is absent): nothing to do"
             return plan
         now = time.time()
         recent = [r for r in history if float(r.get("at", 0)) > now - p.window]
