@@ -366,13 +366,13 @@ def test_a_fleet_wide_pause_is_seen_by_every_engine_within_one_tick(tmp_path: Pa
                                            f'rollout"\nauthor = "sre"\n'}})
             for n in names:
                 engine, ex, holds = engines[n]
-                engine.holds, engine.wall = holds.read(), clock().timestamp()
-                if engine.holds and n not in saw_pause:
+                held, wall = holds.read(), clock().timestamp()
+                if held and n not in saw_pause:
                     saw_pause[n] = now[0]
                 ill = detect[n] <= now[0] and (
                     n not in cordoned_at or now[0] < cordoned_at[n] + clears_after[n])
                 snap = Snapshot(now[0], {"memcg.dying": 50.0 if ill else 0.0})
-                decisions = engine.evaluate(snap)
+                decisions = engine.evaluate(snap, holds=held, wall=wall)
                 held_reasons |= {d.reason for d in decisions if d.kind == "held"}
                 for done in ex.run(decisions, snap):
                     if done.use == "kube.uncordon" and done.outcome and done.outcome.ok:

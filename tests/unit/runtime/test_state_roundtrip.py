@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from guardian import Engine, Snapshot, load_text
 from guardian.engine.engine import EngineState
 from guardian.engine.lifecycle import FIELDS, RuleState
+from guardian.model.kinds import PHASES
 from guardian.runtime import state as state_file
 from guardian.testing import snapshot
 from tests.support.daemon import RULE
@@ -29,7 +30,7 @@ def clock(boot: str = "boot-a", mono: float = NOW, wall: float = 1.7e9) -> state
 
 @st.composite
 def rule_states(draw: st.DrawFn) -> RuleState:
-    phase = draw(st.sampled_from(["inactive", "pending", "firing"]))
+    phase = draw(st.sampled_from(PHASES))
     since = draw(times) if phase != "inactive" else draw(st.none() | times)
     return RuleState(phase, since, draw(st.none() | times), draw(st.none() | times),
                      draw(st.none() | times), draw(st.lists(times, max_size=5)),
