@@ -79,3 +79,22 @@ def test_a_read_only_state_directory_runs_failing_closed_until_writable(
         notify.wait_for("STATUS", contains="last action: log for always: ok")
         assert (disk / "guardian.lock").exists()
         _no_traceback(proc)
+
+
+def test_an_audit_log_on_a_read_only_disk_at_start_runs_failing_closed(
+        tmp_path: Path) -> None:
+    """Before: exit 73 (the audit log cannot be created), a restart loop under systemd on
+    a disk remounted read-only. Now it runs, applies nothing (no action without its audit
+    record), says why, and acts once the disk takes the log."""
+    with tmpfs(tmp_path / "logs", "ro") as logs, \
+            daemon(tmp_path, "--audit", str(logs / "audit.jsonl")) as (proc, notify):
+        notify.wait_for("STATUS", contains="NOT ACTING, persistence failing (audit log: "
+                                           "Read-only file system)")
+        assert proc.poll() is None
+        assert "last action: none" in notify.messages[-1]["STATUS"] or \
+            "last action: log for always: refused" in notify.messages[-1]["STATUS"]
+        subprocess.run(["mount", "-o", "remount,rw", str(logs)], check=True)
+        notify.wait_for("STATUS", contains="last action: log for always: ok")
+        assert (logs / "audit.jsonl").read_text().count('"type":"outcome"') == 1
+        err = _no_traceback(proc)
+    assert err.count("cannot open the audit log") == 1

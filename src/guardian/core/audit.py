@@ -10,6 +10,7 @@ directory), so a rotation loses nothing it depends on."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -21,6 +22,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+#: The errors of a disk (full, over quota, read-only, failing), not of a setting.
+DISK_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
 
 class AuditLog:
     """Append-only JSON-lines file. Opened without following a symlink (a link planted
@@ -30,10 +34,35 @@ class AuditLog:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # a late outcome is written from its worker's thread
+        self._fd = -1
+        self._torn = False
+        #: why the log could not be opened yet: a disk fault (full, read-only, failing)
+        #: at start is no reason not to run; nothing is written, so nothing is applied,
+        #: until a write can open it. Any other error (a link planted there) raises.
+        self.unopened: OSError | None = None
+        try:
+            self._open()
+        except OSError as exc:
+            if exc.errno not in DISK_FAULTS:
+                raise
+            self.unopened = exc
+
+    def try_open(self) -> OSError | None:
+        """Open the log if a disk fault kept it closed; the fault, or None once open."""
+        with self._lock:
+            if self._fd < 0:
+                try:
+                    self._open()
+                except OSError as exc:
+                    self.unopened = exc
+        return self.unopened
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = open_append(self.path)
         self._torn = _ends_torn(self._fd)
+        self.unopened = None
 
     def _follow_rotation(self) -> None:
         """Open the file at the path again if it is no longer the one held open (renamed
@@ -55,7 +84,10 @@ class AuditLog:
         (ENOSPC, EROFS, EIO): then nothing that depends on the record may happen."""
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str) + "\n"
         with self._lock:
-            self._follow_rotation()
+            if self._fd < 0:
+                self._open()  # raises while the disk still cannot take it
+            else:
+                self._follow_rotation()
             data = (b"\n" if self._torn else b"") + line.encode()
             self._torn = True  # until the whole line is down
             while data:

@@ -136,6 +136,11 @@ class Executor:
 
     def run(self, decisions: list[Decision], snapshot: Snapshot) -> list[Executed]:
         """Audit each decision and carry out its actions (plan only when dry-run)."""
+        if self.audit is not None and self.audit.unopened is not None:
+            # a disk fault kept the log closed since start: each pass tries again, so the
+            # status says acting resumes as soon as the disk is back
+            fault = self.audit.try_open()
+            self.audit_fault = f"audit log: {fault.strerror or fault}" if fault else ""
         results: list[Executed] = []
         for d in decisions:
             self.audit_entry(DecisionRecord(**d.to_dict()))

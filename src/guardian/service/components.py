@@ -86,6 +86,10 @@ def _executor(opts: ServiceOptions, config: Config, host: Host) -> Executor:
                                            f"{exc.strerror or exc}") from exc
     executor = Executor(host, dry_run=opts.dry_run, audit=audit,
                         apply_timeout=opts.apply_timeout)
+    if audit is not None and audit.unopened is not None:  # fail closed until it opens
+        executor.audit_fault = f"audit log: {audit.unopened.strerror or audit.unopened}"
+        log.error("cannot open the audit log %s: %s; nothing is applied until it can",
+                  opts.audit_path, audit.unopened.strerror or audit.unopened)
     if config.fleet is not None:
         from guardian.kube.fleet import FleetBudget, FleetParams
         assert isinstance(config.fleet, FleetParams)
