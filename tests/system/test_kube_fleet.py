@@ -17,6 +17,7 @@ from guardian.kube.fleet import FleetBudget, FleetParams
 from guardian.plugin.contract import Action, ActionContext, NoParams, Outcome, Plan
 from guardian.plugin.registry import Registry, default_registry
 from tests.support.kube_standin import kubeconfig, serve
+from tests.support.wait import wait_until
 
 N_ENGINES = 50
 
@@ -129,9 +130,9 @@ def test_slots_of_dead_engines_expire_and_min_healthy_holds(tmp_path: Path) -> N
         alive = budget("node-3", max_nodes=2)
         slot, why = alive.acquire()
         assert slot is None and "2 other node(s) already disrupted (node-1, node-2)" in why
-        time.sleep(1.2)
-        slot, why = alive.acquire()
-        assert slot is not None, why
+        # the dead nodes' leases expire (ttl 1 s): a slot is had again
+        slot = wait_until(lambda: alive.acquire()[0], "a slot once the dead nodes' leases "
+                          "expired", every=0.2)
         alive.release(slot)
         # a percentage: 20% of 10 nodes is 2 slots
         assert budget("node-4", max_nodes=None, max_percent=20)._limits() == (2, "")
