@@ -13,16 +13,17 @@ pattern's text, and `check` names a configured pattern an unprivileged process c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -42,6 +43,7 @@ from guardian.sources.kernel_usertext import (
 from guardian.sources.kmsg import KmsgConfig, KmsgSource, match_line
 from tests.support.checkout import REPO, write
 from tests.support.kernel import inject_kmsg, need_root
+from tests.support.wait import wait_until
 
 # The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
 pytestmark = pytest.mark.host_global
@@ -112,7 +114,7 @@ def test_no_unprivileged_process_fires_a_shipped_pattern() -> None:
                        capture_output=True, timeout=120)
         src = KmsgSource(Host())
         assert src.unavailable() is None
-        src.collect(0.0)  # from the ring's end
+        base = cast(float, src.collect(0.0)["kmsg.records"])  # from the ring's end
         reader = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(reader, 0, os.SEEK_END)
         with _printk_burst(10_000):
@@ -123,11 +125,16 @@ def test_no_unprivileged_process_fires_a_shipped_pattern() -> None:
                     subprocess.run([str(binary), comm, how], capture_output=True,
                                    timeout=30, user=NOBODY, group=NOBODY, extra_groups=[])
                 binary.unlink()
-        time.sleep(0.2)
+        # the kernel logs a fault before the process ends: all of them are there now
         lines = [line for line in _kernel_lines_since(reader)
                  if "segfault at" in line or "trap divide error" in line]
         os.close(reader)
-        matches = src.collect(1.0)["kmsg.matches"]
+
+        def read_them() -> dict[str, object] | None:  # the source read them too
+            out = src.collect(1.0)
+            return out if cast(float, out["kmsg.records"]) >= base + len(lines) else None
+
+        matches = wait_until(read_them, "the source reading the faults")["kmsg.matches"]
         src.close()
     finally:
         shutil.rmtree(home)
@@ -228,12 +235,13 @@ def _process_in_service(unit: str | None, uid: int = 0) -> Iterator[int]:
         proc.kill()
         proc.wait()
         for d in reversed(made):
-            deadline = time.monotonic() + 5
-            while d.exists() and time.monotonic() < deadline:
-                try:
+            def removed(d: Path = d) -> bool:
+                with contextlib.suppress(OSError):  # busy until the process is reaped
                     d.rmdir()
-                except OSError:
-                    time.sleep(0.05)
+                return not d.exists()
+
+            with contextlib.suppress(AssertionError):  # left behind: not this test's point
+                wait_until(removed, f"{d} removed", timeout=5, every=0.05)
 
 
 def test_a_hung_runtime_is_known_by_its_service_not_its_name() -> None:
@@ -253,13 +261,12 @@ def test_a_hung_runtime_is_known_by_its_service_not_its_name() -> None:
             line = f"INFO: task {name}:{pid} blocked for more than 120 seconds."
             assert named_task(line) == pid
             inject_kmsg(line)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+        def counted() -> dict[object, float] | None:
             m = src.collect(1.0)["kmsg.matches"]
             assert isinstance(m, dict)
-            if m[labels_of({"pattern": "hung_task"})] >= 3:
-                break
-            time.sleep(0.05)
+            return m if m[labels_of({"pattern": "hung_task"})] >= 3 else None
+
+        m = wait_until(counted, "the three hung-task lines counted")
     src.close()
     assert isinstance(m, dict)
     assert m[labels_of({"pattern": "hung_task"})] == 3
