@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon import daemon, free_port, threads_of
+from tests.support.wait import wait_until
 
 # The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
 pytestmark = pytest.mark.host_global
@@ -31,15 +32,15 @@ def test_idle_metrics_connections_do_not_grow_the_daemon(tmp_path: Path) -> None
         finally:
             for s in idle:
                 s.close()
-        deadline = time.monotonic() + 15  # idle ones are dropped after their timeout
-        while True:
+        def metrics() -> str | None:  # once the idle ones are dropped after their timeout
             try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                              timeout=2).read().decode()
-                break
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=2) as resp:
+                    return bytes(resp.read()).decode()
             except OSError:
-                assert time.monotonic() < deadline
-                time.sleep(0.5)
+                return None
+
+        body = wait_until(metrics, "/metrics answered again", every=0.5)
         assert "guardian_rule_state" in body and proc.poll() is None
 
 

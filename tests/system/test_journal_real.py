@@ -18,6 +18,7 @@ from guardian.policy.loader import load_rules
 from guardian.runtime.collector import Collector
 from guardian.sources.journal import JournalConfig, JournalSource
 from guardian.testing.nspawn import booted
+from tests.support.wait import wait_until
 
 # an example rule on a crash-looping unit's own last words
 RULE = '''
@@ -41,15 +42,9 @@ def _count(src: JournalSource, pattern: str, unit: str) -> float:
     return float(m.get(labels_of({"pattern": pattern, "unit": unit}), 0.0))
 
 
-def _until(src: JournalSource, pattern: str, unit: str, at_least: float,
-           timeout: float = 20) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n = _count(src, pattern, unit)
-        if n >= at_least:
-            return n
-        time.sleep(0.1)
-    raise AssertionError(f"{pattern}{{unit={unit}}} stayed below {at_least}")
+def _until(src: JournalSource, pattern: str, unit: str, at_least: float) -> float:
+    return wait_until(lambda: n if (n := _count(src, pattern, unit)) >= at_least else None,
+                      f"{pattern}{{unit={unit}}} at {at_least} or more", every=0.1)
 
 
 def test_a_crash_looping_units_last_words_in_the_real_journal(tmp_path: Path) -> None:
