@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from guardian.testing import MEMCG_V1
 from guardian.testing import dying_memcgs as dying_memcgs  # re-exported for the tests
 from guardian.testing import memcg_count as memcg_count
 from guardian.testing import settle_memcgs as settle_memcgs
+from tests.support.wait import wait_until
 
 ZOMBIE_PARENT = r"""
 import os, signal, sys, time
@@ -53,9 +53,8 @@ def zombies(n: int) -> Iterator[subprocess.Popen[str]]:
                               stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 10
-        while _zombie_children(parent.pid) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: _zombie_children(parent.pid) >= n, f"{n} zombie children",
+                   every=0.01)
         yield parent
     finally:
         parent.send_signal(signal.SIGTERM)
@@ -141,26 +140,27 @@ def orphaning_zombies(n: int) -> Iterator[tuple[subprocess.Popen[str], list[int]
     zpids: list[int] = []
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 10
-        while len(zpids) < n and time.monotonic() < deadline:
-            zpids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-                     and is_zombie_of(int(p), parent.pid)]
-            time.sleep(0.01)
+
+        def all_zombies() -> bool:
+            zpids[:] = [int(p) for p in os.listdir("/proc") if p.isdigit()
+                        and is_zombie_of(int(p), parent.pid)]
+            return len(zpids) >= n
+
+        wait_until(all_zombies, f"{n} zombie children", every=0.01)
         yield parent, zpids
     finally:
         if parent.poll() is None:
             parent.kill()
         parent.wait(timeout=10)
         for z in zpids:  # reparented to us: reap whatever nobody else did
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
+            def reaped(z: int = z) -> bool:
                 try:
-                    if os.waitpid(z, os.WNOHANG)[0] == z:
-                        break
+                    return os.waitpid(z, os.WNOHANG)[0] == z
                 except ChildProcessError:
-                    if not is_zombie_of(z, os.getpid()) and not Path(f"/proc/{z}").exists():
-                        break
-                time.sleep(0.01)
+                    return not is_zombie_of(z, os.getpid()) and not Path(f"/proc/{z}").exists()
+
+            with contextlib.suppress(AssertionError):  # cleanup: never the test's failure
+                wait_until(reaped, f"zombie {z} reaped", timeout=5, every=0.01)
         set_subreaper(False)
 
 

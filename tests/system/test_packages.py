@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from guardian.testing.nspawn import Container, booted, nspawn_unavailable
 from tests.support.checkout import REPO, STALE_MODULE, shipped_rule_count
+from tests.support.wait import BOUND, wait_until
 
 # Boots a container or builds packages: run on the default interpreter only (.ci/run).
 pytestmark = pytest.mark.os_integration
@@ -107,27 +107,34 @@ def _files(c: Container) -> list[str]:
                         check=False).stdout.splitlines())  # a missing /opt is fine
 
 
-def _status(c: Container, want: str, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = c.run("systemctl", "show", "guardian.service", "-p",
-                     "ActiveState,SubState,StatusText", check=False).stdout
-        if want in text:
-            return text
-        time.sleep(0.3)
-    raise AssertionError(f"no {want!r} in {text}")
+def _status(c: Container, want: str, timeout: float = BOUND) -> str:
+    text = [""]
+
+    def shows() -> bool:
+        text[0] = c.run("systemctl", "show", "guardian.service", "-p",
+                        "ActiveState,SubState,StatusText", check=False).stdout
+        return want in text[0]
+
+    try:
+        wait_until(shows, f"{want!r} in the service's status", timeout, every=0.3)
+    except AssertionError:
+        raise AssertionError(f"no {want!r} in {text[0]}") from None
+    return text[0]
 
 
-def _journal(c: Container, want: str, timeout: float = 15) -> str:
-    deadline = time.monotonic() + timeout
-    journal = ""
-    while want not in journal and time.monotonic() < deadline:
-        time.sleep(0.3)
-        journal = c.run("journalctl", "--no-pager", "-o", "cat", "-u", "guardian.service",
-                        check=False).stdout
-    assert want in journal, journal[-2000:]
-    return journal
+def _journal(c: Container, want: str, timeout: float = BOUND) -> str:
+    journal = [""]
+
+    def holds() -> bool:
+        journal[0] = c.run("journalctl", "--no-pager", "-o", "cat", "-u",
+                           "guardian.service", check=False).stdout
+        return want in journal[0]
+
+    try:
+        wait_until(holds, f"{want!r} in the journal", timeout, every=0.3)
+    except AssertionError:
+        raise AssertionError(journal[0][-2000:]) from None
+    return journal[0]
 
 
 def test_a_fresh_deb_does_what_install_md_says_at_first_boot(dist: Path) -> None:
@@ -223,13 +230,7 @@ def test_the_deb_installs_boots_reloads_and_purges_clean(dist: Path) -> None:
         assert check.startswith(f"ok: {shipped_rule_count()} rule(s)"), check
         pid = c.run("systemctl", "show", "guardian.service", "-p", "MainPID").stdout
         c.run("systemctl", "reload", "guardian.service", timeout=60)
-        deadline = time.monotonic() + 15
-        journal = ""
-        while "reloaded (SIGHUP)" not in journal and time.monotonic() < deadline:
-            time.sleep(0.3)
-            journal = c.run("journalctl", "--no-pager", "-o", "cat", "-u", "guardian.service",
-                            check=False).stdout
-        assert "reloaded (SIGHUP)" in journal, journal[-2000:]
+        _journal(c, "reloaded (SIGHUP)")
         assert c.run("systemctl", "show", "guardian.service", "-p", "MainPID").stdout == pid
         # a purge removes what the package installed and made, and nothing else
         c.run("dpkg", "--purge", "node-guardian", timeout=120)

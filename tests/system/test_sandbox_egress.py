@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sysconfig
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from guardian.testing.nspawn import Container, booted
 from tests.support.checkout import REPO
+from tests.support.wait import BOUND, wait_until
 
 pytestmark = pytest.mark.os_integration
 
@@ -84,16 +84,18 @@ def network(c: Container) -> None:
 
 
 def wait_for(c: Container, path: str, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    got = ""
-    while time.monotonic() < deadline:
-        got = c.run("cat", path, check=False).stdout
-        if text in got:
-            return got
-        time.sleep(0.3)
+    got = [""]
+
+    def holds() -> bool:
+        got[0] = c.run("cat", path, check=False).stdout
+        return text in got[0]
+
+    with contextlib.suppress(AssertionError):  # said below, with the journal
+        wait_until(holds, f"{text!r} in {path}", max(timeout, BOUND), every=0.3)
+        return got[0]
     journal = c.run("journalctl", "--no-pager", "-o", "cat", "-u", "guardian.service",
                     check=False).stdout
-    raise AssertionError(f"{text!r} never in {path}: {got[-2000:]!r}\n{journal[-3000:]}")
+    raise AssertionError(f"{text!r} never in {path}: {got[0][-2000:]!r}\n{journal[-3000:]}")
 
 
 def guardian(c: Container, *args: str) -> subprocess.CompletedProcess[str]:
@@ -107,10 +109,8 @@ def test_the_shipped_units_firewall_drops_the_webhook_until_the_checks_drop_in(
         network(c)
         c.run("systemd-run", "--unit=receiver", "-p", "Type=simple", "python3", "-c",
               RECEIVER)
-        deadline = time.monotonic() + 10
-        while c.run("python3", "-c", PROBE, check=False).returncode != 0:
-            assert time.monotonic() < deadline, "the receiver never answered"
-            time.sleep(0.2)
+        wait_until(lambda: c.run("python3", "-c", PROBE, check=False).returncode == 0,
+                   "the receiver answering", every=0.2)
         # is IPAddressDeny= enforced here at all? (a unit of its own, not guardian's)
         fenced = c.run("systemd-run", "--wait", "--pipe", "-p", "IPAddressDeny=any",
                        "-p", "IPAddressAllow=localhost", "python3", "-c", PROBE,
