@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from guardian.hostio.host import Host
 from guardian.sources.cgroups import CgroupsSource
 from tests.support.incident import config_for, crash_loop
+from tests.support.wait import wait_until
 
 # Boots a container or builds packages: run on the default interpreter only (.ci/run).
 pytestmark = pytest.mark.os_integration
@@ -87,12 +87,15 @@ def test_the_leak_is_stopped_released_and_the_rule_resolves(tmp_path: Path) -> N
 
 
 def _wait_for_resolution(audit: Path, timeout: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
     records: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
+
+    def resolved() -> bool:
         if audit.exists():
-            records = [json.loads(line) for line in audit.read_text().splitlines()]
-            if any(r.get("kind") == "resolved" for r in records):
-                return records
-        time.sleep(0.5)
-    raise AssertionError(f"the rule did not resolve within {timeout}s: {records}")
+            records[:] = [json.loads(line) for line in audit.read_text().splitlines()]
+        return any(r.get("kind") == "resolved" for r in records)
+
+    try:
+        wait_until(resolved, "the rule resolved", timeout, every=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {records}") from None
+    return records
