@@ -119,10 +119,12 @@ def test_alertmanager_and_webhook_payloads_at_a_receiver(tmp_path: Path) -> None
         engine = Engine(load_text(RULES.format(url=url)))
         audit = tmp_path / "audit.jsonl"
         ex = Executor(Host(), dry_run=False, audit=AuditLog(audit))
+        sent_from = time.time()  # the wall clock around the sends: what endsAt may say
         for t, v in ((0.0, 50.0), (400.0, 1.0)):
             snap = Snapshot(t, {"memcg.dying": v})
             results = ex.run(engine.evaluate(snap), snap)
             assert all(r.result == "ok" for r in results), [r.error for r in results]
+        sent_by = time.time()
         [(fire_path, fire_headers, fired), (hook_path, _, hook),
          (resolve_path, _, resolved)] = got.requests
     assert fire_path == resolve_path == "/api/v2/alerts"
@@ -142,7 +144,8 @@ def test_alertmanager_and_webhook_payloads_at_a_receiver(tmp_path: Path) -> None
     starts = dt.datetime.fromisoformat(fired[0]["startsAt"].replace("Z", "+00:00"))
     assert ends - starts == dt.timedelta(hours=1)  # firing: resolves itself if we stop
     ended = dt.datetime.fromisoformat(resolved[0]["endsAt"].replace("Z", "+00:00"))
-    assert abs(ended.timestamp() - time.time()) < 60 and "startsAt" not in resolved[0]
+    # resolved now: when it was sent (endsAt is to the millisecond)
+    assert sent_from - 0.001 <= ended.timestamp() <= sent_by and "startsAt" not in resolved[0]
     assert resolved[0]["labels"] == fired[0]["labels"]  # the same alert, resolved
     assert hook_path == "/hooks/T000/B000/XXXXsecretXXXX"
     assert hook["text"].startswith("guardian: nic-stall is firing on ")
