@@ -9,12 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from guardian import Host
 from tests.support.checkout import REPO
+from tests.support.wait import wait_until
 
 # The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
 pytestmark = pytest.mark.host_global
@@ -115,11 +115,9 @@ def test_a_live_process_whose_main_thread_exited_is_not_a_zombie() -> None:
         assert parent.stdout is not None
         child_pid, ready = parent.stdout.readline().split()
         assert ready == "ready"
-        deadline = time.monotonic() + 5
-        while (st := read_proc_stat("/proc", int(child_pid))) is not None and \
-                st.state != "Z" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert st is not None and st.state == "Z" and st.threads == 2
+        st = wait_until(lambda: s if (s := read_proc_stat("/proc", int(child_pid))) is not None
+                        and s.state == "Z" else None, "the child's main thread exited (Z)")
+        assert st.threads == 2
         assert not st.is_zombie
         plan = ReapZombies(ReapParams(parents=[parent.pid])).plan(
             ActionContext("t", Snapshot(0.0), Host(), dry_run=True))
@@ -153,10 +151,9 @@ def test_a_parent_whose_zombies_belong_to_another_user_is_left_alone() -> None:
                               stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 5
-        while sum(is_zombie_of(int(p), parent.pid) for p in os.listdir("/proc")
-                  if p.isdigit()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: sum(is_zombie_of(int(p), parent.pid) for p in os.listdir("/proc")
+                               if p.isdigit()) >= 3, "three zombies of another user",
+                   every=0.01)
         ctx = ActionContext("t", Snapshot(0.0), Host(), dry_run=True)
         plan = ReapZombies(ReapParams(parents=[parent.pid])).plan(ctx)
         assert plan.steps == []
