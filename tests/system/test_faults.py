@@ -215,12 +215,12 @@ def test_a_crashed_action_worker_is_reported_as_a_crash_not_a_timeout(
     d = Daemon(opts, Config(), notifier=Notifier({}))
     assert d.start() == 0
     try:
-        assert d.executor is not None
+        assert d.transaction is not None
 
         def broken(*_: object) -> list[object]:
             raise AttributeError("module 'datetime' has no attribute 'UTC'")
 
-        d.executor.run = broken  # type: ignore[method-assign, assignment]
+        d.transaction.executor.run = broken  # type: ignore[method-assign, assignment]
         with caplog.at_level("ERROR", logger="guardian"):  # ends: not at the 360 s deadline
             assert ends(d.tick, "a tick whose acting crashed") == []
     finally:

@@ -246,12 +246,12 @@ def test_healthz_says_stuck_when_ticks_stop_completing() -> None:
     from guardian.service.daemon import Daemon, ServiceOptions
 
     d = Daemon(ServiceOptions(rules=[str(RULES)], interval=1.0, metrics_port=None), Config())
-    d.last_tick_done = time.monotonic() - 120  # the loop hangs in a tick
+    d.witness.last_tick_done = time.monotonic() - 120  # the loop hangs in a tick
     ok, text = d.health()
     assert not ok and text.startswith("stuck: the last tick completed 120s ago")
     statuses: list[str] = []
     app = _with_health(lambda e, r: [b"metrics"], d.health)
     body = app({"PATH_INFO": "/healthz"}, lambda status, headers: statuses.append(status))
     assert statuses == ["503 Service Unavailable"] and b"stuck" in b"".join(body)
-    d.last_tick_done = time.monotonic()
+    d.witness.last_tick_done = time.monotonic()
     assert d.health()[0]

@@ -87,8 +87,8 @@ def test_a_stuck_loop_gets_no_pings_while_an_action_worker_is_busy(tmp_path: Pat
             finished.set()
 
     d.tick = tick  # type: ignore[method-assign]
-    assert d.executor is not None
-    d.executor.on_result.append(done)
+    assert d.transaction is not None
+    d.transaction.executor.on_result.append(done)
     loop = threading.Thread(target=d.loop, name="loop", daemon=True)
     loop.start()
     try:

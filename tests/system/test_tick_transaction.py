@@ -93,8 +93,8 @@ def _pending_and_once(d: Any) -> None:
     for _ in range(3):
         d.tick()
     assert Counted.runs == 1  # before: 4, a run at each tick
-    assert d.engine.states["acts"].phase == "pending"
-    assert d.persistence_fault() == ""
+    assert d.transaction.engine.states["acts"].phase == "pending"
+    assert d.transaction.persistence_fault() == ""
 
 
 def test_a_failed_state_save_across_a_reload_acts_once(
@@ -103,7 +103,7 @@ def test_a_failed_state_save_across_a_reload_acts_once(
     `retry` and acted again (and again) instead of waiting an hour."""
     d = service
     d.tick()
-    assert Counted.runs == 1 and d.engine.states["acts"].phase == "firing"
+    assert Counted.runs == 1 and d.transaction.engine.states["acts"].phase == "firing"
     with monkeypatch.context() as m:
         m.setattr(state_file, "write_json", _enospc)  # the state's filesystem is full
         _raise_for(d, tmp_path)
@@ -112,7 +112,7 @@ def test_a_failed_state_save_across_a_reload_acts_once(
         assert "NOT ACTING, persistence failing (state: No space left on device)" \
             in d.status()
         assert d.metrics.persistence_ok._value.get() == 0
-        assert d.engine.states["acts"].changed  # not consumed: the tick was dropped
+        assert d.transaction.engine.states["acts"].changed  # not consumed: the tick was dropped
     _pending_and_once(d)
 
 
@@ -122,12 +122,12 @@ def test_a_failed_audit_write_across_a_reload_acts_once(
     d.tick()
     assert Counted.runs == 1
     with monkeypatch.context() as m:
-        m.setattr(d.executor.audit, "write", _enospc)  # the audit log's disk is full
+        m.setattr(d.transaction.executor.audit, "write", _enospc)  # the audit log's disk is full
         _raise_for(d, tmp_path)
         for _ in range(2):
             d.tick()
-        assert "audit log: No space left on device" in d.persistence_fault()
-        assert d.engine.states["acts"].changed
+        assert "audit log: No space left on device" in d.transaction.persistence_fault()
+        assert d.transaction.engine.states["acts"].changed
     _pending_and_once(d)
 
 
@@ -136,14 +136,14 @@ def test_actions_still_running_across_a_reload_act_once(
     d = service
     Counted.gate = threading.Event()
     d.tick()  # the action outlives the tick's act deadline
-    assert Counted.runs == 1 and d.acting.is_alive()
+    assert Counted.runs == 1 and d.transaction.acting.is_alive()
     _raise_for(d, tmp_path)
     for _ in range(2):
         d.tick()  # nothing is decided beside actions still running
-    assert d.engine.states["acts"].changed
+    assert d.transaction.engine.states["acts"].changed
     Counted.gate.set()
     deadline = time.monotonic() + 10
-    while d.acting.is_alive() and time.monotonic() < deadline:  # poll, bounded
+    while d.transaction.acting.is_alive() and time.monotonic() < deadline:  # poll, bounded
         threading.Event().wait(0.05)
-    assert not d.acting.is_alive()
+    assert not d.transaction.acting.is_alive()
     _pending_and_once(d)

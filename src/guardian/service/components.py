@@ -1,15 +1,15 @@
-"""What the service's loop drives, built once at start from its options and config: the
-engine, the collector (and which source gives which signal), the audit log and the
-executor (with the fleet budget), the metrics (and their endpoint). A part that cannot be
-built is :class:`NotBuilt`, with the exit code and why, and what was built before it is
-released."""
+"""The service's options (:class:`ServiceOptions`), and what its loop drives, built once
+at start from them and the config: the engine, the collector (and which source gives
+which signal), the audit log and the executor (with the fleet budget), the metrics (and
+their endpoint). A part that cannot be built is :class:`NotBuilt`, with the exit code
+and why, and what was built before it is released."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from guardian.core.audit import AuditLog
 from guardian.core.errors import GuardianError
@@ -25,10 +25,23 @@ from guardian.runtime.coverage import Sight, sight_of
 from guardian.runtime.executor import Executor
 from guardian.runtime.metrics import Metrics
 
-if TYPE_CHECKING:
-    from guardian.service.daemon import ServiceOptions
-
 log = logging.getLogger("guardian.service")
+
+
+@dataclass
+class ServiceOptions:
+    rules: list[str]
+    dry_run: bool = False
+    interval: float = 15.0
+    state_path: Path | None = None
+    audit_path: Path | None = None
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int | None = 9847
+    textfile: str | None = None
+    apply_timeout: float = 300.0
+    act_deadline: float = 360.0  # the longest the loop waits for one tick's actions
+    require_root_owned_rules: bool = True
+    root: Path = field(default_factory=lambda: Path("/"))
 
 
 class NotBuilt(GuardianError):

@@ -76,6 +76,14 @@ class InstanceLock:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
 
+    def take(self) -> str:
+        """Why the lock is not held ("" when it is), taken now if it can be."""
+        try:
+            self.acquire()
+        except InstanceLocked as exc:
+            return str(exc)
+        return ""
+
     def _open(self) -> int:
         flags = os.O_CLOEXEC | os.O_NOFOLLOW
         try:

@@ -40,6 +40,15 @@ def unsafe_rule_paths(paths: list[str]) -> list[str]:
     return problems
 
 
+def refuse_unsafe(paths: list[str]) -> None:
+    """Raise :class:`PermissionError` when someone other than root could change one of
+    these rule (or config) files or their directories."""
+    problems = unsafe_rule_paths(paths)
+    if problems:
+        raise PermissionError(
+            "refusing rule or config files others can change: " + "; ".join(problems))
+
+
 class _RuleChange(FileSystemEventHandler):
     # reading the rules opens them too: only changes count
     CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
