@@ -133,11 +133,13 @@ def test_an_endpoint_is_scraped_off_the_loop_and_a_slow_one_never_holds_it(
 
 
 def test_a_failing_then_stale_endpoint_is_no_value(
-        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+        page_server: list[http.server.ThreadingHTTPServer],
+        request: pytest.FixtureRequest) -> None:
     srv, url = _serve((PAGES / "readme-quickstart.prom").read_bytes())
     page_server.append(srv)
     clock = _Clock()
     src = exposition_source(clock, endpoints={"dcgm": url}, max_age=30)
+    request.addfinalizer(src.close)  # the worker collect() starts: never beyond the test
     src.refresh()
     fam = src.collect(0.0)["prom.sample"]
     assert isinstance(fam, dict) and len(fam) == 3
@@ -159,7 +161,8 @@ def test_a_failing_then_stale_endpoint_is_no_value(
     assert out["prom.up"] == {labels_of({"target": "dcgm"}): 0.0}
 
 
-def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path: Path) -> None:
+def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
     d = tmp_path / "textfile"
     d.mkdir()
     (d / "node.prom").write_text("# TYPE reboot_required gauge\nreboot_required 1\n")
@@ -167,6 +170,7 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(tmp_path:
     (d / "big.prom").write_text("x 1\n" * 1000)
     (d / "ignored.txt").write_text("y 1\n")
     src = exposition_source(textfile_directories=[str(d)], max_bytes=1000, max_age=60)
+    request.addfinalizer(src.close)  # its worker would read (and parse) on, every 15 s
     ends(src.refresh, "a round with a FIFO among the files")  # opening it would block
     out = src.collect(0.0)
     assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 1.0,
@@ -427,10 +431,12 @@ def test_dcgm_exporter_pages_fire_the_shipped_gpu_rules(
 
 
 def test_an_endpoint_page_fires_a_shipped_rule(
-        page_server: list[http.server.ThreadingHTTPServer]) -> None:
+        page_server: list[http.server.ThreadingHTTPServer],
+        request: pytest.FixtureRequest) -> None:
     srv, url = _serve((PAGES / "xid79-fallen-off-bus.prom").read_bytes())
     page_server.append(srv)
     src = exposition_source(endpoints={"dcgm": url})
+    request.addfinalizer(src.close)
     engine = Engine(load_rules([REPO / "rules" / "gpu-dcgm.toml"]))
     src.refresh()
     engine.evaluate(Collector(Host(), [src]).collect(0.0))
