@@ -47,3 +47,53 @@ def test_a_reason_with_a_space_is_made_valid_and_dropped_settings_are_said(
     checked = guardian("check", "--config", str(out / "npd-own.guardian.toml"),
                        str(out / "rules"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _own(tmp_path: Path) -> Path:
+    own = tmp_path / "config" / "own.json"
+    own.parent.mkdir(exist_ok=True)
+    own.write_text('{"plugin": "custom", "source": "own", "rules": [{"type": "temporary", '
+                   '"reason": "Slow", "path": "/bin/true"}]}')
+    return own
+
+
+def test_a_planted_symlink_or_file_in_the_output_is_refused_never_followed(
+        tmp_path: Path) -> None:
+    """Issue 39, round 4. Before: `-o DIR` wrote through a symlink planted at either
+    file's name, or at DIR/rules, and over a file put there."""
+    own = _own(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for plant in ("npd-own.guardian.toml", "rules/npd-own.toml", "rules", "file"):
+        out = tmp_path / f"out-{plant.replace('/', '-')}"
+        (out / "rules").mkdir(parents=True)
+        if plant == "rules":
+            (out / "rules").rmdir()
+            (out / "rules").symlink_to(elsewhere)
+        elif plant == "file":
+            (out / "npd-own.guardian.toml").write_text("mine\n")
+        else:
+            (out / plant).symlink_to(victim)
+        got = guardian("import", "npd", str(own), "-o", str(out))
+        assert got.returncode == 1, (plant, got.stdout)
+        assert "refused" in got.stderr and "Traceback" not in got.stderr, got.stderr
+        assert victim.read_text() == "root's\n" and list(elsewhere.iterdir()) == []
+        if plant in ("npd-own.guardian.toml", "file"):  # the rules it wrote first: removed
+            assert not (out / "rules" / "npd-own.toml").exists()
+    assert (tmp_path / "out-file" / "npd-own.guardian.toml").read_text() == "mine\n"
+
+
+def test_hostile_json_is_an_error_at_its_place_never_a_traceback(tmp_path: Path) -> None:
+    own = tmp_path / "config" / "own.json"
+    own.parent.mkdir()
+    for text, where in [('{"plugin": "custom",\n "rules": [{"path": 7}]}', ":2:13: "),
+                        ('{"plugin": "custom", "rules": [', ":1:32: "),
+                        ('{"plugin": "kmsg", "rules": [\n {"reason": "A", "pattern": '
+                         '"(a+)+$"}]}', ":2:18: ")]:
+        own.write_text(text)
+        got = guardian("import", "npd", str(own), "-o", str(tmp_path / "out"))
+        assert got.returncode == 1 and "Traceback" not in got.stderr, got.stderr
+        assert f"{own}{where}" in got.stderr
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ user) could have replaced them or any directory on their path."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -57,12 +58,14 @@ def list_names(directory: str | Path) -> list[str]:
     return sorted(os.listdir(directory))
 
 
-def create_new(path: str | Path, data: bytes, mode: int = 0o644) -> None:
+def create_new(path: str | Path, data: bytes, mode: int = 0o644,
+               dir_fd: int | None = None) -> None:
     """Write ``data`` to a file that must not exist yet (``O_CREAT|O_EXCL|O_NOFOLLOW``: a
-    planted symlink or file is refused with FileExistsError, never written through).
+    planted symlink or file is refused with FileExistsError, never written through);
+    ``dir_fd``: ``path`` is relative to that open directory (see :func:`open_directory`).
     Raises OSError; a file half written is removed."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
+                 mode, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
@@ -70,9 +73,25 @@ def create_new(path: str | Path, data: bytes, mode: int = 0o644) -> None:
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
         raise
     os.close(fd)
+
+
+def open_directory(path: str | Path, dir_fd: int | None = None, create: bool = False,
+                   mode: int = 0o755) -> int:
+    """An open directory (close it), never through a final symlink (a planted one is
+    refused: OSError ELOOP or ENOTDIR); ``create``: made first when missing."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, mode, dir_fd=dir_fd)
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   dir_fd=dir_fd)
+
+
+def remove(path: str | Path, dir_fd: int | None = None) -> None:
+    """Remove a file (not following a symlink; relative to ``dir_fd`` if given)."""
+    os.unlink(path, dir_fd=dir_fd)
 
 
 def _trusted_owner(st: os.stat_result) -> bool:

@@ -35,24 +35,44 @@ is written CamelCase with its other characters dropped (``"Disk full"`` ->
 ``DiskFull``), and the importer says so.
 
 Kubernetes actions need the ``k8s`` extra; ``--log-only`` writes log actions only.
+
+A file node-problem-detector would refuse, or one guardian cannot express, is refused with
+its place in the file (``path:line:col``: JSON's own error position, or the key of a
+value of the wrong type or out of range), never a traceback; the output is written with
+``tomli_w`` (never formatted by hand), so no string in the input can change its TOML.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from guardian.core.durations import format_duration
+import tomli_w
+from pydantic import ValidationError
+
+from guardian.core.durations import MAX_DURATION, format_duration, parse_duration
 from guardian.core.errors import GuardianError
+from guardian.hostio.safefile import read_regular
 
-GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
-             "h": 3600.0}
+GO_DURATION = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+             "m": 60.0, "h": 3600.0}
 # node-problem-detector's defaults (pkg/custompluginmonitor/types/config.go)
 NPD_TIMEOUT, NPD_INTERVAL, NPD_MAX_OUTPUT, NPD_CONCURRENCY = 5.0, 30.0, 80, 3
+MAX_BYTES = 4 << 20  # a monitor config is a few KiB
+MAX_DEPTH = 64       # node-problem-detector's configs nest 3 deep
+MAX_CONCURRENCY, MAX_OUTPUT = 32, 4096  # the script source's bounds
+MIN_DURATION = 0.001  # guardian's durations are written in ms at the finest
+NAME_PART = 40        # of a file name or reason in a rule's, check's or pattern's name
+
+Loc = tuple[str | int, ...]
 
 
 class NpdConfigError(GuardianError, ValueError):
@@ -63,6 +83,8 @@ def go_duration(text: str) -> float:
     """A Go ``time.ParseDuration`` string (``"30s"``, ``"1m30s"``, ``"500ms"``)."""
     pos, total = 0, 0.0
     text = text.strip()
+    if text == "0":
+        return 0.0
     while pos < len(text):
         m = GO_DURATION.match(text, pos)
         if not m:
@@ -74,20 +96,11 @@ def go_duration(text: str) -> float:
     return total
 
 
-def q(text: str) -> str:
-    """A TOML basic string."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def lit(text: str) -> str:
-    """A TOML literal string where one can hold ``text`` (regexes stay readable)."""
-    if "'" in text or any(ord(c) < 32 or ord(c) == 127 for c in text):
-        return q(text)
-    return f"'{text}'"
-
-
 REASON = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")  # as guardian's kube actions check a reason
 REPAIR_ON = ("--enable-repair=true", "--enable-repair")  # health-checker's flag (pflag bool)
+# RE2's POSIX classes ([[:alpha:]]) and its ungreedy flag (?U): Python's re reads both
+# otherwise, without an error
+_RE2_ONLY = re.compile(r"\[:\^?[a-z]+:\]|\(\?[a-zA-Z]*U")
 
 
 def camel(reason: str) -> str:
@@ -98,8 +111,8 @@ def camel(reason: str) -> str:
     return out or "PluginProblem"
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+def slug(text: str, limit: int = NAME_PART) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower())[:limit].strip("-") or "x"
 
 
 @dataclass
@@ -110,83 +123,294 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
+# -- the input, and where each of its values is ------------------------------------------
+
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+def _skip(text: str, i: int) -> int:
+    """The first position at or after ``i`` that is not JSON whitespace."""
+    m = _WS.match(text, i)
+    return m.end() if m else i
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DEPTH = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+              int: "a number", float: "a number", type(None): "null"}
+
+
+class _Doc:
+    """The JSON text, its data, and ``path:line:col`` of any key or element in it."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.text = path, text
+        self._lines = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._pos: dict[Loc, int] | None = None
+        deep = self._too_deep()
+        if deep is not None:
+            self._fail_at(deep, f"nested more than {MAX_DEPTH} deep")
+        try:
+            # NPD reads no number too long for an int64; a longer one stays a float here
+            self.data = json.loads(text, parse_int=lambda s: int(s) if len(s) < 40
+                                   else float(s))
+        except json.JSONDecodeError as exc:
+            raise NpdConfigError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: "
+                                 f"{exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise NpdConfigError(f"{path}: not JSON: {exc}") from None
+
+    def _too_deep(self) -> int | None:
+        depth = 0
+        for m in _DEPTH.finditer(self.text):
+            c = m.group()
+            if c in "[{":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return m.start()
+            elif c in "]}":
+                depth -= 1
+        return None
+
+    def _where(self, offset: int) -> str:
+        line = bisect.bisect_right(self._lines, offset)
+        return f"{self.path}:{line}:{offset - self._lines[line - 1] + 1}"
+
+    def _fail_at(self, offset: int, message: str) -> NoReturn:
+        raise NpdConfigError(f"{self._where(offset)}: {message}")
+
+    def at(self, loc: Loc) -> str:
+        """``path:line:col`` of the key (or element) at ``loc``, or of the nearest of its
+        parents that is in the file."""
+        if self._pos is None:
+            self._pos = {}
+            self._scan(_skip(self.text, 0), ())
+        for n in range(len(loc), 0, -1):
+            if loc[:n] in self._pos:
+                return self._where(self._pos[loc[:n]])
+        return self._where(_skip(self.text, 0))
+
+    def fail(self, loc: Loc, message: str) -> NoReturn:
+        raise NpdConfigError(f"{self.at(loc)}: {_dotted(loc)}: {message}")
+
+    def _scan(self, i: int, loc: Loc) -> int:
+        """Note the positions under the (valid) value at ``i``; its end."""
+        assert self._pos is not None
+        text = self.text
+        c = text[i]
+        if c in "[{":
+            close, n = ("]" if c == "[" else "}"), 0
+            i = _skip(text, i + 1)
+            while text[i] != close:
+                if c == "{":
+                    key, j = _DECODER.raw_decode(text, i)
+                    here: Loc = (*loc, key)
+                    self._pos[here] = i  # a repeated key: the last, as json keeps
+                    j = _skip(text, j) + 1  # the colon
+                else:
+                    here = (*loc, n)
+                    self._pos[here] = j = i
+                i = _skip(text, self._scan(_skip(text, j), here))
+                n += 1
+                if text[i] == ",":
+                    i = _skip(text, i + 1)
+            return i + 1
+        return int(_DECODER.raw_decode(text, i)[1])
+
+    # typed reads: node-problem-detector's Go structs refuse a value of another type
+    # (null is Go's zero value: as if absent)
+    def get(self, obj: Mapping[str, Any], loc: Loc, key: str, kind: type,
+            default: Any = None) -> Any:
+        value = obj.get(key)
+        if value is None:
+            return default
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            self.fail((*loc, key), f"must be a whole number, not {_shown(value)}")
+        if (kind is not int and not isinstance(value, kind)) or (
+                kind is not bool and isinstance(value, bool)):
+            self.fail((*loc, key), f"must be {_JSON_TYPE[kind]}, not {_shown(value)}")
+        if isinstance(value, str) and "\0" in value:
+            self.fail((*loc, key), "has a NUL character")
+        if isinstance(value, str) and _SURROGATE.search(value):
+            self.fail((*loc, key), "has a lone surrogate (\\ud800-\\udfff): not text")
+        return value
+
+    def duration(self, obj: Mapping[str, Any], loc: Loc, key: str,
+                 default: float) -> float:
+        text = self.get(obj, loc, key, str)
+        if text is None or text == "":
+            return default
+        try:
+            seconds = go_duration(text)
+        except NpdConfigError as exc:
+            self.fail((*loc, key), str(exc))
+        if not math.isfinite(seconds) or seconds > MAX_DURATION:
+            self.fail((*loc, key), f"{text!r} is longer than ten years")
+        if seconds < MIN_DURATION:
+            self.fail((*loc, key), f"{text!r}: guardian's shortest interval and timeout "
+                                   "is 1ms")
+        parse_duration(format_duration(seconds))  # written as guardian reads it
+        return seconds
+
+    def whole(self, obj: Mapping[str, Any], loc: Loc, key: str, default: int,
+              low: int, high: int, why: str) -> int:
+        value = int(self.get(obj, loc, key, int, default))
+        if not low <= value <= high:
+            self.fail((*loc, key), f"{value} is out of range: {why} ({low} to {high})")
+        return value
+
+    def items(self, obj: Mapping[str, Any], loc: Loc, key: str) -> list[dict[str, Any]]:
+        """An array of objects."""
+        got = self.get(obj, loc, key, list, [])
+        for i, item in enumerate(got):
+            if not isinstance(item, dict):
+                self.fail((*loc, key, i), f"must be an object, not {_shown(item)}")
+        return list(got)
+
+
+def _shown(value: Any) -> str:
+    kind = _JSON_TYPE.get(type(value), type(value).__name__)
+    text = json.dumps(value)[:40] if not isinstance(value, dict | list) else ""
+    return f"{kind} {text}".strip()
+
+
+def _dotted(loc: Loc) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") \
+        or "the file"
+
+
+def read_config(path: Path) -> _Doc:
+    """The file, read as a regular file of at most 4 MiB (a FIFO is refused, never
+    waited on), as UTF-8 JSON."""
+    try:
+        raw = read_regular(os.path.realpath(path), MAX_BYTES)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise NpdConfigError(f"{path}: cannot read: {why}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        good = raw[:exc.start].decode("utf-8")
+        line = good.count("\n") + 1
+        col = len(good) - (good.rfind("\n") + 1) + 1
+        raise NpdConfigError(f"{path}:{line}:{col}: not UTF-8 (byte "
+                             f"{raw[exc.start]:#04x})") from None
+    return _Doc(path, text.removeprefix("\ufeff"))
+
+
 def import_npd(path: Path, base: Path | None = None, log_only: bool = False) -> Imported:
     """Translate one node-problem-detector monitor config. ``base`` is the directory
     node-problem-detector ran in (its plugin paths are relative to it; default: the
     parent of the directory holding the config, as ``./config/plugin/x.sh`` is laid out
-    in its repository and image)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise NpdConfigError(f"{path}: {exc}") from None
+    in its repository and image). Raises :class:`NpdConfigError`, located in the file."""
+    doc = read_config(path)
+    data = doc.data
     if not isinstance(data, dict):
-        raise NpdConfigError(f"{path}: not a JSON object")
-    plugin = data.get("plugin")
-    base = base if base is not None else path.resolve().parent.parent
+        doc.fail((), f"must be a JSON object, not {_shown(data)}")
+    plugin = doc.get(data, (), "plugin", str)
+    if base is None:
+        base = Path(os.path.realpath(path)).parent.parent
     # names (checks, rules, files) come from the file's name: node-problem-detector's
     # "source" is shared (three health-checker-*.json say "health-checker")
     name = slug(path.name.removesuffix(".json"))
     if plugin == "custom":
-        return _custom(data, base, log_only, name)
-    if plugin in ("kmsg", "journald", "filelog") and all(
-            isinstance(r, dict) and "pattern" in r for r in data.get("rules", [])):
+        return _custom(doc, data, base, log_only, name)
+    if plugin in ("kmsg", "journald", "filelog"):
         if plugin != "kmsg":
-            raise NpdConfigError(f"{path}: a {plugin} log monitor; only the kernel log "
-                               "(plugin kmsg) is imported")
-        return _kmsg(data, log_only, name)
-    raise NpdConfigError(f"{path}: plugin {plugin!r}: only custom-plugin monitors and "
-                       "the kmsg log monitor are imported")
+            doc.fail(("plugin",), f"a {plugin} log monitor; only the kernel log (plugin "
+                                  "kmsg) is imported")
+        return _kmsg(doc, data, log_only, name)
+    doc.fail(("plugin",), f"plugin {plugin!r}: only custom-plugin monitors and the kmsg "
+                          "log monitor are imported")
 
 
-def _reason(reason: str, i: int, notes: list[str]) -> str:
+def _reason(doc: _Doc, obj: Mapping[str, Any], loc: Loc, notes: list[str],
+            default: str = "PluginProblem") -> str:
     """``reason`` as a valid one (CamelCase, other characters dropped), with a note."""
+    reason = doc.get(obj, loc, "reason", str) or default
     if REASON.match(reason):
-        return reason
+        return str(reason)
     fixed = camel(reason)
-    notes.append(f"rules[{i}]: reason {reason!r} is written {fixed!r} (a reason is "
+    notes.append(f"{_dotted(loc)}: reason {reason!r} is written {fixed!r} (a reason is "
                  "letters and digits, starting with a letter)")
     return fixed
 
 
-def _header(data: dict[str, Any], kind: str) -> str:
-    return (f"# Imported from node-problem-detector's {kind} {q(data.get('source', ''))} by "
+def _header(source: str, kind: str) -> str:
+    # ASCII, every control character escaped: a comment the input cannot end
+    return (f"# Imported from node-problem-detector's {kind} {json.dumps(source)} by "
             "`guardian import npd`.\n")
 
 
-def _conditions(data: dict[str, Any]) -> dict[str, dict[str, str]]:
-    return {c["type"]: c for c in data.get("conditions", []) if isinstance(c, dict)
-            and "type" in c}
+def _conditions(doc: _Doc, data: Mapping[str, Any]) -> dict[str, tuple[int, dict[str, Any]]]:
+    out: dict[str, tuple[int, dict[str, Any]]] = {}
+    for i, c in enumerate(doc.items(data, (), "conditions")):
+        ctype = doc.get(c, ("conditions", i), "type", str, "")
+        for key in ("reason", "message"):
+            doc.get(c, ("conditions", i), key, str)
+        out[ctype] = (i, c)
+    return out
 
 
-def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Imported:
-    source = str(data.get("source") or "custom-plugin-monitor")
-    g = data.get("pluginConfig") or {}
-    g_timeout = go_duration(g["timeout"]) if "timeout" in g else NPD_TIMEOUT
-    g_interval = go_duration(g["invoke_interval"]) if "invoke_interval" in g else NPD_INTERVAL
+def _condition(doc: _Doc, rule: Mapping[str, Any], i: int, conditions: Mapping[
+        str, tuple[int, dict[str, Any]]], notes: list[str]) -> tuple[str, dict[str, Any]]:
+    """A permanent rule's condition type and its default condition's reason and message
+    (the condition set back to False)."""
+    ctype = doc.get(rule, ("rules", i), "condition", str, "")
+    if ctype not in conditions:
+        # as config.go Validate() says
+        doc.fail(("rules", i, "condition"), f"permanent problem {ctype!r} has no preset "
+                                            "default condition")
+    if not REASON.match(ctype):
+        doc.fail(("rules", i, "condition"), f"condition type {ctype!r}: a node condition's "
+                                            "type here is letters and digits, starting "
+                                            "with a letter")
+    n, default = conditions[ctype]
+    back: dict[str, Any] = {}
+    if default.get("reason"):
+        back["resolved_reason"] = _reason(doc, default, ("conditions", n), notes)
+    if isinstance(default.get("message"), str):
+        back["resolved_message"] = default["message"].replace("$", "$$")  # no template
+    return ctype, back
+
+
+def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
+            prefix: str) -> Imported:
+    source = doc.get(data, (), "source", str) or "custom-plugin-monitor"
+    g = doc.get(data, (), "pluginConfig", dict, {})
+    gl: Loc = ("pluginConfig",)
+    g_timeout = doc.duration(g, gl, "timeout", NPD_TIMEOUT)
+    g_interval = doc.duration(g, gl, "invoke_interval", NPD_INTERVAL)
+    concurrency = doc.whole(g, gl, "concurrency", NPD_CONCURRENCY, 1, MAX_CONCURRENCY,
+                            "checks of one monitor guardian runs at once")
+    limit = doc.whole(g, gl, "max_output_length", NPD_MAX_OUTPUT, 1, MAX_OUTPUT,
+                      "bytes of a check's output guardian keeps")
     notes: list[str] = []
-    if "skip_initial_status" in g:
+    if doc.get(g, gl, "skip_initial_status", bool) is not None:
         notes.append("skip_initial_status: not imported (guardian sets a condition from "
                      "the first run of its check, and sets no initial status)")
     repaired: set[str] = set()
     checks: dict[tuple[str, tuple[str, ...], float, float], str] = {}
     names: set[str] = set()
-    conditions = _conditions(data)
-    rules_out: list[str] = []
-    for i, rule in enumerate(data.get("rules", [])):
-        rpath = str(rule.get("path", ""))
+    conditions = _conditions(doc, data)
+    rules_out: list[dict[str, Any]] = []
+    for i, rule in enumerate(doc.items(data, (), "rules")):
+        loc: Loc = ("rules", i)
+        rpath = doc.get(rule, loc, "path", str, "")
         if not rpath:
-            raise NpdConfigError(f"rules[{i}] has no path")
-        program = Path(rpath) if rpath.startswith("/") else (base / rpath).resolve()
-        args = tuple(str(a) for a in rule.get("args") or [])
+            doc.fail(loc, "has no path")
+        try:
+            program = Path(os.path.normpath(rpath)) if rpath.startswith("/") \
+                else Path(os.path.realpath(base / rpath))
+        except (OSError, RuntimeError, ValueError) as exc:
+            doc.fail((*loc, "path"), f"{rpath!r}: {exc}")
+        args = tuple(doc.get({"a": a}, (*loc, "args", n), "a", str)
+                     for n, a in enumerate(doc.get(rule, loc, "args", list, [])))
         if any(a in REPAIR_ON for a in args):
             args = tuple("--enable-repair=false" if a in REPAIR_ON else a for a in args)
             repaired.add(program.name)
         # the rule's timeout only when shorter than the global one (plugin.go run())
-        timeout = g_timeout
-        if rule.get("timeout") and go_duration(rule["timeout"]) < g_timeout:
-            timeout = go_duration(rule["timeout"])
-        interval = go_duration(rule["invoke_interval"]) if rule.get("invoke_interval") \
-            else g_interval
+        timeout = min(g_timeout, doc.duration(rule, loc, "timeout", g_timeout))
+        interval = doc.duration(rule, loc, "invoke_interval", g_interval)
         key = (str(program), args, interval, timeout)
         if key not in checks:
             name = stem = f"{prefix}.{slug(program.stem)}"
@@ -196,146 +420,182 @@ def _custom(data: dict[str, Any], base: Path, log_only: bool, prefix: str) -> Im
             names.add(name)
             checks[key] = name
         check = checks[key]
-        kind = rule.get("type", "temporary")
-        reason = _reason(str(rule.get("reason", "")) or "PluginProblem", i, notes)
+        kind = _kind(doc, rule, loc)
+        reason = _reason(doc, rule, loc, notes)
         rname = f"npd-{prefix}-{slug(reason)}-{kind}-{i}"
         if kind == "permanent":
-            ctype = str(rule.get("condition", ""))
-            if ctype not in conditions:
-                raise NpdConfigError(f"rules[{i}]: permanent problem {ctype!r} has no preset "
-                                   "default condition")  # as config.go Validate() says
+            ctype, back = _condition(doc, rule, i, conditions, notes)
             rules_out.append(_rule(
                 rname, f"{reason}: node condition {ctype} from {program.name}",
                 f'script.problem{{check="{check}"}} == 1', kind, source, reason,
-                _condition_action(ctype, reason, log_only, conditions[ctype]) + _log(reason)))
+                _condition_action(ctype, reason, log_only, back) + _log(reason)))
         else:
             rules_out.append(_rule(
                 rname, f"{reason}: event from {program.name}",
                 f'script.result{{check="{check}"}} >= 1', kind, source, reason,
-                _event_action(reason, log_only) + _log(reason),
-                cooldown=interval))
-    cfg = [_header(data, "custom-plugin monitor")]
-    # no [sources.script] table: the fragments of several monitors append into one file
-    # node-problem-detector runs each monitor on its own workers: a pool of its own
-    concurrency = int(g.get("concurrency") or NPD_CONCURRENCY)
-    pool = f"npd-{prefix}"
-    cfg += [f"[sources.script.pools.{q(pool)}]", f"concurrency = {concurrency}", ""]
+                _event_action(reason, log_only) + _log(reason), cooldown=interval))
+    cfg = [_header(source, "custom-plugin monitor")]
     if repaired:
         cfg.append("# --enable-repair=true rewritten to --enable-repair=false: checks run "
                    "in a dry run too and must not change the host; repair with guardian's "
-                   "rules and actions (e.g. systemd.unit restart)")
+                   "rules and actions (e.g. systemd.unit restart)\n")
         notes.append(f"{', '.join(sorted(repaired))}: --enable-repair=true rewritten to "
                      "--enable-repair=false (a check must not change the host: it runs in "
                      "a dry run too); repair with guardian's rules and actions, e.g. a "
                      "systemd.unit restart")
-    limit = int(g.get("max_output_length", NPD_MAX_OUTPUT))
+    # no [sources.script] table of its own: the fragments of several monitors append
+    # into one file. node-problem-detector runs each monitor on its own workers: a pool
+    # of its own
+    pool = f"npd-{prefix}"
+    script: dict[str, Any] = {"pools": {pool: {"concurrency": concurrency}}, "checks": {}}
     for (exe, args, interval, timeout), name in checks.items():
-        cfg += [f"[sources.script.checks.{q(name)}]",
-                f"argv = [{', '.join(q(a) for a in (exe, *args))}]",
-                f"interval = {q(format_duration(interval))}",
-                f"timeout = {q(format_duration(timeout))}",
-                f"pool = {q(pool)}",
-                *([f"max_output_length = {limit}"] if limit != NPD_MAX_OUTPUT else []), ""]
-    if g.get("enable_message_change_based_condition_update"):
+        script["checks"][name] = {
+            "argv": [exe, *args], "interval": format_duration(interval),
+            "timeout": format_duration(timeout), "pool": pool,
+            **({"max_output_length": limit} if limit != NPD_MAX_OUTPUT else {})}
+    cfg.append(tomli_w.dumps({"sources": {"script": script}}))
+    if doc.get(g, gl, "enable_message_change_based_condition_update", bool):
         notes.append("enable_message_change_based_condition_update: a condition is set "
                      "once while it stays True (its message is not updated)")
-    return Imported("\n".join(cfg), _rules_file(data, "custom-plugin monitor", rules_out),
+    return Imported("\n".join(cfg), _rules_file(source, "custom-plugin monitor", rules_out),
                     prefix, notes)
 
 
-def _kmsg(data: dict[str, Any], log_only: bool, prefix: str) -> Imported:
-    from guardian.sources.kernel_patterns import SHIPPED
+def _kind(doc: _Doc, rule: Mapping[str, Any], loc: Loc) -> str:
+    kind = doc.get(rule, loc, "type", str) or "temporary"
+    if kind not in ("temporary", "permanent"):
+        doc.fail((*loc, "type"), f"{kind!r}: a rule is \"temporary\" or \"permanent\"")
+    return str(kind)
 
-    source = str(data.get("source") or "kernel-monitor")
+
+def _kmsg(doc: _Doc, data: dict[str, Any], log_only: bool, prefix: str) -> Imported:
+    from guardian.sources.kernel_patterns import SHIPPED
+    from guardian.sources.kmsg import KmsgConfig
+
+    source = doc.get(data, (), "source", str) or "kernel-monitor"
     by_reason: dict[str, list[str]] = {}
     for pname, p in SHIPPED.items():
         if p.npd_reason:
             by_reason.setdefault(p.npd_reason, []).append(pname)
-    conditions = _conditions(data)
-    groups: dict[tuple[str, str, str], list[str]] = {}  # (type, reason, condition) -> patterns
+    conditions = _conditions(doc, data)
+    # (type, reason, condition) -> patterns, the condition's reset
+    groups: dict[tuple[str, str, str], tuple[list[str], dict[str, Any]]] = {}
     extra: dict[str, str] = {}
+    where: dict[str, Loc] = {}
     notes: list[str] = []
-    for i, rule in enumerate(data.get("rules", [])):
-        kind = str(rule.get("type", "temporary"))
-        reason = str(rule.get("reason", ""))
-        shipped = by_reason.get(reason)
-        reason = _reason(reason, i, notes)
-        ctype = str(rule.get("condition", "")) if kind == "permanent" else ""
-        if kind == "permanent" and ctype not in conditions:
-            raise NpdConfigError(f"rules[{i}]: permanent problem {ctype!r} has no preset "
-                               "default condition")
-        patterns = groups.setdefault((kind, reason, ctype), [])
+    for i, rule in enumerate(doc.items(data, (), "rules")):
+        loc: Loc = ("rules", i)
+        kind = _kind(doc, rule, loc)
+        pattern = doc.get(rule, loc, "pattern", str)
+        if pattern is None:
+            doc.fail(loc, "has no pattern (a log monitor's rule matches one)")
+        shipped = by_reason.get(doc.get(rule, loc, "reason", str) or "")
+        reason = _reason(doc, rule, loc, notes)
+        ctype, back = _condition(doc, rule, i, conditions, notes) if kind == "permanent" \
+            else ("", {})
+        patterns, _ = groups.setdefault((kind, reason, ctype), ([], back))
         if shipped:
             patterns.extend(p for p in shipped if p not in patterns)
             continue
-        name = re.sub(r"[^a-z0-9]+", "_", f"npd_{prefix}_{reason}".lower()).strip("_")
+        name = stem = re.sub(r"[^a-z0-9]+", "_", f"npd_{prefix}_{reason[:NAME_PART]}"
+                             .lower()).strip("_")
         n = 2
-        while name in extra and extra[name] != rule["pattern"]:
-            name, n = f"{name.rstrip('_0123456789')}_{n}", n + 1
-        extra[name] = str(rule["pattern"])
-        patterns.append(name)
+        while name in extra and extra[name] != pattern:
+            name, n = f"{stem}_{n}", n + 1
+        if name not in extra:
+            if (m := _RE2_ONLY.search(pattern)) is not None:
+                doc.fail((*loc, "pattern"), f"{m.group()!r} is RE2's (Go's); Python's re, "
+                                            "which guardian matches with, reads it "
+                                            "otherwise: write it without")
+            try:
+                KmsgConfig.model_validate({"patterns": {name: pattern}})
+            except ValidationError as exc:
+                doc.fail((*loc, "pattern"), _why(exc))
+            extra[name] = pattern
+            where[name] = (*loc, "pattern")
+        if name not in patterns:
+            patterns.append(name)
         notes.append(f"rules[{i}] ({reason}): no shipped pattern has this reason; its "
                      f"pattern is added as kmsg pattern {name!r}")
+    try:  # the patterns combined, as the source screens lines with them
+        KmsgConfig.model_validate({"patterns": extra})
+    except ValidationError as exc:
+        names = list(extra)
+        bad = next((k for n, k in enumerate(names) if _fails({
+            x: extra[x] for x in names[:n + 1]})), names[-1])
+        doc.fail(where[bad], _why(exc))
     rules_out = []
-    for (kind, reason, ctype), patterns in groups.items():
-        rname = f"npd-{prefix}-{slug(reason)}-{kind}"
+    used: set[str] = set()
+    for (kind, reason, ctype), (patterns, back) in groups.items():
+        rname = stem = f"npd-{prefix}-{slug(reason)}-{kind}"
+        n = 2
+        while rname in used:
+            rname, n = f"{stem}-{n}", n + 1
+        used.add(rname)
         if kind == "permanent":
             when = " or ".join(f'kmsg.matches{{pattern="{p}"}} > 0' for p in patterns)
             rules_out.append(_rule(rname, f"{reason}: node condition {ctype} from the kernel "
                                    "log", when, kind, source, reason,
-                                   _condition_action(ctype, reason, log_only,
-                                                     conditions[ctype]) + _log(reason)))
+                                   _condition_action(ctype, reason, log_only, back)
+                                   + _log(reason)))
         else:
             when = " or ".join(f'increase(kmsg.matches{{pattern="{p}"}}, "10m") > 0'
                                for p in patterns)
             rules_out.append(_rule(rname, f"{reason}: event from the kernel log", when, kind,
                                    source, reason,
                                    _event_action(reason, log_only) + _log(reason)))
-    cfg = [_header(data, "kernel-log monitor")]
+    cfg = [_header(source, "kernel-log monitor")]
     if extra:
-        cfg += ["[sources.kmsg.patterns]"] + [f"{k} = {lit(v)}" for k, v in extra.items()]
-    return Imported("\n".join(cfg) + "\n", _rules_file(data, "log monitor", rules_out),
+        cfg.append(tomli_w.dumps({"sources": {"kmsg": {"patterns": extra}}}))
+    return Imported("\n".join(cfg), _rules_file(source, "log monitor", rules_out),
                     prefix, notes)
 
 
+def _fails(patterns: dict[str, str]) -> bool:
+    from guardian.sources.kmsg import KmsgConfig
+
+    try:
+        KmsgConfig.model_validate({"patterns": patterns})
+    except ValidationError:
+        return True
+    return False
+
+
+def _why(exc: ValidationError) -> str:
+    return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+
+
 def _rule(name: str, summary: str, when: str, kind: str, source: str, reason: str,
-          actions: list[str], cooldown: float | None = None) -> str:
-    lines = ["[[rule]]", f"name = {q(name)}", f"summary = {q(summary)}",
-             f"when = {lit(when)}",
-             f"severity = {q('warning' if kind == 'temporary' else 'critical')}",
-             f"labels = {{ npd_source = {q(source)}, npd_reason = {q(reason)}, "
-             f"npd_type = {q(kind)} }}"]
+          actions: list[dict[str, Any]], cooldown: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name, "summary": summary, "when": when,
+        "severity": "warning" if kind == "temporary" else "critical",
+        "labels": {"npd_source": source, "npd_reason": reason, "npd_type": kind}}
     if cooldown is not None:
-        lines.append(f"cooldown = {q(format_duration(cooldown))}")
-    return "\n".join([*lines, "", *actions])
+        out["cooldown"] = format_duration(cooldown)
+    out["action"] = actions
+    return out
 
 
 def _condition_action(ctype: str, reason: str, log_only: bool,
-                      default: dict[str, str]) -> list[str]:
+                      back: dict[str, Any]) -> list[dict[str, Any]]:
     """Set True with the rule's reason; back at False, the default condition's reason and
     message, as node-problem-detector does."""
     if log_only:
         return []
-    back = [f"  resolved_reason = {q(str(default['reason']))}"] if default.get("reason") \
-        else []
-    if "message" in default:
-        back.append(f"  resolved_message = {q(str(default['message']))}")
-    return ["  [[rule.action]]", '  use = "kube.condition"', '  on = "both"',
-            f"  type = {q(ctype)}", f"  reason = {q(reason)}", '  message = "$values"',
-            *back, ""]
+    return [{"use": "kube.condition", "on": "both", "type": ctype, "reason": reason,
+             "message": "$values", **back}]
 
 
-def _event_action(reason: str, log_only: bool) -> list[str]:
+def _event_action(reason: str, log_only: bool) -> list[dict[str, Any]]:
     if log_only:
         return []
-    return ["  [[rule.action]]", '  use = "kube.event"', f"  reason = {q(reason)}",
-            '  message = "$values"', ""]
+    return [{"use": "kube.event", "reason": reason, "message": "$values"}]
 
 
-def _log(reason: str) -> list[str]:
-    return ["  [[rule.action]]", '  use = "log"',
-            f"  message = {q(f'node-problem-detector rule {reason}: $values')}", ""]
+def _log(reason: str) -> list[dict[str, Any]]:
+    return [{"use": "log", "message": f"node-problem-detector rule {reason}: $values"}]
 
 
-def _rules_file(data: dict[str, Any], kind: str, rules: list[str]) -> str:
-    return _header(data, kind) + "version = 1\n\n" + "\n".join(rules)
+def _rules_file(source: str, kind: str, rules: list[dict[str, Any]]) -> str:
+    return _header(source, kind) + "\n" + tomli_w.dumps({"version": 1, "rule": rules})
