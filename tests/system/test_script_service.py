@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.support.checkout import RULES, write
 from tests.support.daemon import daemon
-from tests.support.wait import BOUND
+from tests.support.wait import BOUND, wait_until
 
 
 def test_a_hanging_check_never_holds_the_loop(tmp_path: Path) -> None:
@@ -44,10 +44,15 @@ timeout = "5m"
             notify.wait_for("STATUS", timeout=BOUND)
         pings = sum(m.get("WATCHDOG") == "1" for m in notify.messages[first:])
         assert pings >= 2, notify.messages[first:]
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
-        text = body.decode()
-        assert text.startswith("degraded: ") and "source script failing: check hang: " \
-            "timed out after 2s" in text, text
+        def hang_named() -> str | None:  # once "hang" has met its 2 s timeout
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",
+                                        timeout=5) as resp:
+                text = bytes(resp.read()).decode()
+            return text if "source script failing: check hang: timed out after 2s" in text \
+                else None
+
+        text = wait_until(hang_named, "/healthz naming the hanging check", every=0.2)
+        assert text.startswith("degraded: "), text
         # SIGTERM ends it while "stuck" runs (five minutes to its timeout)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=BOUND) == 0
