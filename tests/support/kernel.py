@@ -170,3 +170,32 @@ def is_zombie_of(pid: int, ppid: int) -> bool:
     except OSError:
         return False
     return fields[0] == "Z" and int(fields[1]) == ppid
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, *options: str) -> Iterator[Path]:
+    """A real 64 KiB tmpfs mounted at ``where`` (made here; root): filled, its writes fail
+    with ENOSPC as a full disk's do; with "ro", with EROFS. Unmounted after."""
+    need_root()
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(["size=64k", *options]),
+                    "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(fs: Path) -> Path:
+    """Fill the filesystem at ``fs`` with one file, whose path is returned (remove it and
+    the disk has room again)."""
+    ballast = fs / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 512):
+            pass
+    except OSError:
+        pass  # ENOSPC: full
+    finally:
+        os.close(fd)
+    return ballast

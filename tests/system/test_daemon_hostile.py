@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from guardian.core.audit import TornLine, read_audit
 from tests.support.checkout import write
 from tests.support.daemon import RULE, daemon, threads_of
 from tests.support.hostile import HOSTILE
+from tests.support.kernel import fill, tmpfs
 from tests.support.wait import BOUND, wait_until
 
 # The kernel log, memory cgroups, IRQs or PIDs of the whole host: never beside another run.
@@ -63,32 +63,6 @@ def test_a_replaced_rules_directory_is_still_watched(tmp_path: Path) -> None:
 
 # -- persistence fails closed, and keeps running --------------------------------------
 
-@contextmanager
-def tiny_tmpfs(where: Path) -> Iterator[Path]:
-    """A real 64 KiB tmpfs: filling it makes writes fail with ENOSPC, as a full disk does."""
-    from tests.support.kernel import need_root
-    need_root()
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(fs: Path) -> Path:
-    ballast = fs / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 512):
-            pass
-    except OSError:
-        pass  # ENOSPC: full
-    finally:
-        os.close(fd)
-    return ballast
-
-
 MARKER = '''version = 1
 [[rule]]
 name = "acts"
@@ -130,14 +104,14 @@ def test_nothing_is_applied_unless_state_and_audit_are_durable(tmp_path: Path,
     cycles, three runs of a once-a-day action in 8 s); with the audit log unwritable it
     crashed after leaving a torn line. Now: no apply, the loop ticks on, the fault is in
     the status and metrics, and it acts (once) when the disk is back."""
-    with tiny_tmpfs(tmp_path / "disk") as disk:
+    with tmpfs(tmp_path / "disk") as disk:
         state_dir, audit_dir = (disk, tmp_path) if which == "state" else (tmp_path, disk)
         if which == "audit":  # a torn line that fills its page: the next byte needs a new one
             half = '{"type":"decision","rule":"ear'
             (disk / "audit.jsonl").write_text(half + "x" * (4096 - len(half)))
         d = _service(tmp_path, state_dir, audit_dir)
         try:
-            ballast = _fill(disk)
+            ballast = fill(disk)
             for _ in range(3):
                 d.tick()
             assert _marks(tmp_path) == 0

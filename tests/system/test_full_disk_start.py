@@ -5,43 +5,15 @@ acts once the disk is back. A real tiny tmpfs; root."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.support.daemon import daemon
+from tests.support.kernel import fill, tmpfs
 
 pytestmark = pytest.mark.host_global  # mounts
-
-
-@contextmanager
-def tmpfs(where: Path, *options: str) -> Iterator[Path]:
-    from tests.support.kernel import need_root
-    need_root()
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(["size=64k", *options]),
-                    "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(fs: Path) -> Path:
-    ballast = fs / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 512):
-            pass
-    except OSError:
-        pass  # ENOSPC: full
-    finally:
-        os.close(fd)
-    return ballast
 
 
 def _no_traceback(proc: subprocess.Popen[str]) -> str:
@@ -53,7 +25,7 @@ def _no_traceback(proc: subprocess.Popen[str]) -> str:
 
 def test_a_full_state_directory_at_start_runs_acting_on_nothing(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "disk") as disk:
-        ballast = _fill(disk)
+        ballast = fill(disk)
         with daemon(tmp_path, "--state", str(disk / "state.json")) as (proc, notify):
             notify.wait_for("STATUS", contains="NOT ACTING, persistence failing (state: "
                                                "No space left on device)")
