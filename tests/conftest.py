@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _param_id(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     return callspec.id if callspec is not None else ""
+
+
+@pytest.fixture
+def default_recursion_limit() -> Iterator[None]:
+    """The recursion limit of a fresh interpreter, which `guardian check` and the daemon
+    load rules under: a test before this one may have raised it (hypothesis does), and
+    then input nested too deeply for guardian parses here."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)

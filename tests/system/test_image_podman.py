@@ -152,6 +152,11 @@ def kubelet_volume(where: Path, data: dict[str, str]) -> Path:
     return where
 
 
+def _made(path: Path) -> Path:
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -243,7 +248,9 @@ def pod(image: str, tmp: Path, api: str, tls_cert: Path, overlay: str | None = N
                "rules": kubelet_volume(tmp / "rules", rules),
                "sys": Path("/sys"), "cgroup": Path("/sys/fs/cgroup"),
                "kmsg": Path("/dev/kmsg"), "state": state,
-               "systemd": run_systemd}
+               "systemd": run_systemd,
+               # the node's /run (node.reboot's sentinel): a directory of the test's own
+               "host-run": _made(tmp / "host-run")}
     args = ["run", "-d", "--name", name, "--pid=host", "--network=host",
             "--read-only", "--stop-timeout=30", *LIMITS]
     if sc.get("privileged"):

@@ -444,13 +444,15 @@ def test_condition_transition_time_changes_only_with_the_status(
 def test_holds_from_the_configmap_and_this_nodes_annotation(tmp_path: Path) -> None:
     from guardian.kube.holds import KubeHolds, KubeHoldsParams
 
+    # fetch(): one whole read now (read(), the loop's, answers with the last read while a
+    # new one is under way: tests/system/test_kube_holds_hostile.py)
     with serve() as (url, store):
         cluster(store)
         store.add_node("node-b")
         kc = str(kubeconfig(tmp_path, url))
         a = KubeHolds(KubeHoldsParams(kubeconfig=kc, node="node-a"))
         b = KubeHolds(KubeHoldsParams(kubeconfig=kc, node="node-b"))
-        assert a.read() == []  # no ConfigMap, no annotation: no holds
+        assert a.fetch() == []  # no ConfigMap, no annotation: no holds
         node = store.objects["nodes"][("", "node-a")]
         node["metadata"]["annotations"] = {"guardian.io/hold": json.dumps(
             {"rule": "nic-stall", "until": "2026-12-05T06:00:00Z", "reason": "NIC swap",
@@ -461,22 +463,22 @@ def test_holds_from_the_configmap_and_this_nodes_annotation(tmp_path: Path) -> N
             "data": {"holds.toml": '[[hold]]\nlabels = { team = "net" }\n'
                                    'until = 2026-12-05T06:00:00Z\nreason = "r"\n'
                                    'author = "sre"\n'}})
-        [fleet_wide, mine] = a.read()
+        [fleet_wide, mine] = a.fetch()
         assert fleet_wide.source == "configmap kube-system/guardian-holds:holds.toml"
         assert (mine.rule, mine.author) == ("nic-stall", "dc-ops")
-        assert [h.author for h in b.read()] == ["sre"]  # the annotation is node-a's only
+        assert [h.author for h in b.fetch()] == ["sre"]  # the annotation is node-a's only
         store.fail_next = [503, 503]  # the API fails: the holds last read stay in force
-        assert [h.author for h in a.read()] == ["sre", "dc-ops"]
+        assert [h.author for h in a.fetch()] == ["sre", "dc-ops"]
         cm = store.objects["configmaps"][("kube-system", "guardian-holds")]
         cm["data"]["holds.toml"] = "[[hold]\nbroken"  # a typo must not lift the pause
-        assert [h.author for h in a.read()] == ["guardian", "sre", "dc-ops"]
+        assert [h.author for h in a.fetch()] == ["guardian", "sre", "dc-ops"]
         # review (ops) 1c: one bad entry beside a good one dropped the bad one's hold;
         # now it holds every rule (until fixed) and the last good holds stay
         node["metadata"]["annotations"]["guardian.io/hold"] = json.dumps([
             {"rule": "other", "until": "2026-12-05T06:00:00Z", "reason": "r",
              "author": "x"}, {"rule": "nic-stall", "reason": "typo", "author": "dc-ops"}])
         cm["data"]["holds.toml"] = ""
-        held = a.read()
+        held = a.fetch()
         assert [(h.rule, h.author) for h in held] == \
             [("other", "x"), ("*", "guardian"), ("nic-stall", "dc-ops")]
         assert "until: Field required" in held[1].reason and held[1].broken

@@ -38,11 +38,19 @@ class DeadlineRunner(Generic[T]):
     def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.clock = clock
-        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+        self._busy = False  # a call runs (or its late result is being handed over)
 
     def is_alive(self) -> bool:
-        """Whether the last call is still running (overrun, or being waited on)."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether the last call is still running (overrun, or being waited on). False as
+        soon as its result is handed over: never the worker thread's own last moments,
+        which would refuse the next call for a race."""
+        with self._guard:
+            return self._busy
+
+    def _finish(self) -> None:
+        with self._guard:
+            self._busy = False
 
     def run(self, fn: Callable[[], T], timeout: float, *,
             tick: Callable[[], None] | None = None, step: float = 0.25,
@@ -52,8 +60,10 @@ class DeadlineRunner(Generic[T]):
         at most ``step`` at a time and call it between waits, on the waiting thread;
         ``stop`` ends the wait early. A call that ends after the wait gave up is handed to
         ``late``, on the worker's thread."""
-        if self.is_alive():
-            return Ran("busy")
+        with self._guard:
+            if self._busy:
+                return Ran("busy")
+            self._busy = True
         done = threading.Event()
         lock = threading.Lock()
         box: list[Ran[T]] = []
@@ -67,6 +77,7 @@ class DeadlineRunner(Generic[T]):
             with lock:
                 box.append(ran)
                 was_late = gave_up
+            self._finish()  # before anyone hears of it: the next call may start then
             done.set()
             if was_late and late is not None:
                 late(ran)
@@ -75,8 +86,8 @@ class DeadlineRunner(Generic[T]):
         try:
             thread.start()
         except RuntimeError as exc:  # no thread to be had (TasksMax): fail, do not die
+            self._finish()
             return Ran("unstarted", error=exc)
-        self._thread = thread
         deadline = self.clock() + timeout
         while not stop():
             left = deadline - self.clock()

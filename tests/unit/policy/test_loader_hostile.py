@@ -4,8 +4,6 @@ are located errors (tests/data/hostile/loader/), and no file blocks or floods it
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,19 +22,6 @@ def _said(paths: list[Path]) -> str:
     with pytest.raises(RuleError) as info:
         load_rules(paths)
     return "\n".join(str(d) for d in info.value.diagnostics)
-
-
-@pytest.fixture
-def default_recursion_limit() -> Iterator[None]:
-    """The recursion limit of a fresh interpreter, which `guardian check` and the daemon
-    load rules under: a test before this one may have raised it (hypothesis does), and
-    then input nested too deeply for guardian parses here."""
-    before = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(before)
 
 
 @pytest.mark.usefixtures("default_recursion_limit")

@@ -52,7 +52,9 @@ def test_an_overrun_blocks_a_second_call_until_it_ends_and_hands_over_its_late_r
     release.set()
     assert arrived.wait(WAIT)
     assert [r.value for r in late] == ["at last"] and not second
-    runner._thread.join(WAIT)  # type: ignore[union-attr]
+    # free once its result is handed over (before: the worker thread's last moments still
+    # counted as running, and a next call right then was refused as busy)
+    assert not runner.is_alive()
     assert runner.run(lambda: "again", WAIT).value == "again"
 
 
@@ -90,3 +92,14 @@ def test_no_thread_to_be_had_is_unstarted(monkeypatch: pytest.MonkeyPatch) -> No
     ran = DeadlineRunner[int]("t").run(lambda: 1, WAIT)
     monkeypatch.undo()
     assert ran.status == "unstarted" and "can't start" in str(ran.error)
+
+
+def test_a_call_that_returned_never_makes_the_next_one_busy() -> None:
+    """Before: is_alive() asked the worker thread, which lives on for a moment after it
+    hands its result over; an action applied twice in a row was then refused ("the
+    previous run of this action is still going"), as a loaded CI machine showed."""
+    runner = DeadlineRunner[int]("t")
+    for i in range(200):
+        ran = runner.run(lambda: i, WAIT)  # noqa: B023
+        assert ran.status == "done" and ran.value == i
+        assert not runner.is_alive()

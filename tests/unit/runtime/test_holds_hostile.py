@@ -12,6 +12,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from guardian.model.holds import Hold, parse_holds
 from guardian.runtime.holds import DropIn, HoldFile
 
@@ -25,6 +27,7 @@ def _held(holds: list[Hold]) -> tuple[list[str], bool]:
     return sorted(h.rule for h in holds if not h.broken), any(h.broken for h in holds)
 
 
+@pytest.mark.usefixtures("default_recursion_limit")  # hypothesis, run before, raises it
 def test_an_undecodable_or_oversized_drop_in_holds_every_rule_and_keeps_the_last(
         tmp_path: Path) -> None:
     d = tmp_path / "holds.d"
