@@ -39,7 +39,8 @@ class DeadlineRunner(Generic[T]):
         self.name = name
         self.clock = clock
         self._guard = threading.Lock()
-        self._busy = False  # a call runs (or its late result is being handed over)
+        self._busy = False  # a call runs
+        self._thread: threading.Thread | None = None
 
     def is_alive(self) -> bool:
         """Whether the last call is still running (overrun, or being waited on). False as
@@ -47,6 +48,14 @@ class DeadlineRunner(Generic[T]):
         which would refuse the next call for a race."""
         with self._guard:
             return self._busy
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the last call's worker to end, its late result
+        handed over included; whether it ended (for shutdown, and tests)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
 
     def _finish(self) -> None:
         with self._guard:
@@ -88,6 +97,7 @@ class DeadlineRunner(Generic[T]):
         except RuntimeError as exc:  # no thread to be had (TasksMax): fail, do not die
             self._finish()
             return Ran("unstarted", error=exc)
+        self._thread = thread
         deadline = self.clock() + timeout
         while not stop():
             left = deadline - self.clock()

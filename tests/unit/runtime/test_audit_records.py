@@ -100,7 +100,7 @@ def test_every_record_written_validates_against_the_shipped_schema(tmp_path: Pat
     ex.run([d for d in decisions if d.rule == "late"], snap)
     ex.apply_timeout = WAIT
     RELEASE.set()
-    ex.running[("late", "test.late")]._thread.join(WAIT)  # type: ignore[union-attr]
+    assert ex.running[("late", "test.late")].join(WAIT)  # its late outcome is written
     ex.act("log", reg.actions["log"](reg.actions["log"].Params()), snap)
     # the kinds the daemon and `guardian act` write, through the same path
     for record in (RefusedRecord(manual=True, use="node.reboot", reason="a rail"),
