@@ -124,7 +124,7 @@ def _as_the_service_saw(rule: str, config: Config) -> str:
     link = next((lk for lk in seen.chain if lk.rule == rule), None)
     blind = next((b for b in seen.blind if b.rule == rule), None)
     if link is not None:
-        now = seen.now + max(time.time() - seen.wall, 0.0)  # its clock, read now
+        now = seen.now_at(time.time())
         began = "" if link.since is None else \
             f", began {for_people(max(now - link.since, 0.0))} ago"
         lines.append(f"  the service: {link.phase.upper()}{began}")

@@ -53,7 +53,7 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
         seen, note = service_saw(state.parent)
         if seen is not None:
             # its `since` are on its clock at `now`; it is later by the report's age
-            now = seen.now + max(time.time() - seen.wall, 0.0)
+            now = seen.now_at(time.time())
             chain, blind, total = seen.chain, seen.blind, seen.rules
         else:
             from guardian.runtime import state as state_file

@@ -49,20 +49,22 @@ class Sight:
 
 def sight_of(collector: Collector, registry: Registry) -> Sight:
     """The sight of ``collector``'s host: its running sources among ``registry``'s."""
-    return Sight.of({name: [spec.name for spec in src.specs]
-                     for name, src in registry.sources.items()},
-                    {src.name for src in collector.sources}, collector.unavailable)
+    return Sight.of(_signals(registry), {src.name for src in collector.sources},
+                    collector.unavailable)
 
 
 def recorded_sight() -> Sight:
     """Over a recording: which source gives each signal (why one gave none is not
     recorded)."""
     from guardian.plugin.registry import default_registry
-    sources = default_registry().sources
-    sight = Sight.of({n: [s.name for s in src.specs] for n, src in sources.items()},
-                     sources, {})
+    registry = default_registry()
+    sight = Sight.of(_signals(registry), registry.sources, {})
     sight.absent = "gave no such value in the recording"
     return sight
+
+
+def _signals(registry: Registry) -> dict[str, list[str]]:
+    return {name: [spec.name for spec in src.specs] for name, src in registry.sources.items()}
 
 
 @dataclass(frozen=True)

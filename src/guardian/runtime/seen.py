@@ -63,6 +63,11 @@ class Seen:
     blind: list[Blind]
     actions: list[dict[str, Any]] = field(default_factory=list)
 
+    def now_at(self, wall: float) -> float:
+        """The time on the report's own clock (that of the chain's ``since``) at the Unix
+        time ``wall``: the report is that much older."""
+        return self.now + max(wall - self.wall, 0.0)
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "pid": self.pid, "wall": self.wall, "now": self.now,
                 "rules": self.rules, "chain": [lk.to_dict() for lk in self.chain],

@@ -20,6 +20,7 @@ from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
 from guardian.model.schema import Mode, Severity
 from guardian.runtime.coverage import Blind
+from guardian.runtime.status import at
 
 ACTIVE: tuple[Phase, ...] = ("pending", "firing")
 
@@ -57,13 +58,8 @@ class Link:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-def at_recording(t: float) -> str:
-    """A point of a recording, as replay prints it: ``+5m5s``."""
-    return f"+{format_duration(round(t))}"
-
-
 def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
-          when: Callable[[float], str] = at_recording) -> list[Link]:
+          when: Callable[[float], str] = at) -> list[Link]:
     """The active rules, each chain root first (roots in order of when they began); each
     decision's time said by ``when`` (a point of a recording by default; "now" for this
     host's evaluation)."""
