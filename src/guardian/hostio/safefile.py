@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from guardian.hostio.textfile import read_capped_bytes
+
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW
 
 
@@ -27,16 +29,7 @@ def read_regular(path: str | Path, max_bytes: int) -> bytes:
             raise ValueError("not a regular file")
         if st.st_size > max_bytes:
             raise ValueError(f"{st.st_size} bytes; at most {max_bytes} are read")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise ValueError(f"more than {max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_capped_bytes(lambda n: os.read(fd, n), max_bytes)
     finally:
         os.close(fd)
 

@@ -44,6 +44,12 @@ def read_capped_stream(read: Callable[[int], bytes], max_bytes: int,
     """All of a stream as UTF-8 text, read in chunks by ``read`` until it gives none: at
     most ``max_bytes``, and (with a monotonic ``deadline``) whole by then. Raises
     ValueError past the cap and TimeoutError past the deadline."""
+    return read_capped_bytes(read, max_bytes, deadline).decode("utf-8")
+
+
+def read_capped_bytes(read: Callable[[int], bytes], max_bytes: int,
+                      deadline: float | None = None) -> bytes:
+    """:func:`read_capped_stream`'s bytes, undecoded."""
     chunks, size = [], 0
     while True:
         if deadline is not None and time.monotonic() > deadline:
@@ -55,7 +61,7 @@ def read_capped_stream(read: Callable[[int], bytes], max_bytes: int,
         if size > max_bytes:
             raise ValueError(f"larger than {max_bytes} bytes")
         chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8")
+    return b"".join(chunks)
 
 
 def is_directory(path: str | Path) -> bool:
