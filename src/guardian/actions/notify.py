@@ -289,6 +289,15 @@ class _Sender:
             job = next_job
 
 
+def _sender_of(action: Action[Any, Any]) -> _Sender:
+    """The action's one sender, made at its first delivery."""
+    sender: _Sender | None = getattr(action, "_sender", None)
+    if sender is None:
+        sender = _Sender(f"guardian-{action.name}")
+        action._sender = sender  # type: ignore[attr-defined]
+    return sender
+
+
 def _delivered(sender: _Sender, where: str, send: Callable[[], tuple[bool, str, int]],
                wait: float) -> Outcome:
     before = sender.last
@@ -368,15 +377,8 @@ class Webhook(Action[WebhookParams, PostPayload]):
 
     def apply(self, plan: Plan[PostPayload], ctx: ActionContext) -> Outcome:
         url, body = self.params.url.get_secret_value(), plan.data["body"].encode()
-        return _delivered(self._sender, _where(url),
+        return _delivered(_sender_of(self), _where(url),
                           lambda: post(url, body, self.params), self.params.wait)
-
-    @property
-    def _sender(self) -> _Sender:
-        sender: _Sender | None = getattr(self, "_sender_", None)
-        if sender is None:
-            sender = self._sender_ = _Sender(f"guardian-{self.name}")
-        return sender
 
 
 class AlertmanagerParams(PostParams):
@@ -431,13 +433,6 @@ class Alertmanager(Action[AlertmanagerParams, PostPayload]):
 
     def apply(self, plan: Plan[PostPayload], ctx: ActionContext) -> Outcome:
         base, body = self.params.url.get_secret_value(), plan.data["body"].encode()
-        return _delivered(self._sender, _where(base),
+        return _delivered(_sender_of(self), _where(base),
                           lambda: post(alerts_url(base), body, self.params),
                           self.params.wait)
-
-    @property
-    def _sender(self) -> _Sender:
-        sender: _Sender | None = getattr(self, "_sender_", None)
-        if sender is None:
-            sender = self._sender_ = _Sender(f"guardian-{self.name}")
-        return sender
