@@ -255,3 +255,19 @@ def test_healthz_says_stuck_when_ticks_stop_completing() -> None:
     assert statuses == ["503 Service Unavailable"] and b"stuck" in b"".join(body)
     d.witness.last_tick_done = time.monotonic()
     assert d.health()[0]
+
+
+def test_healthz_names_blind_rules_from_the_first_evaluation_before_its_tick_ends() -> None:
+    """READY's STATUS= names the blind rules once the first evaluation is done; /healthz
+    said "starting" until that tick also finished acting (CI saw the two disagree)."""
+    from guardian.runtime.config import Config
+    from guardian.runtime.coverage import Blind
+    from guardian.service.daemon import Daemon, ServiceOptions
+
+    d = Daemon(ServiceOptions(rules=[str(RULES)], interval=1.0, metrics_port=None), Config())
+    assert d.health()[1].startswith("starting (")  # nothing evaluated yet: nothing known
+    d.witness.blind = [Blind("dying", "warning", ("cgroup_dying",), ("cgroups",),
+                             ("source cgroups disabled",), ())]
+    ok, text = d.health()
+    assert ok and text.startswith("degraded: the first tick is under way ("), text
+    assert "1 blind (dying)" in text, text

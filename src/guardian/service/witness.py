@@ -157,11 +157,16 @@ class Witness:
         last = self.last_tick_done
         if last is None:
             age = time.monotonic() - self.started
-            return age < limit + self.opts.interval, f"starting ({age:.0f}s)"
-        age = time.monotonic() - last
-        if age > limit:
-            return False, f"stuck: the last tick completed {age:.0f}s ago (limit {limit:.0f}s)"
-        text = f"the last tick completed {age:.1f}s ago"
+            alive, text = age < limit + self.opts.interval, f"starting ({age:.0f}s)"
+            if not alive or not self.blind:  # blind is known once the first evaluation is
+                return alive, text
+            text = f"the first tick is under way ({age:.0f}s)"
+        else:
+            age = time.monotonic() - last
+            if age > limit:
+                return False, (f"stuck: the last tick completed {age:.0f}s ago "
+                               f"(limit {limit:.0f}s)")
+            text = f"the last tick completed {age:.1f}s ago"
         degraded = self.degraded()
         if degraded or self.blind:
             return True, "; ".join([f"degraded: {text}",
