@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from guardian.core import numbers
 from guardian.core.durations import format_duration
 from guardian.engine import bounds, causes, waits
 from guardian.engine.decision import Decision
@@ -26,11 +27,10 @@ __all__ = ["Tally", "acted_line", "at", "for_people", "held_by", "now_words",
 ACTS = ("firing", "retry", "escalated")  # decision kinds that run actions
 
 
-def for_people(seconds: float) -> str:
-    """A duration as people read it: whole seconds from one second up ("3m10s", never
-    "190.022s"), milliseconds below."""
-    seconds = max(seconds, 0.0)
-    return format_duration(round(seconds) if seconds >= 1 else round(seconds, 3))
+def for_people(span: float) -> str:
+    """A duration as people read it ("3m10s", never "190.022s"; milliseconds below one
+    second)."""
+    return numbers.seconds(span)
 
 
 def at(t: float) -> str:
