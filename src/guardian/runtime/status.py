@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from guardian.core import numbers
-from guardian.core.durations import format_duration
 from guardian.engine import bounds, causes, waits
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
