@@ -22,13 +22,16 @@ SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 
 @dataclass(frozen=True)
 class SignalSpec:
-    """What a source promises to provide: name, label names (empty = scalar), unit, help."""
+    """What a source promises to provide: name, label names (empty = scalar), unit, help.
+    With ``open_labels``, members carry other labels besides ``labels`` (an exporter's own,
+    any names): a selector may name any label, and each member has ``labels`` at least."""
 
     name: str
     help: str
     unit: str = ""
     labels: tuple[str, ...] = ()
     counter: bool = False
+    open_labels: bool = False
 
     @property
     def is_family(self) -> bool:
@@ -137,20 +140,22 @@ def check_values(raw: Mapping[str, object], specs: Mapping[str, SignalSpec],
     return good, problems
 
 
-# label sets already found canonical, by label names: a family's members recur each tick
-_CANONICAL: dict[tuple[str, ...], set[Labels]] = {}
+# label sets already found canonical, by label names (and open or not): a family's
+# members recur each tick
+_CANONICAL: dict[tuple[tuple[str, ...], bool], set[Labels]] = {}
 
 
 def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
     """``value`` as a value of ``spec`` (a finite number, or a family keyed by exactly the
-    spec's label names), or None and why not."""
+    spec's label names, or with ``open_labels`` by at least them), or None and why not."""
     if not spec.is_family:
         return _number(value)
     if not isinstance(value, dict):
         return None, f"a family keyed by {', '.join(spec.labels)} was expected, " \
                      f"not {type(value).__name__}"
     want = spec.label_order
-    known = _CANONICAL.setdefault(want, set())
+    is_open = spec.open_labels
+    known = _CANONICAL.setdefault((want, is_open), set())
     if len(known) > 100_000:  # a bound, whatever the sources' label churn
         known.clear()
     fam: Family = {}
@@ -161,14 +166,14 @@ def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
                 names = tuple(k for k, _ in key)
             except (TypeError, ValueError):
                 return None, f"member key {key!r} is not a label set ((name, value) pairs)"
-            if names != want:  # not canonical: sort, then it must be
-                try:
+            if names != want and not (is_open and _has(names, want)):
+                try:  # not canonical: sort, then it must be
                     key = tuple(sorted(key))
                 except TypeError:
                     return None, f"member key {key!r} is not a label set ((name, value) " \
                                  "pairs)"
-                names = tuple(k for k, _ in key)
-                if names != want:
+                sorted_names = tuple(k for k, _ in key)
+                if sorted_names != want and not (is_open and _has(sorted_names, want)):
                     return None, f"member {key!r} does not have the labels " \
                                  f"{', '.join(want)}"
                 same = False
@@ -184,6 +189,12 @@ def check_value(spec: SignalSpec, value: object) -> tuple[Value | None, str]:
         fam[key] = number
         same = False
     return (value if same else fam), ""
+
+
+def _has(names: tuple[str, ...], want: tuple[str, ...]) -> bool:
+    """``names`` are strings, sorted, each once, and include every one of ``want``."""
+    return all(type(n) is str for n in names) and set(want) <= set(names) \
+        and names == tuple(sorted(set(names)))
 
 
 def _number(value: object) -> tuple[float | None, str]:

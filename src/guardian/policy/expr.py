@@ -166,7 +166,7 @@ class _Compiler:
         for kw in node.keywords:
             if kw.arg is None:
                 raise _err(kw.value, "'**' is not allowed in a selector")
-            if kw.arg not in spec.labels:
+            if kw.arg not in spec.labels and not spec.open_labels:
                 raise _err(kw.value, f"signal {name!r} has no label {kw.arg!r} "
                                      f"(its labels: {', '.join(spec.labels)})")
             val = kw.value
