@@ -21,6 +21,12 @@ from tests.support.wait import BOUND, wait_until
 pytestmark = pytest.mark.os_integration
 
 
+# each package's license where its format puts it: not the same path, so the two file
+# lists are compared without them
+DEB_COPYRIGHT = "/usr/share/doc/node-guardian/copyright"
+RPM_LICENSE = "/usr/share/licenses/node-guardian/LICENSE"
+
+
 def _deb(dist: Path) -> Path:
     [deb] = dist.glob("*.deb")
     return deb
@@ -32,6 +38,11 @@ def _deb_files(deb: Path) -> set[str]:
     names = subprocess.run(["tar", "-t"], input=out, capture_output=True, check=True
                            ).stdout.decode().splitlines()
     return {n.removeprefix(".").rstrip("/") for n in names if n not in ("./", ".")}
+
+
+def _parents(path: str) -> set[str]:
+    """The directories in the .deb that only ``path`` is in (/usr/share and up hold more)."""
+    return {str(p) for p in Path(path).parents if str(p).startswith("/usr/share/doc")}
 
 
 def test_the_deb_is_what_it_says(dist: Path) -> None:
@@ -53,13 +64,39 @@ def test_the_deb_is_what_it_says(dist: Path) -> None:
     assert not [f for f in files if STALE_MODULE in f]
 
 
+def test_the_license_travels_in_both_packages(dist: Path) -> None:
+    """Before: neither package carried the license pyproject.toml declares. The .deb has
+    Debian's machine-readable copyright file with LICENSE's text; the .rpm marks LICENSE
+    as its %license."""
+    deb = _deb(dist)
+    assert DEB_COPYRIGHT in _deb_files(deb)
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True,
+                          check=True).stdout
+    text = subprocess.run(["tar", "-xO", f".{DEB_COPYRIGHT}"], input=data, capture_output=True,
+                          check=True).stdout.decode()
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    assert paragraphs[0].startswith(
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n")
+    [standalone] = [p for p in paragraphs if p.startswith("License: Apache-2.0\n")]
+    body = "\n".join("" if line == " ." else line.removeprefix(" ")
+                     for line in standalone.splitlines()[1:])
+    assert body.strip() == (REPO / "LICENSE").read_text().strip()
+    if shutil.which("rpm") is None:
+        pytest.skip("rpm is not installed (apt-get install rpm)")
+    [rpm] = dist.glob("*.rpm")
+    licenses = subprocess.run(["rpm", "-qp", "--licensefiles", str(rpm)], capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert licenses == [RPM_LICENSE]
+
+
 def test_the_rpm_lists_the_same_files_and_passes_rpmlint(dist: Path) -> None:
     if shutil.which("rpm") is None:
         pytest.skip("rpm is not installed (apt-get install rpm)")
     [rpm] = dist.glob("*.rpm")
     listed = set(subprocess.run(["rpm", "-qlp", str(rpm)], capture_output=True, text=True,
                                 check=True).stdout.split("\n")) - {""}
-    deb = _deb_files(_deb(dist))
+    deb = _deb_files(_deb(dist)) - {DEB_COPYRIGHT, *_parents(DEB_COPYRIGHT)}
+    listed -= {RPM_LICENSE}
     # the .deb lists every directory on the way; the .rpm owns only its own
     assert listed - deb == set()
     assert {f for f in deb if not any(d.startswith(f + "/") for d in deb)} <= listed
