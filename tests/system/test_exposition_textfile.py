@@ -46,7 +46,7 @@ def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
     os.unlink(d / "open.prom")
     src.refresh()
     assert src.collect(0.0)["prom.sample"] == {
-        labels_of({"target": "file:ok.prom", "metric": "x", "series": ""}): 1.0}
+        labels_of({"target": "file:ok.prom", "metric": "x"}): 1.0}
     assert src.faults() == []
     src.close()
 

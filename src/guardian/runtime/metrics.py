@@ -93,11 +93,13 @@ class SignalCollector(PromCollector):
             if not isinstance(value, dict):
                 yield kind(metric, doc, value=float(value) * scale)
                 continue
-            keys = sorted(k for k in spec.labels if k not in PID_LABELS)
+            picked = [(labels, v) for labels, v in value.items()
+                      if chosen is None or any(matches(labels, m) for m in chosen)]
+            names = {k for labels, _ in picked for k, _ in labels} if spec.open_labels \
+                else spec.labels  # open: each member's own labels too (an exporter's)
+            keys = sorted(k for k in names if k not in PID_LABELS)
             members: dict[tuple[str, ...], float] = {}
-            for labels, v in value.items():
-                if chosen is not None and not any(matches(labels, m) for m in chosen):
-                    continue
+            for labels, v in picked:
                 d = dict(labels)
                 key = tuple(d.get(k, "") for k in keys)
                 members[key] = members.get(key, 0.0) + v * scale

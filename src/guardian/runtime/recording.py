@@ -3,7 +3,9 @@
 A recording is a gzip stream of JSON lines: a header (format version, host metadata,
 sources, the signal catalogue with label names), then one line per snapshot with its time
 (seconds since the start), values and source errors. Families are stored compactly as
-``[[label values…, value], …]`` in the label order the header gives. The gzip stream is
+``[[label values…, value], …]`` in the label order the header gives; a signal with open
+labels (``prom.sample``: an exporter's own) as ``[[label values…, {other labels}, value],
+…]`` (format version 2; version 1 had none, and is read as it was). The gzip stream is
 flushed (Z_SYNC_FLUSH) after every snapshot, so everything written survives Ctrl-C or a
 kill; a reader replays up to any damage and says where it stopped.
 """
@@ -27,7 +29,7 @@ from guardian.core.snapshot import Family, SignalSpec, Snapshot
 from guardian.runtime.collector import SOURCE_ERRORS, Collector
 
 FORMAT = "guardian-recording"
-VERSION = 1
+VERSION = 2  # 2: members of a signal with open labels carry their other labels
 
 
 class RecordingError(GuardianError):
@@ -43,7 +45,8 @@ def header(collector: Collector, interval: float, note: str = "") -> dict[str, A
         "kernel": platform.release(), "started": time.time(), "interval": interval,
         "sources": [s.name for s in collector.sources], "unavailable": collector.unavailable,
         "signals": {n: {"labels": list(s.labels), "unit": s.unit, "counter": s.counter,
-                        "help": s.help} for n, s in sorted(specs.items())},
+                        "help": s.help, **({"open_labels": True} if s.open_labels else {})}
+                    for n, s in sorted(specs.items())},
     }
 
 
@@ -58,6 +61,7 @@ class Writer:
         self.raw: BinaryIO = os.fdopen(fd, "wb")
         self.gz = gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0)
         self.labels = {n: s["labels"] for n, s in head["signals"].items()}
+        self.open = {n for n, s in head["signals"].items() if s.get("open_labels")}
         self.start: float | None = None
         self.count = 0
         self._line(head)
@@ -74,6 +78,11 @@ class Writer:
         for name, v in snap.values.items():
             if isinstance(v, dict):
                 order = self.labels.get(name) or sorted({k for lb in v for k, _ in lb})
+                if name in self.open:
+                    values[name] = [[*(dict(lb).get(k, "") for k in order),
+                                     {k: lv for k, lv in lb if k not in order}, x]
+                                    for lb, x in sorted(v.items())]
+                    continue
                 values[name] = [[dict(lb).get(k, "") for k in order] + [x]
                                 for lb, x in sorted(v.items())]
             else:
@@ -105,7 +114,8 @@ class Recording:
     @property
     def catalogue(self) -> dict[str, SignalSpec]:
         return {n: SignalSpec(n, s.get("help", ""), s.get("unit", ""),
-                              tuple(s.get("labels", ())), bool(s.get("counter")))
+                              tuple(s.get("labels", ())), bool(s.get("counter")),
+                              bool(s.get("open_labels")))
                 for n, s in self.header.get("signals", {}).items()}
 
 
@@ -205,11 +215,18 @@ def _snapshot(obj: dict[str, Any], head: dict[str, Any]) -> Snapshot:
     values: dict[str, float | Family] = {}
     for name, v in obj["v"].items():
         if isinstance(v, list):
-            order = head["signals"].get(name, {}).get("labels", [])
+            spec = head["signals"].get(name, {})
+            order = spec.get("labels", [])
             fam: Family = {}
             for row in v:
                 *labels, x = row
-                fam[tuple(sorted(zip(order, labels, strict=True)))] = float(x)
+                pairs = list(zip(order, labels[:len(order)] if spec.get("open_labels")
+                                 else labels, strict=True))
+                if spec.get("open_labels"):
+                    other, = labels[len(order):]
+                    pairs += [(str(k), str(lv)) for k, lv in other.items()
+                              if k not in order]
+                fam[tuple(sorted(pairs))] = float(x)
             values[name] = fam
         else:
             values[name] = float(v)

@@ -18,12 +18,15 @@ measured first, and one with a line over ``max_line_bytes``, a sample with more 
 ``max_labels_total``, or a parse that would cost more than it could afford is refused, with
 why, and never parsed.
 
-Every sample becomes a member of ``prom.sample{target,metric,series}``: ``metric`` is the
-sample's name as exposed (``DCGM_FI_DEV_XID_ERRORS``, ``node_x_total``), ``series`` its
-other labels, sorted, as ``name=value`` pairs joined by commas (``UUID=GPU-…,gpu=0``:
-select with a glob, ``series="*gpu=0*"``), ``target`` the
-endpoint's configured name or ``file:NAME.prom``. (guardian's signal names are lower case
-and declared before any rule loads, so exposed names are label values, not signal names.)
+Every sample becomes a member of ``prom.sample``, with the sample's own labels as
+exposed (``gpu``, ``UUID``, ``err_code``: select as in PromQL,
+``prom.sample{metric="DCGM_FI_DEV_XID_ERRORS", gpu="0"}``) and two of guardian's:
+``metric``, the sample's name (``DCGM_FI_DEV_XID_ERRORS``, ``node_x_total``), and
+``target``, the endpoint's configured name or ``file:NAME.prom``. A sample's own label
+named ``metric`` or ``target`` is renamed ``exported_metric`` or ``exported_target`` (as
+Prometheus renames a scraped label that collides with a target's: ``exported_`` again
+while the name is taken). (guardian's signal names are lower case and declared before
+any rule loads, so exposed names are label values, not signal names.)
 A family with more than ``max_series`` members keeps the first ones and counts the rest
 in ``prom.dropped{target}``; so does a target with more than ``max_samples`` samples in all,
 and parsing stops once a page exceeds that by as much again (a huge page costs bounded CPU,
@@ -207,10 +210,26 @@ def parse(text: str, target: str, max_series: int, keep: list[str],
                 dropped += 1
                 continue
             per_metric[s.name] = n + 1
-            series = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[labels_of({"target": target, "metric": s.name, "series": series})] = \
-                float(s.value)
+            out[member(target, s.name, s.labels)] = float(s.value)
     return out, dropped
+
+
+OWN_LABELS = ("metric", "target")  # guardian's labels of prom.sample
+
+
+def member(target: str, name: str, labels: dict[str, str]) -> Labels:
+    """The key of a sample in ``prom.sample``: its own labels, ``metric`` and ``target``;
+    an own label that collides with those is renamed ``exported_<name>`` (again while
+    that is taken), as Prometheus does."""
+    out = {k: v for k, v in labels.items() if k not in OWN_LABELS}
+    for k in sorted(OWN_LABELS):
+        if k in labels:
+            new = "exported_" + k
+            while new in out:
+                new = "exported_" + new
+            out[new] = labels[k]
+    out["metric"], out["target"] = name, target
+    return labels_of(out)
 
 
 def scrape(url: str, timeout: float, max_bytes: int,
@@ -252,10 +271,11 @@ class ExpositionSource(Source[ExpositionConfig]):
     Config = ExpositionConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
         SignalSpec("prom.sample", "samples of local Prometheus endpoints and textfile "
-                   "*.prom files, by target, sample name (metric) and its other labels "
-                   "(series); no value while any configured endpoint, textfile "
-                   "directory or file is failing, refused or stale",
-                   labels=("metric", "series", "target")),
+                   "*.prom files, by target, sample name (metric) and the sample's own "
+                   "labels (a colliding one as exported_target, exported_metric); no "
+                   "value while any configured endpoint, textfile directory or file is "
+                   "failing, refused or stale",
+                   labels=OWN_LABELS, open_labels=True),
         SignalSpec("prom.up", "1 when a target's last read succeeded within max_age, "
                    "else 0", labels=("target",)),
         SignalSpec("prom.errors", "failed reads of a target, since start", "reads",

@@ -89,8 +89,8 @@ def test_a_page_is_families_with_their_labels() -> None:
     text = (PAGES / "readme-quickstart.prom").read_text()
     fam, dropped = parse(text, "dcgm", 100, ["*"])
     assert dropped == 0
-    key = labels_of({"target": "dcgm", "metric": "DCGM_FI_DEV_SM_CLOCK",
-                     "series": "UUID=GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52,gpu=0"})
+    key = labels_of({"target": "dcgm", "metric": "DCGM_FI_DEV_SM_CLOCK", "gpu": "0",
+                     "UUID": "GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"})
     assert fam[key] == 139.0
     assert len(fam) == 3
     only, _ = parse(text, "dcgm", 100, ["DCGM_FI_DEV_*_CLOCK"])
@@ -176,8 +176,7 @@ def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(
     assert out["prom.up"] == {labels_of({"target": "file:node.prom"}): 1.0,
                               labels_of({"target": "file:fifo.prom"}): 0.0,
                               labels_of({"target": "file:big.prom"}): 0.0}
-    node = {labels_of({"target": "file:node.prom", "metric": "reboot_required",
-                       "series": ""}): 1.0}
+    node = {labels_of({"target": "file:node.prom", "metric": "reboot_required"}): 1.0}
     # node_exporter's textfile collector skips a file it cannot read and says so in
     # node_textfile_scrape_error ("1 if there was an error opening or reading a file");
     # Prometheus then sees the file's series absent and resolves their alerts. Here any
@@ -344,8 +343,7 @@ def test_a_textfile_removed_after_the_listing_is_gone_not_failing(
     src = exposition_source(textfile_directories=[str(d)], interval=3600)
     src.refresh()
     out = src.collect(0.0)
-    assert out["prom.sample"] == {labels_of({"target": "file:node.prom", "metric": "x",
-                                             "series": ""}): 1.0}
+    assert out["prom.sample"] == {labels_of({"target": "file:node.prom", "metric": "x"}): 1.0}
     assert src.faults() == []
     up = out["prom.up"]
     assert isinstance(up, dict) and labels_of({"target": "file:removed.prom"}) not in up
