@@ -5,5 +5,7 @@ try:  # say what is missing, not only which module
     import httpx2  # noqa: F401
     import lightkube  # noqa: F401
 except ImportError as exc:
-    raise ImportError(f"the Kubernetes actions need the k8s extra ({exc.name} is not "
-                      "installed): pip install 'node-guardian[k8s]'") from exc
+    from guardian.core.install import k8s_missing
+
+    raise ImportError(f"{exc.name} is not installed: the Kubernetes actions need "
+                      f"{k8s_missing()}") from exc

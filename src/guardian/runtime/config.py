@@ -12,17 +12,35 @@ disabled = ["pressure"]
 patterns = { xid = "NVRM: Xid" }
 ```
 Errors are reported as ``path:line:col`` like rule-file errors.
+
+Drop-in files: every ``*.toml`` in ``guardian.toml.d/`` beside the config file (for
+/etc/guardian/guardian.toml: /etc/guardian/guardian.toml.d/) is merged onto it in lexical
+order of its name, as systemd merges a unit's drop-ins: a table merges key by key (so two
+drop-ins can each add ``[sources.kmsg.patterns]``), a later value replaces an earlier one
+(a list as a whole: lists are not appended), and a key that is a table in one file and a
+value in another is an error (which of the two was meant is ambiguous). An error is
+located in the file that set the key, as ``path:line:col``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
-from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml, unknown_key
+from guardian.core.diagnostics import (
+    Diagnostic,
+    Loc,
+    Reporter,
+    RuleError,
+    read_toml,
+    unknown_key,
+)
 from guardian.core.durations import Duration, PositiveDuration
+from guardian.core.install import k8s_missing
+from guardian.core.positions import Pos
 from guardian.model.window import Window
 from guardian.plugin.registry import Registry
 
@@ -84,16 +102,106 @@ class Config(BaseModel):
     fleet: BaseModel | None = None  # guardian.kube.fleet.FleetParams, when [fleet] is set
     holds: HoldsConfig = Field(default_factory=HoldsConfig)
     path: str = ""
+    dropins: list[str] = Field(default_factory=list, description="the drop-in files "
+                               "merged onto the file at ``path``, in order")
+
+
+DROPIN_SUFFIX = ".d"
+
+
+def dropin_dir(path: str | Path) -> Path:
+    """Where the drop-ins of the config file ``path`` are: ``guardian.toml.d`` beside
+    ``guardian.toml``."""
+    path = Path(path)
+    return path.with_name(path.name + DROPIN_SUFFIX)
+
+
+def dropin_files(path: str | Path) -> list[Path]:
+    """The drop-in files of the config file ``path`` (``*.toml``, hidden files aside), in
+    the order they are merged; none when the directory does not exist. Raises
+    :class:`RuleError` when it exists and cannot be listed."""
+    where = dropin_dir(path)
+    try:
+        names = os.listdir(where)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RuleError([Diagnostic(str(where), 1, 1, "cannot read the config's drop-in "
+                                    f"directory: {exc.strerror or exc}")]) from None
+    return [where / n for n in sorted(names) if n.endswith(".toml") and not n.startswith(".")]
+
+
+class _Layered(Reporter):
+    """Diagnostics of a config merged from several files: each in the file that last set
+    the key (or the nearest of its tables), at its line and column there."""
+
+    def __init__(self, files: dict[str, Reporter], origin: dict[Loc, str], first: str,
+                 into: list[Diagnostic]) -> None:
+        self.path, self.positions, self.diagnostics = first, {}, into
+        self.files, self.origin = files, origin
+
+    def _file(self, loc: Loc) -> Reporter:
+        for n in range(len(loc), 0, -1):
+            name = self.origin.get(loc[:n])
+            if name is not None:
+                return self.files[name]
+        return self.files[self.path]
+
+    def at(self, loc: Loc) -> Pos:
+        return self._file(loc).at(loc)
+
+    def __call__(self, loc: Loc, message: str, value: bool = False) -> None:
+        self._file(loc)(loc, message, value)
+
+
+def _kind(value: object) -> str:
+    return "a table" if isinstance(value, dict) else \
+        "a list" if isinstance(value, list) else "a value"
+
+
+def _merge(into: dict[str, Any], data: dict[str, Any], loc: Loc, name: str,
+           origin: dict[Loc, str], files: dict[str, Reporter]) -> None:
+    """``data`` (of the file ``name``) merged onto ``into``: tables key by key, anything
+    else replaced; a table against a value is reported in ``name``."""
+    for key, value in data.items():
+        here: Loc = (*loc, key)
+        if key in into and isinstance(into[key], dict) != isinstance(value, dict):
+            before = origin.get(here, "")
+            pos = files[before].at(here) if before else Pos(1, 1, 1, 1)
+            files[name](here, f"{'.'.join(map(str, here))} is {_kind(value)} here and "
+                              f"{_kind(into[key])} in {before}:{pos.line}:{pos.col}: a "
+                              "drop-in merges a table key by key or replaces a value, "
+                              "never a table with a value or a value with a table")
+            continue
+        origin[here] = name
+        if isinstance(value, dict):
+            _merge(into.setdefault(key, {}), value, here, name, origin, files)
+        else:
+            into[key] = value
 
 
 def load_config(path: str | Path | None, registry: Registry) -> Config:
-    """Load and validate a config file; None means defaults. Raises RuleError."""
+    """Load and validate a config file and its drop-ins (:func:`dropin_files`), merged;
+    None means defaults. Raises RuleError: every error of every file."""
     if path is None:
         return Config()
     path = Path(path)
-    text, data = read_toml(path, "config")
+    dropins = dropin_files(path)
     diags: list[Diagnostic] = []
-    report = Reporter(str(path), text, diags)
+    files: dict[str, Reporter] = {}
+    data: dict[str, Any] = {}
+    origin: dict[Loc, str] = {}
+    for file in (path, *dropins):
+        try:
+            text, layer = read_toml(file, "config" if file == path else "config drop-in")
+        except RuleError as exc:
+            diags.extend(exc.diagnostics)
+            continue
+        files[str(file)] = Reporter(str(file), text, diags)
+        _merge(data, layer, (), str(file), origin, files)
+    if diags:
+        raise RuleError(diags)
+    report = _Layered(files, origin, str(path), diags)
     keys = ["engine", "service", "sources", "fleet", "holds"]
     for key in data:
         if key not in keys:
@@ -103,8 +211,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
         try:
             from guardian.kube.fleet import FleetParams
         except ImportError:
-            report(("fleet",), "[fleet] needs the Kubernetes extra: pip install "
-                               "'node-guardian[k8s]'")
+            report(("fleet",), f"[fleet] needs {k8s_missing()}")
         else:
             try:
                 fleet = FleetParams.model_validate(data["fleet"])
@@ -145,7 +252,8 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if diags:
         raise RuleError(diags)
     return Config(engine=engine, service=service, disabled_sources=disabled,
-                  sources=validated, fleet=fleet, holds=holds, path=str(path))
+                  sources=validated, fleet=fleet, holds=holds, path=str(path),
+                  dropins=[str(f) for f in dropins])
 
 
 def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
@@ -160,8 +268,7 @@ def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
         try:
             from guardian.kube.holds import KubeHoldsParams
         except ImportError:
-            report(("holds", "kube"), "[holds.kube] needs the Kubernetes extra: pip install "
-                                      "'node-guardian[k8s]'")
+            report(("holds", "kube"), f"[holds.kube] needs {k8s_missing()}")
             return out
         try:
             out.kube = KubeHoldsParams.model_validate(kube_raw)

@@ -119,3 +119,82 @@ def test_every_rule_file_in_the_daemonset_configmap_loads(tmp_path: Path) -> Non
     loaded = load_rules([tmp_path])
     uses = {a.use for r in loaded.rules for a in r.actions}
     assert {"kube.condition", "kube.event"} <= uses
+
+
+# -- drop-ins: guardian.toml.d/*.toml merged onto guardian.toml (issue 41) ---------------
+
+def test_dropins_merge_onto_the_shipped_config_in_lexical_order(tmp_path: Path) -> None:
+    """Before: only guardian.toml was read; an import had to be appended to it, and the
+    shipped `patterns = {}` then made TOML refuse a second [sources.kmsg.patterns]."""
+    main = write(tmp_path, "guardian.toml", (REPO / "systemd" / "guardian.toml").read_text())
+    write(tmp_path, "guardian.toml.d/50-npd-b.toml",
+          '[sources.kmsg.patterns]\nacme = "^acme: wedged"\n[engine]\ninterval = "5s"\n')
+    write(tmp_path, "guardian.toml.d/20-npd-a.toml",
+          '[sources.kmsg.patterns]\nwidget = "^widget: stuck"\n[engine]\ninterval = "7s"\n'
+          '[engine.budget]\nruns = 4\n[service]\nrules = ["/a", "/b"]\n')
+    write(tmp_path, "guardian.toml.d/90-site.toml", '[service]\nrules = ["/site"]\n')
+    write(tmp_path, "guardian.toml.d/notes.txt", "not a drop-in")
+    write(tmp_path, "guardian.toml.d/.hidden.toml", "[[[ never read")
+    cfg = load_config(main, default_registry())
+    kmsg = cfg.sources["kmsg"]
+    assert kmsg.patterns == {"widget": "^widget: stuck", "acme": "^acme: wedged"}  # type: ignore[attr-defined]
+    assert kmsg.facilities == ["kern"]  # type: ignore[attr-defined]  # the main file's
+    assert cfg.engine.interval == 5.0  # a later value wins
+    assert (cfg.engine.budget.runs, cfg.engine.budget.within) == (4, 3600.0)  # key by key
+    assert cfg.service.rules == ["/site"]  # a list is replaced, never appended
+    assert cfg.service.dry_run is True
+    assert [Path(p).name for p in cfg.dropins] == ["20-npd-a.toml", "50-npd-b.toml",
+                                                   "90-site.toml"]
+
+
+def test_a_dropin_error_is_located_in_the_dropin(tmp_path: Path) -> None:
+    main = write(tmp_path, "guardian.toml", '[engine]\ninterval = "15s"\n')
+    bad = write(tmp_path, "guardian.toml.d/10-bad.toml",
+                '# a site override\n[engine]\ninterval = "soon"\n[sources.kmsg]\nfacilites = []\n')
+    with pytest.raises(RuleError) as exc:
+        load_config(main, default_registry())
+    got = sorted(str(d) for d in exc.value.diagnostics)
+    assert len(got) == 2 and all(g.startswith(f"{bad}:") for g in got), got
+    assert got[0].startswith(f"{bad}:3:12: interval") and "facilities" in got[1], got
+    syntax = write(tmp_path, "guardian.toml.d/20-syntax.toml", "[engine\n")
+    with pytest.raises(RuleError) as exc:
+        load_config(main, default_registry())
+    assert any(str(d).startswith(f"{syntax}:1:") for d in exc.value.diagnostics)
+
+
+def test_a_table_against_a_value_is_an_error_naming_both_places(tmp_path: Path) -> None:
+    main = write(tmp_path, "guardian.toml", '[engine]\nbudget = { runs = 5, within = "1h" }\n')
+    drop = write(tmp_path, "guardian.toml.d/a.toml", "[engine]\nbudget = 3\n")
+    with pytest.raises(RuleError) as exc:
+        load_config(main, default_registry())
+    (d,) = exc.value.diagnostics
+    assert (d.path, d.line) == (str(drop), 2)
+    assert "engine.budget is a value here and a table in" in d.message
+    assert f"{main}:2:1" in d.message
+
+
+def test_an_unreadable_dropin_directory_is_an_error(tmp_path: Path) -> None:
+    main = write(tmp_path, "guardian.toml", "")
+    write(tmp_path, "guardian.toml.d", "a file, not a directory")
+    with pytest.raises(RuleError, match="drop-in directory"):
+        load_config(main, default_registry())
+
+
+def test_no_pip_no_pip_advice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The .deb's environment has no pip: the [fleet] error told it to `pip install`."""
+    import sys
+
+    from guardian.core import install
+
+    main = write(tmp_path, "guardian.toml", "[fleet]\nmax_nodes = 1\n")
+    monkeypatch.setitem(sys.modules, "guardian.kube.fleet", None)  # no k8s extra
+    monkeypatch.setattr(install, "pip_works", lambda: False)
+    with pytest.raises(RuleError) as exc:
+        load_config(main, default_registry())
+    message = exc.value.diagnostics[0].message
+    assert "pip install" not in message and "container image" in message, message
+    monkeypatch.setattr(install, "pip_works", lambda: True)
+    with pytest.raises(RuleError) as exc:
+        load_config(main, default_registry())
+    assert f"{sys.executable} -m pip install 'node-guardian[k8s]'" in \
+        exc.value.diagnostics[0].message

@@ -77,7 +77,8 @@ def config_keys(registry: Registry) -> set[Key]:
     from guardian.kube.fleet import FleetParams
     from guardian.kube.holds import KubeHoldsParams
 
-    placed = {"engine", "service", "holds", "disabled_sources", "sources", "fleet", "path"}
+    placed = {"engine", "service", "holds", "disabled_sources", "sources", "fleet", "path",
+              "dropins"}  # path and dropins: where it was read, no key
     assert set(Config.model_fields) == placed, (
         "a new field of Config: say here which key of guardian.toml it is")
     keys = model_keys(EngineConfig, ("engine",)) | model_keys(ServiceConfig, ("service",))
