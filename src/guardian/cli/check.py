@@ -14,14 +14,15 @@ from guardian.core.exitcodes import ExitCode
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
 from guardian.runtime import preflight
-from guardian.runtime.config import Config, load_config
+from guardian.runtime.config import Config, dropin_dir, load_config
 from guardian.runtime.holds import check_dropin
 
 
 def cmd_check(args: argparse.Namespace) -> ExitCode:
-    """Check rule files and, with --config, guardian's config file too: every error of
-    every file, as path:line:col. With neither, what the service would load: its config
-    (when it exists) and that config's rules, as ``nginx -t`` checks nginx's."""
+    """Check rule files and, with --config, guardian's config file and its drop-ins
+    (``guardian.toml.d/*.toml``) too: every error of every file, as path:line:col. With
+    neither, what the service would load: its config (when it exists, with its drop-ins)
+    and that config's rules, as ``nginx -t`` checks nginx's."""
     registry_warnings()
     errors = []
     warnings: list[str] = []
@@ -60,10 +61,12 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
                                          f"cannot read the unit: {exc.strerror or exc}")],
                        warnings)
     warnings += box.warnings
-    files = f"{len(rs.files)} file(s)" + (f" and the config {args.config}" if args.config
-                                          else "")
+    dropins = f" with {len(config.dropins)} drop-in(s) in {dropin_dir(args.config)}" \
+        if config.dropins else ""
+    files = f"{len(rs.files)} file(s)" + (f" and the config {args.config}{dropins}"
+                                          if args.config else "")
     if args.config:
-        rs.files.insert(0, args.config)
+        rs.files[:0] = [args.config, *config.dropins]
     if args.json:
         json_out("check", {"files": rs.files, "rules": [r.name for r in rs.rules],
                            "unit": box.unit, "dropin": box.dropin()}, warnings=warnings)

@@ -1,5 +1,9 @@
 """`guardian test`: rule unit tests (``*.test.toml``), like ``promtool test rules``.
 
+Kernel-log samples (``[[kmsg]]``) are checked with the config the service reads: --config,
+else the default config file when it exists, each with its drop-ins
+(``guardian.toml.d/*.toml``: an import's patterns are there).
+
 Named ``rule_tests``, not ``test``, so that no test collector mistakes it for tests."""
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ def cmd_test(args: argparse.Namespace) -> ExitCode:
         else:
             print("guardian test: no test files found", file=sys.stderr)
         return ExitCode.FAILED
-    try:
+    try:  # as the service reads it: the default file, its drop-ins
         config = cli_config(args)
     except RuleError as exc:
         return print_errors(exc, args)

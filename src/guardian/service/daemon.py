@@ -96,7 +96,8 @@ class Daemon:
     def load(self) -> Ruleset:
         if self.opts.require_root_owned_rules:
             # the config can name programs to run (e.g. the systemctl argv): same rule
-            refuse_unsafe([*self.opts.rules, *([self.config.path] if self.config.path else [])])
+            refuse_unsafe([*self.opts.rules, *([self.config.path] if self.config.path else []),
+                           *self.config.dropins])
         return load_rules(self.opts.rules, self.registry)
 
     def _abandon(self) -> None:
