@@ -29,6 +29,7 @@ from guardian.core.snapshot import SignalSpec
 from guardian.model import runtime
 from guardian.model.condition import Condition, SignalRef, TimeFunctions
 from guardian.model.runtime import Lookback, Matcher
+from guardian.policy.habits import FUNCTION_NOTES, find_habit
 
 
 class Kind(enum.Enum):
@@ -295,6 +296,8 @@ class _Compiler:
         if fname not in FUNCTIONS:
             if fname in self.catalogue:
                 return self.selector(node)
+            if fname in FUNCTION_NOTES:
+                raise _err(node, FUNCTION_NOTES[fname])
             hint = difflib.get_close_matches(fname, [*FUNCTIONS, *self.catalogue], n=3)
             more = f"; did you mean {', '.join(hint)}?" if hint else ""
             raise _err(node, f"unknown function {fname!r}{more} "
@@ -350,8 +353,12 @@ class _Compiler:
         target, window_ast = args
         ref = self.signal_arg(target, fname)
         if not (isinstance(window_ast, ast.Constant) and isinstance(window_ast.value, str)):
-            raise _err(window_ast, f'{fname}() needs a window as a duration string, '
-                                   f'e.g. {fname}(x, "5m")')
+            seconds = window_ast.value if isinstance(window_ast, ast.Constant) else None
+            example = (f'"{seconds}s"' if isinstance(seconds, int) and seconds > 0
+                       and not isinstance(seconds, bool) else '"5m"')
+            shown = _dotted(target) or "x"
+            raise _err(window_ast, f"{fname}() needs a window as a duration string, "
+                                   f"e.g. {fname}({shown}, {example})")
         try:
             window = parse_duration(window_ast.value)
         except ValueError as exc:
@@ -492,6 +499,11 @@ def compile_condition(text: str, catalogue: Mapping[str, SignalSpec]) -> Conditi
     # Parenthesised so a condition may span indented lines; columns on the first line
     # are shifted back by the one added character.
     lines = text.split("\n")
+    habit = find_habit(text, catalogue, TIME_FUNCTIONS)
+    if habit is not None:  # PromQL's or C's spelling: answer with guardian's, not Python's
+        before = text[:habit[0]]
+        raise ExprError(habit[1], before.count("\n") + 1,
+                        habit[0] - (before.rfind("\n") + 1))
     try:
         tree = parse_condition(text)
     except SyntaxError as exc:
