@@ -8,6 +8,7 @@ clean. Commands run inside through nsenter.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -24,6 +25,11 @@ PACKAGES = "systemd,systemd-sysv,dbus,procps,python3,python3-venv"
 ROOT = CACHE / f"rootfs-bookworm-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:8]}"
 
 
+class RootUnavailable(RuntimeError):
+    """The container root cannot be built here (no Debian mirror, debootstrap failed): the
+    tests that need it are skipped with this, not failed."""
+
+
 def apt_mirror() -> str:
     """The Debian mirror this machine's apt already uses (never hard-coded here)."""
     texts = [p.read_text() for p in Path("/etc/apt/sources.list.d").glob("*.sources")]
@@ -38,7 +44,8 @@ def apt_mirror() -> str:
         m = re.search(r"^deb\s+(\S+)\s+bookworm\s", legacy.read_text(), re.M)
         if m:
             return m.group(1)
-    raise RuntimeError("no Debian bookworm mirror in this machine's apt sources")
+    raise RootUnavailable("no Debian bookworm mirror in this machine's apt sources, to build "
+                          "the container root from with debootstrap")
 
 
 def build_root() -> Path:
@@ -48,8 +55,12 @@ def build_root() -> Path:
     tmp = ROOT.with_name(ROOT.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm",
-                    str(tmp), apt_mirror()], check=True, capture_output=True, timeout=900)
+    out = subprocess.run(["debootstrap", "--variant=minbase", f"--include={PACKAGES}",
+                          "bookworm", str(tmp), apt_mirror()], capture_output=True, text=True,
+                         timeout=900)
+    if out.returncode != 0:
+        raise RootUnavailable(f"debootstrap of the container root into {tmp} exited "
+                              f"{out.returncode}: {(out.stderr or out.stdout)[-600:].strip()}")
     tmp.rename(ROOT)
     return ROOT
 
@@ -61,6 +72,36 @@ def nspawn_unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (.ci/run installs systemd-container, debootstrap)"
     return None
+
+
+def refused(argv: Sequence[str], markers: Sequence[str] = (), timeout: float = 120
+            ) -> str | None:
+    """Whether this host refuses to start a container: ``argv`` starts one that runs
+    ``true`` (``podman run --rm IMAGE true``, ``systemd-nspawn -D ROOT true``). None when it
+    starts; the command's own message when it fails and says one of ``markers`` (any
+    failure when there are none): the reason a test that needs it is skipped with. A
+    failure that says none of them is None too, so the tests run and fail on it: it is not
+    the host refusing (podman's "image not known" is guardian's own tests' fault)."""
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        return f"{argv[0]} is not installed"
+    if out.returncode == 0:
+        return None
+    said = (out.stderr.strip() or out.stdout.strip())[-600:]
+    if markers and not any(m in said for m in markers):
+        return None
+    return (f"this host cannot start a container: `{' '.join(argv)}` exited "
+            f"{out.returncode}: {said or '(it said nothing)'}")
+
+
+@functools.cache
+def nspawn_refused(root: Path) -> str | None:
+    """Whether systemd-nspawn can run a container from ``root`` here (probed once per
+    process: ``true`` in a volatile container, no boot; well under a second here)."""
+    return refused(["systemd-nspawn", "-q", "-D", str(root), "-M", f"guardian-probe-{os.getpid()}",
+                    "--register=no", "--keep-unit", "--volatile=overlay", "--", "/bin/true"],
+                   timeout=60)
 
 
 @dataclass
@@ -124,7 +165,16 @@ def booted(binds: list[tuple[str, str]] | None = None,
         import pytest  # here: the benchmarks boot containers too, without pytest
 
         pytest.skip(f"systemd-nspawn test skipped: {why}")
-    root = build_root()
+    try:
+        root = build_root()
+    except RootUnavailable as exc:
+        why = str(exc)
+    else:
+        why = nspawn_refused(root)
+    if why:
+        import pytest
+
+        pytest.skip(f"systemd-nspawn test skipped: {why}")
     args = ["systemd-nspawn", "-q", "-D", str(root), "-M", f"{name}-{os.getpid()}",
             "--boot", "--register=no", "--keep-unit", "--console=read-only",
             "--volatile=overlay"]
