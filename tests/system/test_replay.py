@@ -95,7 +95,8 @@ def test_replay_text_is_the_golden_file_with_durations_for_people() -> None:
     assert out.stdout == REPLAY_GOLDEN.read_text()
     assert out.stdout.startswith("recording of vm (kernel 6.18.44-fc-v1147), 145 snapshots "
                                  "every 5s over 12m; 16 decision(s)\n")
-    assert "    +6m15s  dying-memcgs                 firing " in out.stdout
+    assert "   +6m15s  dying-memcgs           firing     memcg.dying 11547 cgroups, " \
+           "memcg.live 4 cgroups\n" in out.stdout  # aligned; evidence as text, not JSON
     assert not re.search(r"\d\.\d+s\b", out.stdout)
 
 

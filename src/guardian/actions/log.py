@@ -21,7 +21,8 @@ class LogParams(BaseModel):
 
     message: str = Field(
         "rule $rule fired: $values",
-        description="text to log; $rule and $values are replaced",
+        description="text to log; $rule and $values (the evidence as text: ecs.service "
+        "711 restarts) are replaced; $values_json is the evidence as JSON",
     )
     level: Literal["debug", "info", "warning", "error", "critical"] = "warning"
 

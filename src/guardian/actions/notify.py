@@ -330,10 +330,11 @@ def _rfc3339(t: float) -> str:
 
 class WebhookParams(PostParams):
     body: str | None = Field(None, description="a JSON template: $rule, $kind, $severity, "
-                             "$summary, $reason, $node, $labels, $values are filled in, "
-                             "escaped for use inside a JSON string; $values_json and "
-                             "$labels_json are JSON as is (default: all of them as one "
-                             "object)")
+                             "$summary, $reason, $node, $labels, $values (the evidence as "
+                             "text: ecs.service 711 restarts) are filled in, escaped for "
+                             "use inside a JSON string; $values_json and $labels_json are "
+                             "JSON as is (default: all of them as one object, values "
+                             "structured)")
 
 
 class PostPayload(TypedDict):
@@ -359,9 +360,10 @@ class Webhook(Action[WebhookParams, PostPayload]):
         if p.body is None:
             payload: Any = fields
         else:
+            said = {**fields, "values": ctx.values_text}  # $values: text for people
             text = Template(p.body).safe_substitute(
                 {k: json.dumps(v if isinstance(v, str) else json.dumps(v, sort_keys=True))
-                 [1:-1] for k, v in fields.items()},
+                 [1:-1] for k, v in said.items()},
                 values_json=json.dumps(ctx.values, sort_keys=True),
                 labels_json=json.dumps(ctx.labels, sort_keys=True))
             try:

@@ -4,10 +4,12 @@ people and JSON."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardian.core.snapshot import Family, Value, format_key
+from guardian.core.evidence import values_text
+from guardian.core.snapshot import Family, SignalSpec, Value, format_key
 from guardian.model.kinds import DecisionKind
 from guardian.model.ruleset import BoundAction, CompiledRule
 from guardian.model.schema import Mode, Severity
@@ -46,12 +48,19 @@ class Decision:
     mode: Mode = "act"  # "observe": shadow mode, planned and audited, never applied
     labels: dict[str, str] = field(default_factory=dict)  # the rule's labels
     would: list[BoundAction] = field(default_factory=list)  # held: planned, not applied
+    # the unit of each signal its evidence names ("restarts"), for the text people read
+    units: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     _mark: object = field(default=None, repr=False, compare=False)
 
     @property
     def values(self) -> dict[str, Any]:
         """The evidence rendered for people and JSON (labels as text, ``+Inf``)."""
         return render_values(self.evidence)
+
+    @property
+    def text(self) -> str:
+        """The evidence as people read it (``$values``): see :func:`values_text`."""
+        return values_text(self.values, self.units)
 
     @property
     def matched(self) -> Family | None:
@@ -92,6 +101,12 @@ def decision_values(rule: CompiledRule, values: Any, result: object
     if isinstance(result, dict):
         out["matched"] = result
     return out
+
+
+def signal_units(rule: CompiledRule, signals: Mapping[str, SignalSpec]) -> dict[str, str]:
+    """The unit of each signal ``rule``'s condition names, from its spec."""
+    return {r.name: signals[r.name].unit for r in rule.condition.refs
+            if r.name in signals and signals[r.name].unit}
 
 
 def render_values(evidence: dict[str, Any]) -> dict[str, Any]:

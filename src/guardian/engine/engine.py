@@ -30,7 +30,7 @@ from guardian.core.errors import GuardianError
 from guardian.core.snapshot import Snapshot, check_values
 from guardian.engine import bounds, causes, waits
 from guardian.engine.bounds import Budget
-from guardian.engine.decision import ENGINE_MARK, Decision, decision_values
+from guardian.engine.decision import ENGINE_MARK, Decision, decision_values, signal_units
 from guardian.engine.history import History
 from guardian.engine.lifecycle import RuleState, advance
 from guardian.model.holds import Hold
@@ -367,7 +367,8 @@ class Engine:
         return Decision(now, rule.name, kind, rule.spec.severity, rule.spec.summary,
                         decision_values(rule, values, result), actions or [], reason,
                         fleet=bool(rule.spec.fleet), mode=rule.spec.mode,
-                        labels=rule.spec.labels, _mark=ENGINE_MARK)
+                        labels=rule.spec.labels, _mark=ENGINE_MARK,
+                        units=signal_units(rule, self.ruleset.signals))
 
     # -- persistence ---------------------------------------------------------------------
     def state(self, proposal: Proposal | None = None) -> EngineState:

@@ -321,10 +321,14 @@ class KubeEvict(KubeAction[EvictParams, EvictPayload]):
         return "blocked", f"a PodDisruptionBudget refused it {p.attempts} time(s) (429)"
 
 
+_MESSAGE = ("$rule and $values (the evidence as text: ecs.service 711 restarts) are "
+            "replaced; $values_json is the evidence as JSON")
+
+
 class ConditionParams(KubeParams):
     type: str = Field("GuardianProblem", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
     reason: str = Field("GuardianRuleFiring", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
-    message: str = "guardian rule $rule fired: $values"
+    message: str = Field("guardian rule $rule fired: $values", description=_MESSAGE)
     resolved_reason: str | None = Field(
         None, pattern=r"^[A-Za-z][A-Za-z0-9]*$", description="the reason once the rule "
         "resolves (default: reason + 'Resolved'); node-problem-detector's default condition "
@@ -381,7 +385,7 @@ class KubeCondition(KubeAction[ConditionParams, ConditionPayload]):
 
 class EventParams(KubeParams):
     reason: str = Field("GuardianRuleFired", pattern=r"^[A-Za-z][A-Za-z0-9]*$")
-    message: str = "guardian rule $rule fired: $values"
+    message: str = Field("guardian rule $rule fired: $values", description=_MESSAGE)
     type: Literal["Normal", "Warning"] = "Warning"
     namespace: str = "default"
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar
 
 from guardian.core.errors import GuardianError
+from guardian.core.evidence import values_text as _values_text
 from guardian.core.snapshot import Family, SignalSpec, Snapshot
 from guardian.hostio.host import Host
 from guardian.model.kinds import DecisionKind
@@ -190,7 +191,7 @@ class ActionContext:
     snapshot: Snapshot
     host: Host
     dry_run: bool
-    values: dict[str, Any] = field(default_factory=dict)  # the evidence, rendered as text
+    values: dict[str, Any] = field(default_factory=dict)  # the evidence, rendered for JSON
     kind: DecisionKind = "firing"  # the decision's kind: firing, retry, resolved, manual…
     own_pid: int = field(default_factory=os.getpid)
     evidence: dict[str, Any] = field(default_factory=dict)  # typed: floats and families
@@ -199,6 +200,12 @@ class ActionContext:
     severity: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     reason: str = ""  # the decision's reason ("needs a human: …" for an escalation)
+    units: dict[str, str] = field(default_factory=dict)  # signal -> its unit, for $values
+
+    @property
+    def values_text(self) -> str:
+        """The evidence as people read it (``ecs.service 711 restarts``): ``$values``."""
+        return _values_text(self.values, self.units)
 
     @property
     def matched(self) -> Family | None:
@@ -208,10 +215,12 @@ class ActionContext:
         return m if isinstance(m, dict) else None
 
     def message(self, template: str) -> str:
-        """A message template of a rule's action with ``$rule`` and ``$values`` (the
-        evidence as JSON) filled in."""
+        """A message template of a rule's action with ``$rule``, ``$values`` (the
+        evidence as text for people: :attr:`values_text`) and ``$values_json`` (as JSON)
+        filled in."""
         return Template(template).safe_substitute(
-            rule=self.rule, values=json.dumps(self.values, sort_keys=True, default=str))
+            rule=self.rule, values=self.values_text,
+            values_json=json.dumps(self.values, sort_keys=True, default=str))
 
 
 class Action(ABC, Generic[P, D]):

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from guardian.core.evidence import members_text
+from guardian.core.numbers import readable
 from guardian.core.snapshot import SignalSpec, format_labels
 from guardian.model.condition import TimeFunctions
 from guardian.policy.expr import compile_subexpression, parse_condition, selector_name
@@ -23,7 +25,7 @@ class ExplainNode:
     children: list[ExplainNode] = field(default_factory=list)
 
     def lines(self, depth: int = 0) -> list[str]:
-        out = [f"{'  ' * depth}{self.text}  =  {format_value(self.value)}"]
+        out = [f"{'  ' * depth}{self.text}  =  {value_text(self.value)}"]
         for c in self.children:
             out.extend(c.lines(depth + 1))
         return out
@@ -31,6 +33,17 @@ class ExplainNode:
     def to_dict(self) -> dict[str, Any]:
         return {"expr": self.text, "value": format_value(self.value),
                 "children": [c.to_dict() for c in self.children]}
+
+
+def value_text(v: Any) -> str:
+    """A sub-expression's value for people: members by their label values, the largest
+    first (``ecs.service 17718, …and 60 more``), numbers rounded; ``to_dict`` (JSON)
+    keeps :func:`format_value`'s exact figures."""
+    if isinstance(v, dict):
+        return members_text(v)
+    if isinstance(v, float):
+        return readable(v)
+    return format_value(v)
 
 
 def format_value(v: Any) -> str:

@@ -184,7 +184,8 @@ class Executor:
     def _context(self, d: Decision, snapshot: Snapshot, dry_run: bool) -> ActionContext:
         return ActionContext(d.rule, snapshot, self.host, dry_run, values=d.values,
                              kind=d.kind, evidence=d.evidence, summary=d.summary,
-                             severity=d.severity, labels=dict(d.labels), reason=d.reason)
+                             severity=d.severity, labels=dict(d.labels), reason=d.reason,
+                             units=d.units)
 
     def act(self, use: str, action: AnyAction, snapshot: Snapshot) -> Executed:
         """The operator's manual action (``guardian act``): the same plan, refusal and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,8 @@ from guardian.engine.engine import Engine
 from guardian.model.ruleset import Ruleset
 from guardian.runtime.recording import Recording
 from guardian.runtime.status import at
+
+_BARE = re.compile(r"[\w.*?@:/+\-\[\]]+")  # a string said without quotes
 
 
 @dataclass
@@ -61,18 +64,36 @@ def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Repl
 
 
 def timeline(r: Replay) -> list[str]:
-    """One line per decision, and one per action it would run."""
+    """One line per decision, its evidence as people read it (``ecs.service 711
+    restarts``), and one per action it would run (``log message="…"``); the time and
+    rule columns as wide as their longest entry."""
+    when = [at(d.time) for d in r.decisions]
+    tw = max(map(len, when), default=0)
+    nw = max((len(d.rule) for d in r.decisions), default=0)
     lines = []
-    for d in r.decisions:
-        values = json.dumps(d.values, sort_keys=True, separators=(", ", ": "))
+    for d, t in zip(r.decisions, when, strict=True):
         reason = f"  ({d.reason})" if d.reason else ""
         mode = "  [observe: shadow mode, never applied]" if d.mode == "observe" else ""
-        lines.append(f"{at(d.time):>10}  {d.rule:<28} {d.kind:<10} "
-                     f"{values}{reason}{mode}")
+        lines.append(f"  {t:>{tw}}  {d.rule:<{nw}}  {d.kind:<10} "
+                     f"{d.text}{reason}{mode}".rstrip())
         for a in d.actions:
-            params = json.dumps(a.public_params, sort_keys=True) if a.params else ""
-            lines.append(f"{'':>12}would run: {a.use} {params}".rstrip())
+            lines.append(f"  {'':>{tw}}  would run: {a.use} {params_text(a.public_params)}"
+                         .rstrip())
     return lines
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """An action's parameters for people: ``allow=ecs*.service min_restarts=5``, a
+    string quoted where it has spaces or quotes, a list comma-separated."""
+    return " ".join(f"{k}={_param(v)}" for k, v in sorted(params.items()))
+
+
+def _param(v: Any) -> str:
+    if isinstance(v, str):
+        return v if _BARE.fullmatch(v) else json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list) and v and all(isinstance(x, str | int | float) for x in v):
+        return ",".join(_param(x) for x in v)
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
 def decisions_json(r: Replay) -> list[dict[str, Any]]:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guardian.core.durations import format_duration
+from guardian.core.evidence import evidence_said
 from guardian.core.snapshot import Snapshot
-from guardian.engine.decision import Decision, decision_values, render_values, short
+from guardian.engine.decision import Decision, decision_values, render_values, signal_units
 from guardian.engine.engine import Engine
 from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
@@ -44,13 +45,15 @@ class Link:
     needs_human: bool = False  # its actions ran their limit and it still fires
     paused: str = ""  # the hold that pauses it now
     unseen_causes: list[str] = field(default_factory=list)  # its causes that are blind
+    units: dict[str, str] = field(default_factory=dict)  # its signals' units, for people
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "summary": self.summary, "phase": self.phase,
                 "severity": self.severity, "since": self.since, "evidence": self.evidence,
                 "causes": self.causes, "effects": self.effects, "did": self.did,
                 "held": self.held, "mode": self.mode, "needs_human": self.needs_human,
-                "paused": self.paused, "unseen_causes": self.unseen_causes}
+                "paused": self.paused, "unseen_causes": self.unseen_causes,
+                "units": self.units}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Link:
@@ -75,7 +78,8 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
                          [c for c in rule.spec.caused_by if c in active],
                          mode=rule.spec.mode, needs_human=st.escalated, paused=st.paused,
                          unseen_causes=[c for c in rule.spec.caused_by
-                                        if c in engine.states and engine.states[c].unknown])
+                                        if c in engine.states and engine.states[c].unknown],
+                         units=signal_units(rule, engine.ruleset.signals))
     for link in out.values():
         for cause in link.causes:
             out[cause].effects.append(link.rule)
@@ -189,8 +193,8 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
                          f"fires (escalated)")
         if link.paused:
             lines.append(f"{pad}   held: {link.paused}")
-        for key, value in link.evidence.items():
-            lines.append(f"{pad}   evidence: {key} = {short(value)}")
+        for said in evidence_said(link.evidence, link.units):
+            lines.append(f"{pad}   evidence: {said.line()}")
         if link.unseen_causes:
             lines.append(f"{pad}   its cause {', '.join(link.unseen_causes)} is BLIND: "
                          "whether it is active is not seen")

@@ -127,7 +127,9 @@ def test_what_the_service_saw_reads_back_whole(tmp_path: Path) -> None:
     assert [lk.to_dict() for lk in back.chain] == [lk.to_dict() for lk in chain]
     assert back.pid == 42 and back.actions == [entry] and back.rules == 3
     text = "\n".join(why.text(back.chain, back.now))
-    assert 'unit="ecs-agent.service"' in text and "systemctl stop ecs-agent.service" in text
+    # the evidence as people read it, its unit read back from the report (issue 40)
+    assert "evidence: systemd.unit_restarts_recent: ecs-agent.service 141 restarts" in text
+    assert "systemctl stop ecs-agent.service" in text
 
 
 def test_a_damaged_report_is_an_error_not_a_traceback(tmp_path: Path) -> None:
