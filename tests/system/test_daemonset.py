@@ -7,6 +7,7 @@ server would hand it."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -48,7 +49,9 @@ def _unprivileged(doc: dict[str, Any]) -> dict[str, Any]:
         target = patch["target"]
         if (target["kind"], target["name"]) != (doc["kind"], doc["metadata"]["name"]):
             continue
-        for op in yaml.safe_load(patch["patch"]):
+        ops = patch["patch"] if "patch" in patch else (overlay.parent / patch["path"]
+                                                       ).read_text()
+        for op in yaml.safe_load(ops):
             assert op["op"] == "replace"
             *path, last = op["path"].strip("/").split("/")
             node: Any = out
@@ -80,13 +83,14 @@ def test_the_unprivileged_rules_act_only_as_an_unprivileged_pod_can() -> None:
     /proc/sys (only a privileged container has one). The rules load and check."""
     from guardian.policy.loader import load_rules
 
-    [rules] = [d for d in _docs("configmap.yaml") if d["metadata"]["name"] == "guardian-rules"]
+    [rules] = [d for d in _docs("rules.yaml") if d["metadata"]["name"] == "guardian-rules"]
     data = _unprivileged(rules)["data"]
-    assert not any(u in text for text in data.values() for u in ("memcg.release", "irq.move"))
     with tempfile.TemporaryDirectory() as d:
         for key, text in data.items():
             (Path(d) / key).write_text(text)
-        assert load_rules([d]).rules
+        loaded = load_rules([d]).rules
+    assert loaded
+    assert not {a.use for r in loaded for a in r.actions} & {"memcg.release", "irq.move"}
 
 
 def test_the_podmonitor_scrapes_the_named_port() -> None:
@@ -197,6 +201,17 @@ def test_the_kustomizations_render_valid_manifests(overlay: str) -> None:
     [c] = ds["spec"]["template"]["spec"]["containers"]
     assert c["image"].endswith("/node-guardian:0.1.0")
     assert c["securityContext"]["privileged"] is (overlay == "kubernetes")
+    # every shipped rule (before: 13 of 55), in the ConfigMap the pod mounts as its rules
+    from guardian.policy.loader import rule_files
+    [rules] = [d for d in docs if d["kind"] == "ConfigMap"
+               and d["metadata"]["name"] == "guardian-rules"]
+    assert {"name": "rules", "configMap": {"name": "guardian-rules"}} in \
+        ds["spec"]["template"]["spec"]["volumes"]
+    shipped = {m for p in rule_files([REPO / "rules"])
+               for m in re.findall(r'(?m)^name = "([^"]+)"', p.read_text())}
+    rendered = {m for text in rules["data"].values()
+                for m in re.findall(r'(?m)^name = "([^"]+)"', text)}
+    assert len(shipped) >= 55 and rendered == shipped
 
 
 @pytest.mark.parametrize("target", ["-k=deploy/kubernetes", "-k=deploy/kubernetes-unprivileged",

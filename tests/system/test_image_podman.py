@@ -137,11 +137,13 @@ def manifests(overlay: str | None) -> dict[str, dict[str, Any]]:
     `kubectl kustomize` renders; tests/system/test_daemonset.py checks it with kubectl)."""
     base = REPO / "deploy" / "kubernetes"
     docs = {d["metadata"]["name"]: d
-            for f in ("daemonset.yaml", "configmap.yaml") for d in _docs(base / f)}
+            for f in ("daemonset.yaml", "configmap.yaml", "rules.yaml")
+            for d in _docs(base / f)}
     if overlay:
         kust = yaml.safe_load((REPO / "deploy" / overlay / "kustomization.yaml").read_text())
         for patch in kust.get("patches", []):
-            _json_patch(docs[patch["target"]["name"]], yaml.safe_load(patch["patch"]))
+            ops = patch.get("patch") or (REPO / "deploy" / overlay / patch["path"]).read_text()
+            _json_patch(docs[patch["target"]["name"]], yaml.safe_load(ops))
     return docs
 
 
@@ -366,7 +368,7 @@ def test_unprivileged_overlay_says_what_it_cannot_read(
     which fails without a writable /proc/sys."""
     url, _ = api
     docs = manifests("kubernetes-unprivileged")
-    assert "memcg.release" not in "".join(docs["guardian-rules"]["data"].values())
+    assert 'use = "memcg.release"' not in "".join(docs["guardian-rules"]["data"].values())
     sc = docs["guardian"]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert sc["privileged"] is False and "SYS_PTRACE" in sc["capabilities"]["add"]
     with pod(image, tmp_path, url, tls[0], overlay="kubernetes-unprivileged",
@@ -390,3 +392,10 @@ def test_the_image_carries_what_the_manifests_use(image: str) -> None:
     assert out.stdout.strip() == "ok", out.stderr
     info = json.loads(podman("image", "inspect", image).stdout)[0]
     assert info["Config"]["Entrypoint"] == ["/opt/guardian/bin/guardian"]
+    # the license travels (before: nowhere in the image): LICENSE and the .deb's copyright
+    lic = podman("run", "--rm", "--network=none", *LIMITS, "--entrypoint=/bin/cat", image,
+                 "/usr/share/licenses/node-guardian/LICENSE",
+                 "/usr/share/doc/node-guardian/copyright", check=False)
+    assert lic.returncode == 0, lic.stderr
+    assert lic.stdout.startswith((REPO / "LICENSE").read_text()), lic.stdout[:300]
+    assert info["Config"]["Labels"]["org.opencontainers.image.licenses"] == "Apache-2.0"

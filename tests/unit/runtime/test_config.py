@@ -110,7 +110,7 @@ def test_every_rule_file_in_the_daemonset_configmap_loads(tmp_path: Path) -> Non
     import yaml
 
     from guardian.policy.loader import load_rules
-    docs = list(yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "configmap.yaml")
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "rules.yaml")
                                    .read_text()))
     rules = next(d for d in docs if d["metadata"]["name"] == "guardian-rules")["data"]
     assert "kernel.toml" in rules
