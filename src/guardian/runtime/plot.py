@@ -150,8 +150,9 @@ def plot(rec: Recording, ruleset: Ruleset, r: Replay, out: Path) -> None:
 
 
 def figure(rec: Recording, ruleset: Ruleset, r: Replay) -> Any:
-    """A panel per rule with data: its members (those that made it fire always drawn, the
-    others by largest value, up to MAX_LINES), its thresholds, its firing windows shaded.
+    """A panel per rule with data: its members (those that made it fire always drawn and
+    labelled "matched", the others by largest value, up to MAX_LINES), its thresholds, its
+    firing windows shaded.
     The rules with no value the whole recording are named in one line above the panels."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
@@ -176,7 +177,7 @@ def figure(rec: Recording, ruleset: Ruleset, r: Replay) -> Any:
         for key in keys:
             xs = p.series[key]
             ax.plot(times, [math.nan if x is None else x for x in xs],
-                    label=key + ("  (fired)" if key in p.fired else ""),
+                    label=key + ("  (matched)" if key in p.fired else ""),
                     linewidth=1.6 if key in p.fired else 1, zorder=3 if key in p.fired else 2,
                     marker="." if _isolated(xs) else None, markersize=4)
         for th in thresholds(p.rule.spec.when):

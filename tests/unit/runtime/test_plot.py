@@ -100,7 +100,7 @@ def test_the_members_that_fired_are_drawn_then_the_largest(tmp_path: Path) -> No
     fig = figure(rec, rules, r)
     (ax,) = fig.axes
     labels = _legend(ax)
-    assert labels[0] == 'systemd.unit_restarts_recent{unit="zz.service"}  (fired)'
+    assert labels[0] == 'systemd.unit_restarts_recent{unit="zz.service"}  (matched)'
     largest = [f'systemd.unit_restarts_recent{{unit="a{i:02}.service"}}'
                for i in range(10, 10 - (MAX_LINES - 1), -1)]
     assert labels[1:MAX_LINES] == largest
