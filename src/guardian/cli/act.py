@@ -5,6 +5,7 @@ executor's plan, apply, verify and audit path and the rails of
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from typing import Any
 
@@ -22,7 +23,7 @@ from guardian.cli.common import (
 )
 from guardian.core import tomlread
 from guardian.core.audit import ForcedRecord, RefusedRecord
-from guardian.core.diagnostics import RuleError
+from guardian.core.diagnostics import RuleError, unknown_key
 from guardian.core.exitcodes import ExitCode
 from guardian.plugin.registry import default_registry
 from guardian.runtime.executor import Executor
@@ -48,18 +49,24 @@ def cmd_act(args: argparse.Namespace) -> ExitCode:
     cls = reg.actions.get(args.action)
     if cls is None:
         why = reg.action_failure(args.action)
+        hint = difflib.get_close_matches(args.action, list(reg.actions), n=1)
         print(f"guardian act: action {args.action!r} could not be loaded: {why}" if why else
-              f"guardian act: unknown action {args.action!r} (known: "
-              f"{', '.join(sorted(reg.actions))})", file=sys.stderr)
+              f"guardian act: unknown action {args.action!r}" + (
+                  f"; did you mean {hint[0]!r}?" if hint else
+                  f" (known: {', '.join(sorted(reg.actions))})"), file=sys.stderr)
         return ExitCode.USAGE
     try:
         params = cls.Params.model_validate(_parse_set(args.set))
         config = cli_config(args)
     except ValidationError as exc:
+        keys = [f.alias or name for name, f in cls.Params.model_fields.items()]
         for err in exc.errors():
             where = ".".join(str(x) for x in err["loc"]) or "(parameters)"
-            print(f"guardian act: {args.action}: --set {where}: {err['msg']}",
-                  file=sys.stderr)
+            msg = f"--set {where}: {err['msg']}"
+            if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+                msg = f"--set: {unknown_key(where, keys)}" if keys else \
+                    f"--set {where}: it takes no parameters"
+            print(f"guardian act: {args.action}: {msg}", file=sys.stderr)
         return ExitCode.USAGE
     except ValueError as exc:
         print(f"guardian act: {exc}", file=sys.stderr)

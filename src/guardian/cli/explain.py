@@ -4,6 +4,7 @@ now or at a point of a recording."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import time
@@ -38,8 +39,11 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
     config, rec, rules, catalogue = loaded
     rule = rules.by_name(args.rule)
     if rule is None:
-        print(f"guardian explain: no rule {args.rule!r} (rules: "
-              f"{', '.join(r.name for r in rules.rules)})", file=sys.stderr)
+        names = [r.name for r in rules.rules]
+        hint = difflib.get_close_matches(args.rule, names, n=1)
+        print(f"guardian explain: no rule {args.rule!r}" + (
+            f"; did you mean {hint[0]!r}?" if hint else f" (rules: {', '.join(names)})"),
+            file=sys.stderr)
         return ExitCode.USAGE
     engine = Engine(rules)
     where = ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import getpass
 import os
 import sys
@@ -118,8 +119,11 @@ def _warn_unknown_rule(args: argparse.Namespace, rule: str) -> None:
     except Exception:  # rules not here or broken: nothing known to compare with
         return
     if rule not in names:
-        print(f"guardian pause: warning: no loaded rule is named {rule!r} (known: "
-              f"{', '.join(sorted(names)) or 'none'}); the hold is kept", file=sys.stderr)
+        hint = difflib.get_close_matches(rule, sorted(names), n=1)
+        known = f"did you mean {hint[0]!r}?" if hint else \
+            f"known: {', '.join(sorted(names)) or 'none'}"
+        print(f"guardian pause: warning: no loaded rule is named {rule!r} ({known}); the "
+              f"hold is kept", file=sys.stderr)
 
 
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
@@ -141,8 +145,12 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     if args.json:
         json_out("resume", [h.to_dict() for h in gone], ok=bool(gone))
     elif not gone:
-        print("guardian resume: no such hold (guardian holds lists them); holds from a "
-              "drop-in file or Kubernetes end where they were set", file=sys.stderr)
+        held = sorted({h.rule for h in current} - {"*", args.rule})  # a name, not labels
+        hint = difflib.get_close_matches(args.rule, held, n=1) if args.rule else []
+        elsewhere = "holds from a drop-in file or Kubernetes end where they were set"
+        print(f"guardian resume: no such hold; did you mean {hint[0]!r}? ({elsewhere})"
+              if hint else f"guardian resume: no such hold (guardian holds lists them); "
+                           f"{elsewhere}", file=sys.stderr)
     for h in gone if not args.json else []:
         print(f"resumed rules {h.matcher} (was {h.describe()})")
     return ExitCode.OK if gone else ExitCode.FAILED
