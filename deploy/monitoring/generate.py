@@ -124,8 +124,7 @@ def dashboard_model() -> dict[str, Any]:
 
     fleet = [
         big_number(
-            "Nodes scraped", "guardian targets Prometheus scraped at the last try "
-            "(up == 1), out of all guardian targets.",
+            "Nodes scraped", "guardian targets whose last scrape succeeded (up == 1).",
             f'sum(up{{job=~"{JOB}"}}) or vector(0)'),
         big_number(
             "Nodes not scraped", "guardian targets whose last scrape failed (up == 0): "
