@@ -141,11 +141,11 @@ def find_habit(text: str, signals: Container[str], time_functions: Container[str
             if t.text in ("&&", "||", "!"):
                 word = {"&&": "and", "||": "or", "!": "not"}[t.text]
                 message = f"`{t.text}` is written `{word}` in guardian"
-            elif in_selector and prev is not None and prev.kind == "name" \
+            elif o is not None and in_selector and prev is not None and prev.kind == "name" \
                     and t.text in ("=~", "!~", "==", "!="):
-                message = _matcher(text, toks, i, pairs)
+                message = _matcher(text, toks, i, o, pairs)
             elif t.text == "[" and nxt is not None and nxt.kind == "dur":
-                message = _range(text, toks, i, pairs, selector_before(i), call_around(i),
+                message = _range(text, toks, i, selector_before(i), call_around(i),
                                  time_functions)
         elif t.kind == "dur":
             call = call_around(i)
@@ -162,12 +162,13 @@ def find_habit(text: str, signals: Container[str], time_functions: Container[str
     return None
 
 
-def _matcher(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int]) -> str:
-    """The message for ``=~``, ``!~``, ``==`` or ``!=`` at token i in a selector."""
+def _matcher(text: str, toks: Sequence[_Tok], i: int, o: int, pairs: dict[int, int]
+             ) -> str:
+    """The message for ``=~``, ``!~``, ``==`` or ``!=`` at token i in the selector whose
+    ``{`` is token o."""
     op, label = toks[i].text, toks[i - 1].text
     value = toks[i + 1] if i + 1 < len(toks) and toks[i + 1].kind == "str" else None
     glob = _glob_of(value.text[1:-1]) if op == "=~" and value is not None else None
-    o = next(j for j in range(i - 1, -1, -1) if toks[j].text == "{")
     name = toks[o - 1] if o > 0 and toks[o - 1].kind == "name" else None
     if value is not None and name is not None and o in pairs and (
             op == "==" or glob is not None):
@@ -184,9 +185,8 @@ def _matcher(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int]) -> 
             f'e.g. `{label}="1*"`')
 
 
-def _range(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int],
-           selector: str | None, call: tuple[str, int, int] | None,
-           time_functions: Container[str]) -> str | None:
+def _range(text: str, toks: Sequence[_Tok], i: int, selector: str | None,
+           call: tuple[str, int, int] | None, time_functions: Container[str]) -> str | None:
     """The message for ``[5m]`` (a range selector) or ``[5m:1m]`` (a subquery)."""
     window, after = toks[i + 1].text, toks[i + 2] if i + 2 < len(toks) else None
     if after is not None and after.text == ":":
