@@ -114,6 +114,8 @@ def test_the_pod_sees_the_host_and_is_probed() -> None:
     assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     probe = c["livenessProbe"]["httpGet"]
     assert probe == {"path": "/healthz", "port": "metrics"}
+    # readiness is its own question: the rules loaded and evaluated (before: no probe)
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert {"/sys", "/dev/kmsg", "/run/systemd"} <= mounts
 

@@ -89,6 +89,7 @@ class Facts:
     annotations: frozenset[str]  # node annotations guardian reads or writes
     metrics_port: int
     health_path: str
+    ready_path: str
     config_file: str
     rules_dir: str
     state_dir: str
@@ -126,6 +127,7 @@ def facts() -> Facts:
         annotations=frozenset({holds.annotation, OWNED}),
         metrics_port=MetricsConfig().port,
         health_path=container["livenessProbe"]["httpGet"]["path"],
+        ready_path=container["readinessProbe"]["httpGet"]["path"],
         config_file=str(DEFAULT_CONFIG),
         rules_dir=ServiceConfig().rules[0],
         state_dir=str(defaults.state.parent),
@@ -186,8 +188,10 @@ def test_the_sources_of_truth_agree() -> None:
     assert (port["name"], port["containerPort"]) == ("metrics", f.metrics_port)
     assert _one("PodMonitor")["spec"]["podMetricsEndpoints"][0]["port"] == port["name"]
     assert container["livenessProbe"]["httpGet"]["port"] == port["name"]
+    assert container["readinessProbe"]["httpGet"]["port"] == port["name"]
+    assert f.ready_path != f.health_path  # readiness is not liveness
     served = (REPO / "src" / "guardian" / "runtime" / "metrics.py").read_text()
-    assert f'"PATH_INFO") != "{f.health_path}"' in served
+    assert f'"{f.health_path}": health' in served and f'"{f.ready_path}": ready' in served
     # the paths: the code's defaults, the DaemonSet's mounts and config, the unit's
     assert f"--config={f.config_file}" in f.daemonset_args
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
@@ -277,6 +281,8 @@ def _mentions(f: Facts) -> list[tuple[str, Callable[[re.Match[str]], str | None]
         # /healthz
         (r"(?<![\w.:/-])/(health\w*)\b", must("the liveness probe's path",
                                                f.health_path.lstrip("/"))),
+        (r"(?<![\w.:/-])/(read\w*z)\b", must("the readiness probe's path",
+                                            f.ready_path.lstrip("/"))),
         # guardian's files
         (PATHS, path),
         (r"\$STATE_DIRECTORY/([\w.-]+)", must("the state file", f.state_files)),
@@ -338,12 +344,13 @@ def test_every_mention_in_the_docs_and_comments_is_true() -> None:
     ("the annotation `guardian.io/hold`", "the annotation `guardian.io/holds`"),
     ("on `127.0.0.1:9847`", "on `127.0.0.1:9874`"),
     ("answers `/healthz`", "answers `/health`"),
+    ("answers `/readyz`", "answers `/readz`"),
     ("`/etc/guardian/holds.d`", "`/etc/guardian/hold.d`"),
     ("`/var/lib/guardian/guardian.lock`", "`/var/log/guardian/guardian.lock`"),
     ("`WatchdogSec=30s`", "`WatchdogSec=60s`"),
     ('namespace = "guardian"', 'namespace = "kube-system"'),
 ], ids=["configmap-namespace", "kubectl-namespace", "kubectl-no-namespace", "kubectl-file",
-        "kubectl-name", "annotation", "metrics-port", "healthz", "holds-dir", "lock-file",
+        "kubectl-name", "annotation", "metrics-port", "healthz", "readyz", "holds-dir", "lock-file",
         "watchdog", "toml-namespace"])
 def test_a_wrong_mention_is_named(good: str, bad: str) -> None:
     assert wrong_mentions({"doc.md": good}) == []

@@ -236,13 +236,14 @@ class Metrics:
                     self.actions.labels(rule.name, action.spec.use, outcome)
 
     def serve(self, address: str, port: int,
-              health: Callable[[], tuple[bool, str]] | None = None) -> str | None:
-        """Start the HTTP endpoint (``/metrics``, and ``/healthz`` answered by ``health``);
-        an error message instead of raising, for the caller to report (the service does
-        not start without its /healthz)."""
+              health: Callable[[], tuple[bool, str]] | None = None,
+              ready: Callable[[], tuple[bool, str]] | None = None) -> str | None:
+        """Start the HTTP endpoint (``/metrics``, ``/healthz`` answered by ``health`` and
+        ``/readyz`` by ``ready``); an error message instead of raising, for the caller to
+        report (the service does not start without its /healthz)."""
         app = make_wsgi_app(self.registry)
         if health is not None:
-            app = _with_health(app, health)
+            app = _with_health(app, health, ready)
         try:
             self.server = httpserve.serve(address, port, app)
         except (OSError, RuntimeError) as exc:
@@ -263,13 +264,18 @@ class Metrics:
             self.server = None
 
 
-def _with_health(app: Any, health: Callable[[], tuple[bool, str]]) -> Any:
+def _with_health(app: Any, health: Callable[[], tuple[bool, str]],
+                 ready: Callable[[], tuple[bool, str]] | None = None) -> Any:
     """``/healthz``: 200 while the loop completes ticks, 503 once it is stuck (the
-    liveness probe's question); every other path goes to the metrics app."""
+    liveness probe's question); ``/readyz``: 200 once the rules are loaded and evaluated,
+    503 before (the readiness probe's); every other path goes to the metrics app."""
+    routes = {"/healthz": health, **({"/readyz": ready} if ready is not None else {})}
+
     def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("PATH_INFO") != "/healthz":
+        answer = routes.get(environ.get("PATH_INFO", ""))
+        if answer is None:
             return app(environ, start_response)
-        ok, text = health()
+        ok, text = answer()
         body = (text + "\n").encode()
         start_response("200 OK" if ok else "503 Service Unavailable",
                        [("Content-Type", "text/plain; charset=utf-8"),

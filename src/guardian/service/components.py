@@ -66,9 +66,10 @@ def build_engine(ruleset: Ruleset, config: Config) -> Engine:
 
 def build_components(opts: ServiceOptions, config: Config, registry: Registry,
                      ruleset: Ruleset, metrics: Metrics,
-                     health: Callable[[], tuple[bool, str]]) -> Components:
+                     health: Callable[[], tuple[bool, str]],
+                     ready: Callable[[], tuple[bool, str]] | None = None) -> Components:
     """The collector, the audit log and executor, and the metrics (served, when a port is
-    given, with ``health`` as /healthz)."""
+    given, with ``health`` as /healthz and ``ready`` as /readyz)."""
     collector = Collector.from_registry(Host(opts.root), registry, config)
     try:
         for name, reason in sorted(collector.unavailable.items()):
@@ -80,7 +81,8 @@ def build_components(opts: ServiceOptions, config: Config, registry: Registry,
         metrics.use_rules(ruleset, registry.catalogue())
         metrics.last_reload_ok.set(1)
         if opts.metrics_port is not None:
-            failed = metrics.serve(opts.metrics_address, opts.metrics_port, health=health)
+            failed = metrics.serve(opts.metrics_address, opts.metrics_port, health=health,
+                                   ready=ready)
             if failed:  # no /healthz: a liveness probe would kill it later, for less
                 if executor.audit is not None:
                     executor.audit.close()

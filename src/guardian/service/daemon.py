@@ -144,7 +144,7 @@ class Daemon:
         restore(engine, self.opts.state_path)
         try:
             parts = build_components(self.opts, self.config, self.registry, ruleset,
-                                     self.metrics, self.health)
+                                     self.metrics, self.health, self.readiness)
         except NotBuilt as exc:
             self._not_started(str(exc))
             return exc.code
@@ -211,6 +211,9 @@ class Daemon:
 
     def health(self) -> tuple[bool, str]:
         return self.witness.health()
+
+    def readiness(self) -> tuple[bool, str]:
+        return self.witness.ready(self.ready)
 
     def status(self) -> str:
         return self.witness.status()

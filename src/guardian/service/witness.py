@@ -175,6 +175,17 @@ class Witness:
                                       for name, reason in sorted(degraded.items()))])
         return True, f"ok: {text}"
 
+    def ready(self, evaluated: bool) -> tuple[bool, str]:
+        """Whether the service is ready (a readiness probe's question, a rolling update's
+        wait): its rules loaded and ``evaluated`` once (the daemon's READY=1). Not whether
+        it is alive: that is :meth:`health`'s."""
+        if self.ruleset is None or not evaluated:
+            age = time.monotonic() - self.started
+            what = "the first evaluation is under way" if self.ruleset is not None \
+                else "loading the rules"
+            return False, f"not ready: {what} ({age:.0f}s)"
+        return True, f"ready: {len(self.ruleset.rules)} rule(s) loaded and evaluated"
+
     def degraded(self) -> dict[str, str]:
         """Sources some rule reads whose signals have no value now: unavailable since
         start (a host without systemd, /dev/kmsg not readable) or failing at the last
