@@ -16,18 +16,19 @@ SHIPPED = sorted(p.stem for p in (NPD / "config").glob("*.json"))
 
 def test_every_shipped_config_imports_into_one_configuration(tmp_path: Path) -> None:
     """Each of node-problem-detector's shipped custom-plugin and kmsg configs imports, and
-    the fragments append into one guardian.toml that passes `guardian check` with the
-    rules (three health-checker configs share NPD's "source": names come from the file
-    names)."""
+    the drop-ins merge onto one guardian.toml that passes `guardian check` with the rules
+    (three health-checker configs share NPD's "source": names come from the file names;
+    each health-checker's repair is a rule of its own: 27 + 3)."""
     for name in SHIPPED:
         got = guardian("import", "npd", str(NPD / "config" / f"{name}.json"), "-o",
                        str(tmp_path))
         assert got.returncode == 0, got.stderr
     config = tmp_path / "guardian.toml"
-    config.write_text("".join(p.read_text() for p in sorted(tmp_path.glob("*.guardian.toml"))))
+    config.write_text("")
     checked = guardian("check", "--config", str(config), str(tmp_path / "rules"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert len(load_rules([tmp_path / "rules"]).rules) == 27
+    assert f"{len(SHIPPED)} drop-in(s)" in checked.stdout, checked.stdout
+    assert len(load_rules([tmp_path / "rules"]).rules) == 30
 
 
 def test_a_reason_with_a_space_is_made_valid_and_dropped_settings_are_said(
@@ -44,7 +45,7 @@ def test_a_reason_with_a_space_is_made_valid_and_dropped_settings_are_said(
     assert got.returncode == 0, got.stderr
     assert "'disk full-ish' is written 'DiskFullIsh'" in got.stderr
     assert "skip_initial_status" in got.stderr
-    checked = guardian("check", "--config", str(out / "npd-own.guardian.toml"),
+    checked = guardian("check", "--config", str(out / "guardian.toml.d" / "50-npd-own.toml"),
                        str(out / "rules"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
@@ -66,23 +67,25 @@ def test_a_planted_symlink_or_file_in_the_output_is_refused_never_followed(
     victim.write_text("root's\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for plant in ("npd-own.guardian.toml", "rules/npd-own.toml", "rules", "file"):
+    dropin = "guardian.toml.d/50-npd-own.toml"
+    for plant in (dropin, "rules/npd-own.toml", "rules", "guardian.toml.d", "file"):
         out = tmp_path / f"out-{plant.replace('/', '-')}"
         (out / "rules").mkdir(parents=True)
-        if plant == "rules":
-            (out / "rules").rmdir()
-            (out / "rules").symlink_to(elsewhere)
+        (out / "guardian.toml.d").mkdir()
+        if plant in ("rules", "guardian.toml.d"):
+            (out / plant).rmdir()
+            (out / plant).symlink_to(elsewhere)
         elif plant == "file":
-            (out / "npd-own.guardian.toml").write_text("mine\n")
+            (out / dropin).write_text("mine\n")
         else:
             (out / plant).symlink_to(victim)
         got = guardian("import", "npd", str(own), "-o", str(out))
         assert got.returncode == 1, (plant, got.stdout)
         assert "refused" in got.stderr and "Traceback" not in got.stderr, got.stderr
         assert victim.read_text() == "root's\n" and list(elsewhere.iterdir()) == []
-        if plant in ("npd-own.guardian.toml", "file"):  # the rules it wrote first: removed
+        if plant in (dropin, "file"):  # the rules it wrote first: removed
             assert not (out / "rules" / "npd-own.toml").exists()
-    assert (tmp_path / "out-file" / "npd-own.guardian.toml").read_text() == "mine\n"
+    assert (tmp_path / "out-file" / dropin).read_text() == "mine\n"
 
 
 def test_hostile_json_is_an_error_at_its_place_never_a_traceback(tmp_path: Path) -> None:

@@ -325,9 +325,10 @@ def test_run_once_shows_an_imported_npd_check_whose_program_is_missing_as_unknow
                               capture_output=True, text=True, timeout=60)
 
     got = guardian("import", "npd", str(tmp_path / "config" / "mon.json"), "-o", "out",
-                   "--log-only")
+                   "--log-only", "--base", str(tmp_path))
     assert got.returncode == 0, got.stderr
-    config, rules = tmp_path / "out" / "npd-mon.guardian.toml", tmp_path / "out" / "rules"
+    config = tmp_path / "out" / "guardian.toml.d" / "50-npd-mon.toml"
+    rules = tmp_path / "out" / "rules"
     run = ("run", "--once", "--dry-run", "--warmup", "0.5s", "--config", str(config),
            "--rules", str(rules))
     got = guardian(*run)

@@ -2,11 +2,17 @@
 configuration and rules (the conversion: :mod:`guardian.policy.npd`). The module is named
 after the one tool ``import`` knows: ``import`` itself is a Python keyword.
 
+The configuration is a drop-in (``guardian.toml.d/50-npd-NAME.toml``, merged onto
+guardian.toml: several imports never collide with each other or the shipped file), the
+rules a rule file (``rules/npd-NAME.toml``); the output says where each goes. Where this
+installation has no Kubernetes support (the OS packages), the rules it writes log
+instead of setting node conditions and emitting events: what it writes, it can run.
+
 What it would write is checked first as `guardian check --config` would check it (the
-fragment and the rule file together); output that would not pass is refused, never
-written. ``-o DIR`` creates its files new (``O_EXCL|O_NOFOLLOW``, the ``rules``
-directory opened without following a symlink): a file or a symlink someone put there is
-refused, never written through or over."""
+drop-in and the rule file together); output that would not pass is refused, never
+written. ``-o DIR`` creates its files new (``O_EXCL|O_NOFOLLOW``, the ``guardian.toml.d``
+and ``rules`` directories opened without following a symlink): a file or a symlink
+someone put there is refused, never written through or over."""
 
 from __future__ import annotations
 
@@ -19,27 +25,33 @@ from pathlib import Path
 
 from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
+from guardian.core.install import has_k8s, k8s_missing
 from guardian.hostio.safefile import create_new, open_directory, remove
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
-from guardian.policy.npd import Imported, NpdConfigError, import_npd
+from guardian.policy.npd import CONFIG_DIR, Imported, NpdConfigError, import_npd
 from guardian.runtime import preflight
-from guardian.runtime.config import load_config
+from guardian.runtime.config import dropin_dir, load_config
+
+DROPINS = "guardian.toml.d"
 
 
 def problems(got: Imported) -> list[str]:
-    """Why the fragment and the rules would not pass `guardian check --config` (each
+    """Why the drop-in and the rules would not pass `guardian check --config` (each
     ``path:line:col: message``, the paths as ``-o`` names them); none: they pass."""
-    names = {"config": f"npd-{got.name}.guardian.toml",
-             "rules": f"rules/npd-{got.name}.toml"}
+    names = {"config": f"{DROPINS}/{got.dropin}", "rules": f"rules/{got.rules_name}"}
     with tempfile.TemporaryDirectory(prefix="guardian-npd-") as tmp:
-        config, rules = Path(tmp, "guardian.toml"), Path(tmp, "rules.toml")
+        main = Path(tmp, "guardian.toml")
+        create_new(main, b"", 0o600)
+        dropins = dropin_dir(main)
+        dropins.mkdir()
+        config, rules = dropins / got.dropin, Path(tmp, "rules.toml")
         create_new(config, got.config.encode(), 0o600)
         create_new(rules, got.rules.encode(), 0o600)
         out: list[str] = []
         registry = default_registry()
         try:
-            cfg = load_config(config, registry)
+            cfg = load_config(main, registry)
         except RuleError as exc:
             out += [str(d) for d in exc.diagnostics]
             cfg = None
@@ -55,12 +67,18 @@ def problems(got: Imported) -> list[str]:
 
 
 def cmd_import(args: argparse.Namespace) -> ExitCode:
+    log_only = args.log_only
+    without_k8s = not log_only and not has_k8s()
     try:
         got = import_npd(Path(args.file), Path(args.base) if args.base else None,
-                         args.log_only)
+                         log_only or without_k8s)
     except NpdConfigError as exc:
         print(f"guardian import npd: {exc}", file=sys.stderr)
         return ExitCode.FAILED
+    if without_k8s:
+        got.notes.append("the rules log and set no node condition and emit no event: they "
+                         f"need {k8s_missing()}; import there for NPD's conditions and "
+                         "events")
     wrong = problems(got)
     if wrong:
         print(f"guardian import npd: {args.file}: the output would not pass `guardian "
@@ -70,49 +88,62 @@ def cmd_import(args: argparse.Namespace) -> ExitCode:
         return ExitCode.FAILED
     for note in got.notes:
         print(f"note: {note}", file=sys.stderr)
+    config = f"{CONFIG_DIR}/{DROPINS}/{got.dropin}"
+    rules = f"{CONFIG_DIR}/rules/{got.rules_name}"
     if not args.output:
+        print(f"# ---- {config} (a drop-in of guardian.toml) ----")
         print(got.config)
-        print("# ---- rules ----")
+        print(f"# ---- {rules} (a rule file) ----")
         print(got.rules)
         return ExitCode.OK
-    config = Path(args.output) / f"npd-{got.name}.guardian.toml"
-    rules = Path(args.output) / "rules" / f"npd-{got.name}.toml"
+    out = Path(args.output)
     try:
-        _write(Path(args.output), got)
+        _write(out, got)
     except OSError as exc:
         print(f"guardian import npd: {exc.filename or args.output}: "
               f"{_refused(exc)}; nothing written", file=sys.stderr)
         return ExitCode.FAILED
-    print(f"wrote {config} (append it to guardian.toml) and {rules}")
+    written = (out / DROPINS / got.dropin, out / "rules" / got.rules_name)
+    print(f"wrote {written[0]} and {written[1]}; to use them on the node:\n"
+          f"  install -D -m 0644 {written[0]} {config}\n"
+          f"  install -D -m 0644 {written[1]} {rules}\n"
+          f"  guardian check\n"
+          f"  systemctl restart guardian\n"
+          f"(the drop-in merges onto {CONFIG_DIR}/guardian.toml, which the service reads "
+          f"at start; the rule file joins {CONFIG_DIR}/rules, a directory the shipped "
+          "config names)")
     return ExitCode.OK
 
 
 def _write(out: Path, got: Imported) -> None:
-    """Both files created new in ``out`` and ``out/rules``, or neither (OSError)."""
+    """Both files created new in ``out/guardian.toml.d`` and ``out/rules``, or neither
+    (OSError)."""
     os.makedirs(out, exist_ok=True)  # the directory named: the operator's
     top = open_directory(out)
     try:
+        subs: list[int] = []
         try:
-            sub = open_directory("rules", dir_fd=top, create=True)
-        except OSError as exc:
-            exc.filename = str(out / "rules")
-            raise
-        try:
-            name = f"npd-{got.name}.toml"
+            for name in ("rules", DROPINS):
+                try:
+                    subs.append(open_directory(name, dir_fd=top, create=True))
+                except OSError as exc:
+                    exc.filename = str(out / name)
+                    raise
+            rules, dropins = subs
             try:
-                create_new(name, got.rules.encode(), dir_fd=sub)
+                create_new(got.rules_name, got.rules.encode(), dir_fd=rules)
             except OSError as exc:
-                exc.filename = str(out / "rules" / name)
+                exc.filename = str(out / "rules" / got.rules_name)
                 raise
-            cname = f"npd-{got.name}.guardian.toml"
             try:
-                create_new(cname, got.config.encode(), dir_fd=top)
+                create_new(got.dropin, got.config.encode(), dir_fd=dropins)
             except OSError as exc:
-                remove(name, dir_fd=sub)  # the one just written: neither or both
-                exc.filename = str(out / cname)
+                remove(got.rules_name, dir_fd=rules)  # the one just written: neither or both
+                exc.filename = str(out / DROPINS / got.dropin)
                 raise
         finally:
-            os.close(sub)
+            for fd in subs:
+                os.close(fd)
     finally:
         os.close(top)
 

@@ -25,16 +25,33 @@ file) with node-problem-detector's ``concurrency`` for it (3 unless set), as
 node-problem-detector runs each monitor on its own workers: checks hanging in one monitor
 never delay another's.
 
+A kernel-log pattern that is a shipped one (the same expression, or one that matches only
+one shipped pattern's lines among guardian's kernel-log samples, the ``[[kmsg]]`` lines
+of the shipped rule tests) is read from the shipped one, never added again: one line
+counts once.
+
 Checks run in a dry run too (they are how guardian observes), so a check must not change
-the host: node-problem-detector's ``health-checker --enable-repair=true`` (which restarts
-kubelet or the runtime itself) is written with ``--enable-repair=false``; guardian
-repairs through its rules and actions (e.g. ``systemd.unit`` restart), within its rails.
+the host: node-problem-detector's ``health-checker`` (whose ``--enable-repair`` is true
+unless set false: it then kills kubelet or the runtime, and systemd restarts it) is
+written with ``--enable-repair=false``, and its repair becomes a rule of guardian's: a
+``systemd.unit`` restart of that service after it has run ``--cooldown-time``, within a
+budget (3 an hour), in shadow mode (``mode = "observe"``) with a comment saying how to
+turn it on.
+
+Relative plugin paths start from ``base``, the directory node-problem-detector ran in on
+the node (default ``/``, its image's): written as paths on the node, never resolved on
+the machine that imports.
+
+The configuration is a drop-in of guardian.toml (``guardian.toml.d/50-npd-NAME.toml``):
+its checks, pools and patterns have names of their own, so the drop-ins of several
+monitors merge.
 
 A reason that is not a valid Kubernetes reason for guardian (``^[A-Za-z][A-Za-z0-9]*$``)
 is written CamelCase with its other characters dropped (``"Disk full"`` ->
 ``DiskFull``), and the importer says so.
 
-Kubernetes actions need the ``k8s`` extra; ``--log-only`` writes log actions only.
+Kubernetes actions need the ``k8s`` extra; ``log_only`` writes log actions only (the
+command does so where the extra is missing).
 
 A file node-problem-detector would refuse, or one guardian cannot express, is refused with
 its place in the file (``path:line:col``: JSON's own error position, or the key of a
@@ -45,18 +62,21 @@ value of the wrong type or out of range), never a traceback; the output is writt
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
 import tomli_w
 from pydantic import ValidationError
 
+from guardian.core import tomlread
 from guardian.core.durations import MAX_DURATION, format_duration, parse_duration
 from guardian.core.errors import GuardianError
 from guardian.hostio.safefile import read_regular
@@ -115,12 +135,34 @@ def slug(text: str, limit: int = NAME_PART) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower())[:limit].strip("-") or "x"
 
 
+CONFIG_DIR = "/etc/guardian"  # where the packages install guardian.toml and rules/
+
+
 @dataclass
 class Imported:
-    config: str          # a guardian.toml fragment
+    config: str          # a drop-in of guardian.toml (guardian.toml.d/)
     rules: str           # a rule file
     name: str            # from the config file's name: its checks, rules and files
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def dropin(self) -> str:
+        """The config drop-in's file name (in guardian.toml.d/)."""
+        return dropin_name(self.name)
+
+    @property
+    def rules_name(self) -> str:
+        return f"npd-{self.name}.toml"
+
+
+def dropin_name(name: str) -> str:
+    return f"50-npd-{name}.toml"
+
+
+def _dropin_header(name: str) -> str:
+    return (f"# A drop-in of guardian.toml: {CONFIG_DIR}/guardian.toml.d/{dropin_name(name)},"
+            "\n# merged onto guardian.toml (tables key by key); `guardian check` checks "
+            "both.\n")
 
 
 # -- the input, and where each of its values is ------------------------------------------
@@ -299,16 +341,18 @@ def read_config(path: Path) -> _Doc:
 
 def import_npd(path: Path, base: Path | None = None, log_only: bool = False) -> Imported:
     """Translate one node-problem-detector monitor config. ``base`` is the directory
-    node-problem-detector ran in (its plugin paths are relative to it; default: the
-    parent of the directory holding the config, as ``./config/plugin/x.sh`` is laid out
-    in its repository and image). Raises :class:`NpdConfigError`, located in the file."""
+    node-problem-detector ran in on the node (its relative plugin paths start there;
+    default: ``/``, its image's, where ``./config/plugin/x.sh`` is /config/plugin/x.sh): a
+    path on the node, never resolved on the machine that imports. Raises
+    :class:`NpdConfigError`, located in the file."""
     doc = read_config(path)
     data = doc.data
     if not isinstance(data, dict):
         doc.fail((), f"must be a JSON object, not {_shown(data)}")
     plugin = doc.get(data, (), "plugin", str)
-    if base is None:
-        base = Path(os.path.realpath(path)).parent.parent
+    if base is not None and not base.is_absolute():
+        raise NpdConfigError(f"--base {str(base)!r}: the directory node-problem-detector "
+                             "ran in on the node, an absolute path")
     # names (checks, rules, files) come from the file's name: node-problem-detector's
     # "source" is shared (three health-checker-*.json say "health-checker")
     name = slug(path.name.removesuffix(".json"))
@@ -373,7 +417,7 @@ def _condition(doc: _Doc, rule: Mapping[str, Any], i: int, conditions: Mapping[
     return ctype, back
 
 
-def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
+def _custom(doc: _Doc, data: dict[str, Any], base: Path | None, log_only: bool,
             prefix: str) -> Imported:
     source = doc.get(data, (), "source", str) or "custom-plugin-monitor"
     g = doc.get(data, (), "pluginConfig", dict, {})
@@ -389,6 +433,8 @@ def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
         notes.append("skip_initial_status: not imported (guardian sets a condition from "
                      "the first run of its check, and sets no initial status)")
     repaired: set[str] = set()
+    relative: set[str] = set()
+    repairs: dict[str, Repair] = {}  # check -> the repair health-checker would do
     checks: dict[tuple[str, tuple[str, ...], float, float], str] = {}
     names: set[str] = set()
     conditions = _conditions(doc, data)
@@ -398,14 +444,22 @@ def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
         rpath = doc.get(rule, loc, "path", str, "")
         if not rpath:
             doc.fail(loc, "has no path")
-        try:
-            program = Path(os.path.normpath(rpath)) if rpath.startswith("/") \
-                else Path(os.path.realpath(base / rpath))
-        except (OSError, RuntimeError, ValueError) as exc:
-            doc.fail((*loc, "path"), f"{rpath!r}: {exc}")
+        if "\0" in rpath:
+            doc.fail((*loc, "path"), f"{rpath!r}: a NUL in a path")
+        # lexically, as a path on the node: nothing of the machine that imports
+        if rpath.startswith("/"):
+            program = Path(os.path.normpath(rpath))
+        else:
+            program = Path(os.path.normpath((base or Path("/")) / rpath))
+            relative.add(rpath)
         args = tuple(doc.get({"a": a}, (*loc, "args", n), "a", str)
                      for n, a in enumerate(doc.get(rule, loc, "args", list, [])))
-        if any(a in REPAIR_ON for a in args):
+        fix = _health_checker_repair(doc, program, args, (*loc, "args")) \
+            if program.name == HEALTH_CHECKER else None
+        if fix is not None:
+            args = (*(a for a in args if not _is_repair_flag(a)), "--enable-repair=false")
+            repaired.add(program.name)
+        elif program.name != HEALTH_CHECKER and any(a in REPAIR_ON for a in args):
             args = tuple("--enable-repair=false" if a in REPAIR_ON else a for a in args)
             repaired.add(program.name)
         # the rule's timeout only when shorter than the global one (plugin.go run())
@@ -420,6 +474,8 @@ def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
             names.add(name)
             checks[key] = name
         check = checks[key]
+        if fix is not None and check not in repairs:
+            repairs[check] = fix
         kind = _kind(doc, rule, loc)
         reason = _reason(doc, rule, loc, notes)
         rname = f"npd-{prefix}-{slug(reason)}-{kind}-{i}"
@@ -434,18 +490,30 @@ def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
                 rname, f"{reason}: event from {program.name}",
                 f'script.result{{check="{check}"}} >= 1', kind, source, reason,
                 _event_action(reason, log_only) + _log(reason), cooldown=interval))
-    cfg = [_header(source, "custom-plugin monitor")]
+    for check, fix in repairs.items():
+        rules_out.append(_repair_rule(prefix, check, fix, source))
+    cfg = [_header(source, "custom-plugin monitor") + _dropin_header(prefix)]
+    if relative and base is None:
+        cfg.append("# plugin paths relative to node-problem-detector's directory start "
+                   "from / (its image's): import with --base DIR where it ran elsewhere\n")
+        notes.append(f"{', '.join(sorted(relative))}: relative to the directory node-"
+                     "problem-detector ran in, taken as / (its image's, where ./config/"
+                     "plugin/ is /config/plugin/); where it ran elsewhere on the node, "
+                     "import again with --base DIR")
     if repaired:
-        cfg.append("# --enable-repair=true rewritten to --enable-repair=false: checks run "
-                   "in a dry run too and must not change the host; repair with guardian's "
-                   "rules and actions (e.g. systemd.unit restart)\n")
-        notes.append(f"{', '.join(sorted(repaired))}: --enable-repair=true rewritten to "
+        cfg.append("# --enable-repair rewritten to --enable-repair=false: checks run "
+                   "in a dry run too and must not change the host; guardian repairs "
+                   "through its rules (the rules file's *-repair-* rules)\n")
+        notes.append(f"{', '.join(sorted(repaired))}: --enable-repair rewritten to "
                      "--enable-repair=false (a check must not change the host: it runs in "
-                     "a dry run too); repair with guardian's rules and actions, e.g. a "
-                     "systemd.unit restart")
-    # no [sources.script] table of its own: the fragments of several monitors append
-    # into one file. node-problem-detector runs each monitor on its own workers: a pool
-    # of its own
+                     "a dry run too)")
+    for fix in repairs.values():
+        notes.append(f"{fix.program}: its repair is the rule restarting {fix.unit} "
+                     "(systemd.unit restart, its budget, after the unit has run "
+                     f"{format_duration(fix.cooldown)}), in shadow mode (mode = "
+                     "\"observe\"): set mode = \"act\" to repair as health-checker did")
+    # names of its own (checks, pool): the drop-ins of several monitors merge.
+    # node-problem-detector runs each monitor on its own workers: a pool of its own
     pool = f"npd-{prefix}"
     script: dict[str, Any] = {"pools": {pool: {"concurrency": concurrency}}, "checks": {}}
     for (exe, args, interval, timeout), name in checks.items():
@@ -459,6 +527,105 @@ def _custom(doc: _Doc, data: dict[str, Any], base: Path, log_only: bool,
                      "once while it stays True (its message is not updated)")
     return Imported("\n".join(cfg), _rules_file(source, "custom-plugin monitor", rules_out),
                     prefix, notes)
+
+
+# node-problem-detector's health-checker (cmd/healthchecker/options/options.go): its
+# repair (pkg/healthchecker) is `systemctl kill --kill-who=main SERVICE` (systemd then
+# restarts it) while the component is unhealthy and has run longer than --cooldown-time
+HEALTH_CHECKER = "health-checker"
+HC_COOLDOWN = 120.0            # types.DefaultCoolDownTime
+HC_SERVICE = {"cri": "containerd"}  # SetDefaults: the component's name otherwise
+PFLAG_BOOL = {"1": True, "t": True, "T": True, "true": True, "TRUE": True, "True": True,
+              "0": False, "f": False, "F": False, "false": False, "FALSE": False,
+              "False": False}  # Go's strconv.ParseBool, as pflag reads a bool
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")  # no glob: the rule allows this unit only
+REPAIR_RUNS, REPAIR_WITHIN = 3, 3600.0  # guardian's budget: NPD's repair has none
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What health-checker --enable-repair would restart, and when."""
+
+    program: str
+    component: str
+    unit: str
+    cooldown: float
+
+
+def _is_repair_flag(arg: str) -> bool:
+    return arg == "--enable-repair" or arg.startswith("--enable-repair=")
+
+
+def _pflags(args: tuple[str, ...]) -> dict[str, str]:
+    """A Go program's long flags as pflag reads them (``--name=value``, ``--name value``,
+    a bool's bare ``--name``), the last of a name winning; none after ``--``."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        arg = args[i]
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if not eq:
+                if name == "enable-repair":
+                    value = "true"
+                elif i + 1 < len(args):
+                    i += 1
+                    value = args[i]
+            out[name] = value
+        i += 1
+    return out
+
+
+def _health_checker_repair(doc: _Doc, program: Path, args: tuple[str, ...],
+                           loc: Loc) -> Repair | None:
+    """The repair health-checker's arguments ask for (``--enable-repair`` is true unless
+    set false), or None."""
+    flags = _pflags(args)
+    on = PFLAG_BOOL.get(flags.get("enable-repair", "true"))
+    if on is None:
+        doc.fail(loc, f"--enable-repair={flags['enable-repair']}: not a boolean "
+                      "health-checker reads")
+    if not on:
+        return None
+    component = flags.get("component", "kubelet")
+    service = flags.get("service") or flags.get("systemd-service") or \
+        HC_SERVICE.get(component, component)
+    if not UNIT_NAME.match(service):
+        doc.fail(loc, f"--service={service}: not a systemd unit name guardian restarts")
+    try:
+        cooldown = go_duration(flags.get("cooldown-time", "2m"))
+    except NpdConfigError as exc:
+        doc.fail(loc, f"--cooldown-time: {exc}")
+    unit = service if service.endswith((".service", ".scope")) else f"{service}.service"
+    return Repair(program.name, component, unit, cooldown)
+
+
+def _repair_rule(prefix: str, check: str, fix: Repair, source: str) -> dict[str, Any]:
+    within = format_duration(REPAIR_WITHIN)
+    cooldown = format_duration(max(fix.cooldown, MIN_DURATION))
+    return {
+        "name": f"npd-{prefix}-repair-{slug(fix.unit)}",
+        "summary": f"{fix.unit} unhealthy ({fix.program} --component={fix.component}): "
+                   "restart it, as health-checker --enable-repair did",
+        "description": f"health-checker restarted {fix.unit} (systemctl kill; systemd "
+                       "restarts it) while the component was unhealthy and had run "
+                       f"longer than --cooldown-time ({cooldown}). Here: a systemd.unit "
+                       f"restart, at most {REPAIR_RUNS} per {within} (node-problem-"
+                       "detector had no budget), verified by the unit coming back.",
+        "when": f'script.problem{{check="{check}"}} == 1',
+        "mode": "observe",
+        "severity": "critical",
+        "cooldown": cooldown,
+        "limit": {"runs": REPAIR_RUNS, "within": within},
+        "labels": {"npd_source": source, "npd_type": "repair"},
+        "action": [{"use": "systemd.unit", "allow": [fix.unit], "verbs": ["restart"],
+                    "min_restarts": 0, "cooldown": cooldown,
+                    "restart_budget": REPAIR_RUNS, "restart_window": within}]}
+
+
+SHADOW = ('# shadow mode: guardian plans and audits this restart and never runs it. To '
+          'repair as\n# health-checker --enable-repair=true did: mode = "act" (and [service]'
+          ' dry_run = false)\nmode = "observe"\n')
 
 
 def _kind(doc: _Doc, rule: Mapping[str, Any], loc: Loc) -> str:
@@ -497,20 +664,29 @@ def _kmsg(doc: _Doc, data: dict[str, Any], log_only: bool, prefix: str) -> Impor
         if shipped:
             patterns.extend(p for p in shipped if p not in patterns)
             continue
+        if (m := _RE2_ONLY.search(pattern)) is not None:
+            doc.fail((*loc, "pattern"), f"{m.group()!r} is RE2's (Go's); Python's re, "
+                                        "which guardian matches with, reads it "
+                                        "otherwise: write it without")
+        try:  # safe to match before it is matched against anything
+            KmsgConfig.model_validate({"patterns": {"npd": pattern}})
+        except ValidationError as exc:
+            doc.fail((*loc, "pattern"), _why(exc))
+        same = same_as_shipped(pattern)
+        if same is not None:  # one line counts once, under the shipped name
+            if same not in patterns:
+                patterns.append(same)
+            notes.append(f"rules[{i}] ({reason}): its pattern is the shipped pattern "
+                         f"{same!r} (the same expression, or it matches only that one's "
+                         "lines among guardian's kernel-log samples): read from it, not "
+                         "added again, so a line counts once")
+            continue
         name = stem = re.sub(r"[^a-z0-9]+", "_", f"npd_{prefix}_{reason[:NAME_PART]}"
                              .lower()).strip("_")
         n = 2
         while name in extra and extra[name] != pattern:
             name, n = f"{stem}_{n}", n + 1
         if name not in extra:
-            if (m := _RE2_ONLY.search(pattern)) is not None:
-                doc.fail((*loc, "pattern"), f"{m.group()!r} is RE2's (Go's); Python's re, "
-                                            "which guardian matches with, reads it "
-                                            "otherwise: write it without")
-            try:
-                KmsgConfig.model_validate({"patterns": {name: pattern}})
-            except ValidationError as exc:
-                doc.fail((*loc, "pattern"), _why(exc))
             extra[name] = pattern
             where[name] = (*loc, "pattern")
         if name not in patterns:
@@ -544,11 +720,57 @@ def _kmsg(doc: _Doc, data: dict[str, Any], log_only: bool, prefix: str) -> Impor
             rules_out.append(_rule(rname, f"{reason}: event from the kernel log", when, kind,
                                    source, reason,
                                    _event_action(reason, log_only) + _log(reason)))
-    cfg = [_header(source, "kernel-log monitor")]
+    cfg = [_header(source, "kernel-log monitor") + _dropin_header(prefix)]
     if extra:
         cfg.append(tomli_w.dumps({"sources": {"kmsg": {"patterns": extra}}}))
     return Imported("\n".join(cfg), _rules_file(source, "log monitor", rules_out),
                     prefix, notes)
+
+
+def _bare(rx: str) -> str:
+    """An expression without what only anchors it or pads it (``^``, ``.*``, ``$``)."""
+    rx = rx.removeprefix("^").removeprefix(".*")
+    return rx.removesuffix("$").removesuffix(".*") if not rx.endswith("\\$") else rx
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_samples() -> tuple[tuple[str, frozenset[str]], ...]:
+    """guardian's kernel-log samples: each ``[[kmsg]]`` line of the shipped rule tests
+    (package data) and the shipped patterns it matches (none: it must match none)."""
+    out: list[tuple[str, frozenset[str]]] = []
+    folder = resources.files("guardian") / "data" / "rules"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".test.toml"):
+            for sample in tomlread.loads(entry.read_text(encoding="utf-8")).get("kmsg", []):
+                out.append((sample["line"], frozenset(sample.get("matches", []))))
+    return tuple(out)
+
+
+def same_as_shipped(pattern: str) -> str | None:
+    """The shipped kernel-log pattern ``pattern`` (one the kmsg source accepts: never
+    slow to match) duplicates, if any: the same expression (anchors and padding aside),
+    or one whose matches among guardian's kernel-log samples are all lines of one shipped
+    pattern (at least one, and no line that must match none)."""
+    from guardian.sources.kernel_patterns import SHIPPED
+
+    bare = _bare(pattern)
+    for name, shipped in SHIPPED.items():
+        if _bare(shipped.regex) == bare:
+            return name
+    try:  # checked safe (guardian.core.regexsafety) by the caller
+        rx = re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None  # refused where the pattern is checked
+    hit: set[str] = set()
+    for line, names in kernel_samples():
+        if rx.search(line):
+            if not names:
+                return None
+            hit |= names
+    if len(hit) != 1:
+        return None
+    (name,) = hit
+    return name if name in SHIPPED else None
 
 
 def _fails(patterns: dict[str, str]) -> bool:
@@ -598,4 +820,7 @@ def _log(reason: str) -> list[dict[str, Any]]:
 
 
 def _rules_file(source: str, kind: str, rules: list[dict[str, Any]]) -> str:
-    return _header(source, kind) + "\n" + tomli_w.dumps({"version": 1, "rule": rules})
+    # tomli_w writes a string on one line: a line that is this key is the key
+    body = tomli_w.dumps({"version": 1, "rule": rules}).replace('\nmode = "observe"\n',
+                                                                 "\n" + SHADOW)
+    return _header(source, kind) + "\n" + body

@@ -8,6 +8,7 @@ tests/system/test_npd_cli.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from guardian.core.snapshot import Snapshot
+from guardian.core.snapshot import Snapshot, labels_of
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.plugin.registry import default_registry
@@ -23,7 +24,7 @@ from guardian.policy.loader import load_rules
 from guardian.policy.npd import NpdConfigError, go_duration, import_npd
 from guardian.runtime.config import load_config
 from guardian.sources.script import ScriptConfig, ScriptSource
-from tests.support.checkout import FIXTURES
+from tests.support.checkout import FIXTURES, REPO
 from tests.support.wait import wait_until
 
 NPD = FIXTURES / "npd"
@@ -41,7 +42,10 @@ def test_the_custom_plugin_config_becomes_checks_with_npds_interval_and_timeout(
     got = import_npd(NPD / "config" / "custom-plugin-monitor.json")
     cfg = ScriptConfig.model_validate(_toml(got.config)["sources"]["script"])
     ((_, check),) = cfg.checks.items()  # both rules run the same plugin: one check
-    assert check.argv == [str(NPD / "config" / "plugin" / "check_ntp.sh")]
+    # ./config/plugin/check_ntp.sh from node-problem-detector's directory: / in its image,
+    # never where the file lies on the machine that imports (issue 41)
+    assert check.argv == ["/config/plugin/check_ntp.sh"]
+    assert any("--base DIR" in n for n in got.notes)
     # the rule's timeout 3s is shorter than the global 5s: it applies (plugin.go run())
     assert (check.interval, check.timeout) == (30.0, 3.0)
     rules = _toml(got.rules)["rule"]
@@ -72,13 +76,91 @@ def test_health_checker_repair_is_turned_off_and_its_monitor_has_its_own_pool() 
     got = import_npd(NPD / "config" / "health-checker-kubelet.json")
     script = _toml(got.config)["sources"]["script"]
     ((_, check),) = script["checks"].items()
-    assert "--enable-repair=false" in check["argv"]
+    assert check["argv"][-1] == "--enable-repair=false"
     assert not any(a.startswith("--enable-repair=t") for a in check["argv"])
-    assert "# --enable-repair=true rewritten to --enable-repair=false" in got.config
+    assert "# --enable-repair rewritten to --enable-repair=false" in got.config
     assert any("--enable-repair=false" in n for n in got.notes)
     assert script["pools"] == {check["pool"]: {"concurrency": 1}}
     ntp = _toml(import_npd(NPD / "config" / "custom-plugin-monitor.json").config)
     assert list(ntp["sources"]["script"]["pools"].values()) == [{"concurrency": 3}]
+
+
+def test_health_checker_repair_becomes_a_shadow_restart_rule_with_its_budget(
+        tmp_path: Path) -> None:
+    """Issue 41. Before: the repair was turned off and nothing took its place. NPD's
+    health-checker restarts the component's service (systemctl kill; --service, else the
+    component's, containerd for cri) once it has run --cooldown-time (2m unless set), and
+    its --enable-repair is true unless set false (options.go)."""
+    got = import_npd(NPD / "config" / "health-checker-kubelet.json")
+    (repair,) = [r for r in _toml(got.rules)["rule"] if r["labels"]["npd_type"] == "repair"]
+    assert repair["mode"] == "observe"  # shadow mode until the operator says otherwise
+    assert '# shadow mode: guardian plans and audits this restart' in got.rules
+    assert repair["when"] == 'script.problem{check="health-checker-kubelet.health-checker"}' \
+        ' == 1'
+    (action,) = repair["action"]
+    assert (action["use"], action["allow"], action["verbs"], action["min_restarts"]) == \
+        ("systemd.unit", ["kubelet.service"], ["restart"], 0)
+    assert (action["cooldown"], action["restart_budget"], action["restart_window"]) == \
+        ("1m", 3, "1h")
+    assert repair["limit"] == {"runs": 3, "within": "1h"}
+    assert any('set mode = "act"' in n for n in got.notes)
+    cri = _toml(import_npd(NPD / "config" / "health-checker-containerd.json").rules)
+    (cri_repair,) = [r for r in cri["rule"] if r["labels"]["npd_type"] == "repair"]
+    assert cri_repair["action"][0]["allow"] == ["containerd.service"]
+    assert cri_repair["action"][0]["cooldown"] == "2m"
+    # with rules loaded as guardian check loads them
+    load_rules([_written(got.rules, tmp_path)], default_registry())
+
+
+def test_health_checker_flags_as_pflag_reads_them(tmp_path: Path) -> None:
+    def repair_of(args: list[str]) -> list[dict[str, Any]]:
+        mon = tmp_path / "hc.json"
+        mon.write_text(json.dumps({"plugin": "custom", "rules": [{
+            "type": "temporary", "reason": "Down", "path": "/bin/health-checker",
+            "args": args}]}))
+        got = import_npd(mon, log_only=True)
+        return [r for r in _toml(got.rules)["rule"] if r["labels"]["npd_type"] == "repair"]
+
+    # repair is on by default: no flag at all still restarts kubelet
+    assert repair_of([])[0]["action"][0]["allow"] == ["kubelet.service"]
+    assert repair_of(["--enable-repair=false"]) == []
+    assert repair_of(["--enable-repair=false", "--enable-repair"]) != []  # the last wins
+    assert repair_of(["--component", "docker", "--service=dockerd"])[0]["action"][0][
+        "allow"] == ["dockerd.service"]
+    with pytest.raises(NpdConfigError, match="not a systemd unit name"):
+        repair_of(["--service=*"])
+    with pytest.raises(NpdConfigError, match="not a boolean"):
+        repair_of(["--enable-repair=yes"])
+
+
+def test_an_imported_pattern_that_is_a_shipped_one_is_read_from_it(tmp_path: Path) -> None:
+    """Issue 41. Before: an imported pattern that duplicates a shipped one was added again,
+    so one real ENA line (tests/data/kernel_log_real.json) counted under two patterns."""
+    from guardian.sources.kmsg import KmsgConfig, KmsgSource
+
+    real = json.loads((REPO / "tests" / "data" / "kernel_log_real.json").read_text())
+    line = next(r["line"] for r in real if r["line"].startswith(
+        "ena 0000:00:05.0 eth0: Found a Tx that wasn't completed on time"))
+    mon = tmp_path / "config" / "aws.json"
+    mon.parent.mkdir()
+    mon.write_text(json.dumps({"plugin": "kmsg", "source": "aws", "conditions": [], "rules": [
+        {"type": "temporary", "reason": "EnaTxIncomplete",
+         "pattern": "Found a Tx that wasn't completed on time.*"},
+        {"type": "temporary", "reason": "AcmeWedged", "pattern": "acme: device \\d+ wedged"},
+    ]}))
+    got = import_npd(mon, log_only=True)
+    patterns = _toml(got.config)["sources"]["kmsg"]["patterns"]
+    assert list(patterns) == ["npd_aws_acmewedged"]  # the one guardian does not ship
+    kmsg = KmsgSource(Host(Path("/")), KmsgConfig.model_validate({"patterns": patterns}))
+    assert kmsg.matches(line) == ["ena_tx_missing_completion"]  # one line, one pattern
+    # the imported rules, evaluated over the counts of that one line
+    engine = Engine(load_rules([_written(got.rules, tmp_path)], default_registry()))
+    for t, seen in ((0.0, []), (60.0, kmsg.matches(line))):
+        counts = {labels_of({"pattern": n}): float(n in seen)
+                  for n in kmsg.patterns}
+        firing = [d.rule for d in engine.evaluate(Snapshot.build(
+            t, {"kmsg.matches": counts}, kmsg.specs)) if d.kind == "firing"]
+    assert firing == ["npd-aws-enatxincomplete-temporary"]
 
 
 def test_the_kernel_monitor_reads_the_shipped_patterns() -> None:
@@ -167,7 +249,7 @@ def test_npds_own_plugins_run_unchanged() -> None:
     with one of its own messages and exit codes (NPD's contract)."""
     if shutil.which("bash") is None:
         pytest.skip("the plugins are bash scripts")
-    got = import_npd(NPD / "config" / "custom-plugin-monitor.json")
+    got = import_npd(NPD / "config" / "custom-plugin-monitor.json", base=NPD)
     src = ScriptSource(Host(Path("/")), ScriptConfig.model_validate(
         _toml(got.config)["sources"]["script"]))
     def ran() -> dict[str, object] | None:
@@ -188,6 +270,12 @@ def test_npds_own_plugins_run_unchanged() -> None:
     assert (status, message) in {(0.0, "ntp.service is running"),
                                  (1.0, "ntp.service is not running"),
                                  (2.0, "Could not find 'systemctl' - require systemd")}
+
+
+def _written(text: str, folder: Path) -> Path:
+    path = folder / "npd-rules.toml"
+    path.write_text(text)
+    return path
 
 
 def _toml(text: str) -> dict[str, Any]:
