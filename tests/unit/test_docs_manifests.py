@@ -37,7 +37,9 @@ SAMPLE = REPO / "systemd" / "guardian.toml"
 # -- the sources of truth ------------------------------------------------------------------
 
 def _objects() -> list[dict[str, Any]]:
-    return [d for p in sorted(DEPLOY.glob("*.yaml")) if p.name != "kustomization.yaml"
+    """deploy/kubernetes' objects, with the opt-in PodMonitor (components/monitoring)."""
+    paths = [*DEPLOY.glob("*.yaml"), *(DEPLOY / "components" / "monitoring").glob("*.yaml")]
+    return [d for p in sorted(paths) if p.name != "kustomization.yaml"
             for d in yaml.safe_load_all(p.read_text()) if d]
 
 
