@@ -4,10 +4,13 @@ check` (the conversion itself: tests/unit/policy/test_npd.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
-from tests.support.checkout import FIXTURES
+from guardian.runtime.config import load_config
+from tests.support.checkout import FIXTURES, REPO
 from tests.support.cli import guardian
 
 NPD = FIXTURES / "npd"
@@ -100,3 +103,51 @@ def test_hostile_json_is_an_error_at_its_place_never_a_traceback(tmp_path: Path)
         assert got.returncode == 1 and "Traceback" not in got.stderr, got.stderr
         assert f"{own}{where}" in got.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_two_kernel_monitors_imported_as_the_output_says_pass_check_beside_the_shipped(
+        tmp_path: Path) -> None:
+    """Issue 41's done-when. Before: the output said "append it to guardian.toml"; appended
+    to the shipped one (`patterns = {}` under [sources.kmsg]) `check` failed with "Cannot
+    declare ('sources', 'kmsg', 'patterns') twice", and two kernel monitors collided the
+    same way. Now each import's own instructions are run as printed, /etc/guardian being
+    a directory of this test: node-problem-detector's kernel-monitor.json (every reason a
+    shipped pattern) and two monitors of patterns guardian does not ship."""
+    import shlex
+    import shutil
+    import subprocess
+
+    etc = tmp_path / "root" / "etc" / "guardian"
+    (etc / "rules").mkdir(parents=True)
+    shipped = (REPO / "systemd" / "guardian.toml").read_text()
+    (etc / "guardian.toml").write_text(shipped.replace("/etc/guardian", str(etc)))
+    for rule in (REPO / "rules").glob("*.toml"):
+        shutil.copy(rule, etc / "rules")
+    own = []
+    for name, reason, pattern in (("acme-monitor", "AcmeWedged", r"acme: device \d+ wedged"),
+                                  ("widget-monitor", "WidgetStuck", r"widget \w+ stuck")):
+        own.append(tmp_path / "npd" / f"{name}.json")
+        own[-1].parent.mkdir(exist_ok=True)
+        own[-1].write_text(json.dumps({"plugin": "kmsg", "source": name, "conditions": [],
+                                       "rules": [{"type": "temporary", "reason": reason,
+                                                  "pattern": pattern}]}))
+    ran = []
+    for monitor in (NPD / "config" / "kernel-monitor.json", *own):
+        got = guardian("import", "npd", str(monitor), "-o", str(tmp_path / "out"))
+        assert got.returncode == 0, got.stderr
+        said = [x.strip() for x in got.stdout.splitlines() if x.startswith("  ")]
+        assert said[-2:] == ["guardian check", "systemctl restart guardian"], got.stdout
+        for line in said[:-2]:  # the install commands, into this test's /etc/guardian
+            argv = shlex.split(line.replace("/etc/guardian", str(etc)))
+            assert argv[0] == "install", line
+            subprocess.run(argv, check=True, timeout=30)
+            ran.append(argv[-1])
+    assert len(list((etc / "guardian.toml.d").glob("*.toml"))) == 3
+    # `guardian check` on the node: the installed config (with its drop-ins) and its rules
+    checked = guardian("check", "--config", str(etc / "guardian.toml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "with 3 drop-in(s)" in checked.stdout, checked.stdout
+    patterns = load_config(etc / "guardian.toml", default_registry()).sources["kmsg"]
+    assert set(patterns.patterns) == {  # type: ignore[attr-defined]
+        "npd_acme_monitor_acmewedged", "npd_widget_monitor_widgetstuck"}
+    assert len(ran) == 6

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -105,8 +106,8 @@ def cmd_import(args: argparse.Namespace) -> ExitCode:
         return ExitCode.FAILED
     written = (out / DROPINS / got.dropin, out / "rules" / got.rules_name)
     print(f"wrote {written[0]} and {written[1]}; to use them on the node:\n"
-          f"  install -D -m 0644 {written[0]} {config}\n"
-          f"  install -D -m 0644 {written[1]} {rules}\n"
+          f"  install -D -m 0644 {shlex.quote(str(written[0]))} {config}\n"
+          f"  install -D -m 0644 {shlex.quote(str(written[1]))} {rules}\n"
           f"  guardian check\n"
           f"  systemctl restart guardian\n"
           f"(the drop-in merges onto {CONFIG_DIR}/guardian.toml, which the service reads "
