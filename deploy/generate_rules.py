@@ -170,8 +170,11 @@ def unprivileged_rules(rules: dict[str, str]) -> dict[str, str]:
     for name, text in rules.items():
         if not any(f'"{u}"' in text for u in PRIVILEGED_ACTIONS):
             continue
-        new = (f"# deploy/kubernetes-unprivileged: without its {' and '.join(PRIVILEGED_ACTIONS)}"
-               " actions\n" + without_actions(text, PRIVILEGED_ACTIONS))
+        note = (f"# deploy/kubernetes-unprivileged: without its "
+                f"{' and '.join(PRIVILEGED_ACTIONS)} actions\n")
+        new = without_actions(text, PRIVILEGED_ACTIONS)
+        first, _, rest = new.partition("\n")  # after an editor's #:schema line, if any
+        new = f"{first}\n{note}{rest}" if first.startswith("#:schema") else note + new
         expect = tomllib.loads(text)
         for rule in expect.get("rule", []):
             rule["action"] = [a for a in rule.get("action", [])
