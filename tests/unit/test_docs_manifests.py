@@ -22,7 +22,13 @@ import yaml
 
 from guardian.core.defaults import DEFAULT_CONFIG
 from guardian.core.diagnostics import parse_toml
-from guardian.runtime.config import Config, HoldsConfig, MetricsConfig, ServiceConfig
+from guardian.runtime.config import (
+    Config,
+    HoldsConfig,
+    MetricsConfig,
+    ServiceConfig,
+    dropin_dir,
+)
 from guardian.runtime.operate import holds_path
 from guardian.runtime.paths import service_paths
 from guardian.service.instancelock import LOCK_NAME
@@ -243,7 +249,8 @@ def _mentions(f: Facts) -> list[tuple[str, Callable[[re.Match[str]], str | None]
         known = {f.state_dir: f.state_files, f.logs_dir: f.logs_files,
                  str(DEFAULT_CONFIG.parent): {Path(f.config_file).name,
                                               Path(f.rules_dir).name,
-                                              Path(f.dropin_dir).name}}
+                                              Path(f.dropin_dir).name,
+                                              dropin_dir(f.config_file).name}}
         if base not in known:
             return f"{m.group(0)!r}: guardian's directories are {sorted(known)}"
         first = rest.split("/")[0]
