@@ -64,7 +64,7 @@ for = "10m"
         [sys.executable, "-m", "guardian", "run", "--once", "--dry-run", "--warmup", "0.1s",
          "--rules", str(rules)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "HOLDS    always" in proc.stdout
+    assert "PENDING  always  processes.total: " in proc.stdout  # its status, not HOLDS
     assert "pending: fires after holding for 10m (10m left), then it would run:" in \
         proc.stdout
     assert "- guardian log: warning: would log for always" in proc.stdout

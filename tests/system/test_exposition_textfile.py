@@ -54,8 +54,9 @@ def test_a_textfile_others_can_write_is_refused(tmp_path: Path) -> None:
 def test_run_once_shows_the_rules_over_a_ten_minute_old_textfile_as_unknown(
         tmp_path: Path) -> None:
     """`guardian run --once --dry-run` over a 5-minute cron job's dcgm.prom last written 10
-    minutes ago (max_age 60 s): the GPU rules are UNKNOWN, with the signal that has no
-    value and the file's age as the source's error (they read "ok ... ={}" before)."""
+    minutes ago (max_age 60 s): the GPU rules are UNKNOWN, each in one line naming the
+    source failing, and the file's age said once as the cause of them all (they read
+    "ok ... ={}" before)."""
     import subprocess
     import sys
     import time
@@ -76,8 +77,11 @@ def test_run_once_shows_the_rules_over_a_ten_minute_old_textfile_as_unknown(
     lines = got.stdout.splitlines()
     i = next(i for i, x in enumerate(lines) if x.split()[1:2] == ["gpu-dcgm-fallen-off-bus"])
     assert lines[i].split()[0] == "UNKNOWN", got.stdout
-    assert lines[i + 1].strip() == \
-        'no value for: prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"}', got.stdout
+    # one line naming its cause, said in full once, on the blind line of its rules
+    assert lines[i].endswith("  blind: source exposition failing (see below)"), got.stdout
+    assert re.search(r"^blind \(no value\): gpu-dcgm-fallen-off-bus, .*\(source exposition "
+                     r"failing: file:dcgm\.prom: last modified 10m\d*s? ago", got.stdout,
+                     re.M), got.stdout
     assert re.search(r"source exposition failed: file:dcgm\.prom: last modified 10m\d*s? ago, "
                      r"over max_age \(1m\)", got.stderr), got.stderr
     assert not [x for x in lines if x.startswith("ok ")], got.stdout

@@ -299,16 +299,17 @@ def test_run_once_ends_without_waiting_for_a_hanging_check(tmp_path: Path) -> No
     lines = got.stdout.splitlines()
     i = next(i for i, x in enumerate(lines) if "script-check-problem" in x)
     assert lines[i].startswith("UNKNOWN"), got.stdout
-    assert lines[i + 1].split() == ["no", "value", "for:", "script.problem"], got.stdout
+    assert "  blind: source script " in lines[i], got.stdout  # its one line: the cause
 
 
 def test_run_once_shows_an_imported_npd_check_whose_program_is_missing_as_unknown(
         tmp_path: Path) -> None:
     """An imported node-problem-detector monitor whose plugin is not there: `guardian run
-    --once --dry-run` reports its rule UNKNOWN, the signal with no value and why (it read
+    --once --dry-run` reports its rule UNKNOWN and why: its check cannot run (it read
     "ok ... script.result{...}={}" before); with the plugin in place and saying NonOK,
     the rule holds."""
     import json
+    import re
     import subprocess
     import sys
 
@@ -336,7 +337,9 @@ def test_run_once_shows_an_imported_npd_check_whose_program_is_missing_as_unknow
     i = next(i for i, x in enumerate(lines) if x.split()[1:2] == ["npd-mon-goneisdown-"
                                                                   "temporary-0"])
     assert lines[i].split()[0] == "UNKNOWN", got.stdout
-    assert lines[i + 1].strip() == 'no value for: script.result{check="mon.gone"}'
+    assert lines[i].endswith("  blind: source script failing (see below)"), got.stdout
+    assert re.search(r"^blind \(no value\): npd-mon-goneisdown-temporary-0 \(source script "
+                     r"failing: check mon\.gone: cannot run ", got.stdout, re.M), got.stdout
     plugin = tmp_path / "config" / "plugin" / "gone.sh"
     assert f"source script failed: check mon.gone: cannot run {plugin}: No such file or " \
         "directory" in got.stderr, got.stderr
@@ -344,7 +347,7 @@ def test_run_once_shows_an_imported_npd_check_whose_program_is_missing_as_unknow
     script(plugin.parent, "gone.sh", "echo gone is down; exit 1\n")
     got = guardian(*run)
     line = next(x for x in got.stdout.splitlines() if "npd-mon-goneisdown" in x)
-    assert line.startswith("HOLDS") and 'message="gone is down"' in line, got.stdout
+    assert line.startswith("FIRING") and 'message="gone is down"' in line, got.stdout
 
 
 def test_check_warns_of_a_program_that_is_missing_or_not_executable() -> None:

@@ -42,16 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     _Parser.wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    # the journal stamps each line and reads a "<N>" prefix as its priority, so
-    # `journalctl -p warning` finds warnings; without systemd, a time helps
-    handler = logging.getLogger().handlers[0]
-    if _stderr_is_the_journal():
-        handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
-    else:
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    _logging(service=args.command == "run" and not args.once, verbose=args.verbose)
     try:
         rc: int = args.func(args)
     except BrokenPipeError:
@@ -69,6 +60,54 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"guardian: plugin conflict: {problem}", file=sys.stderr)
         return ExitCode.CONFIG  # the unit does not restart into the same conflict
     return rc
+
+
+def _logging(*, service: bool, verbose: bool) -> None:
+    """Where the library's log lines go. The service logs as a service does: INFO and up
+    (DEBUG with -v), each line with its level and logger; the journal stamps its lines
+    and reads a "<N>" prefix as their priority (so `journalctl -p warning` finds
+    warnings); without systemd, a time helps. A command a person runs (everything else,
+    `run --once` included) says its own words on stdout, and the library only warns on
+    stderr: WARNING and up, as ``guardian: warning: ...``, with no time and no logger
+    name (-v: DEBUG and up, with the logger's name). Logging an embedding or a test set
+    up already (the root logger has handlers) is left as it is."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    if not service:
+        handler.setFormatter(CommandFormatter(names=verbose))
+        handler.addFilter(_said_by_the_command)
+        root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    else:
+        handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s")
+                             if _stderr_is_the_journal() else
+                             logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
+                                               "%(message)s"))
+        root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.addHandler(handler)
+
+
+def _said_by_the_command(record: logging.LogRecord) -> bool:
+    """False for the executor's account of an action it ran or refused (``rule r: log
+    ok: ...``): `act` and `run --once` print each on stdout with its plan; an action
+    that finishes after its timeout, and every error, are still said."""
+    return not (record.name == "guardian.executor" and record.levelno < logging.ERROR
+                and "after its timeout" not in str(record.msg))
+
+
+class CommandFormatter(logging.Formatter):
+    """A log line of a one-shot command as its other messages on stderr read:
+    ``guardian: warning: rule r: action log not applied: ...``; with ``names``, the
+    logger's name after the level (for -v)."""
+
+    def __init__(self, names: bool = False) -> None:
+        super().__init__("%(message)s")
+        self.names = names
+
+    def format(self, record: logging.LogRecord) -> str:
+        where = f"{record.name}: " if self.names else ""
+        return f"guardian: {record.levelname.lower()}: {where}{super().format(record)}"
 
 
 class JournalFormatter(logging.Formatter):

@@ -133,24 +133,29 @@ def report_sources(coll: Collector) -> None:
 
 
 def print_plan(p: dict[str, Any]) -> None:
+    for line in plan_lines(p):
+        print(line)
+
+
+def plan_lines(p: dict[str, Any]) -> list[str]:
+    """An action's plan (:meth:`Executed.to_dict`) as lines under its rule: the steps,
+    what was refused or skipped, and its outcome when it ran."""
     if p.get("error"):
-        print(f"         {p['use']}: ERROR {p['error']}")
-        return
+        return [f"         {p['use']}: ERROR {p['error']}"]
     plan = p["plan"]
-    print(f"         {p['use']}: {plan.get('note') or ''}".rstrip())
-    for step in plan["steps"]:
-        print(f"           - {step['target']}: {step['change']}")
-    for r in plan["refused"]:
-        print(f"           ! refused: {r}")
-    for r in plan.get("skipped", []):
-        print(f"           ! skipped: {r}")
-    out = p.get("outcome")
-    if out:
-        verified = {True: " (verified)", False: " (NOT verified)"}.get(out["verified"], "")
-        head = f"ok{verified}: {out['detail']}" if out["ok"] else f"FAILED: {out['error']}"
-        print(f"           => {head}")
-        if out["data"]:
-            print(f"              {json.dumps(out['data'], sort_keys=True, default=str)}")
+    out = [f"         {p['use']}: {plan.get('note') or ''}".rstrip()]
+    out += [f"           - {step['target']}: {step['change']}" for step in plan["steps"]]
+    out += [f"           ! refused: {r}" for r in plan["refused"]]
+    out += [f"           ! skipped: {r}" for r in plan.get("skipped", [])]
+    out_ = p.get("outcome")
+    if out_:
+        verified = {True: " (verified)", False: " (NOT verified)"}.get(out_["verified"], "")
+        head = (f"ok{verified}: {out_['detail']}" if out_["ok"] else
+                f"FAILED: {out_['error']}")
+        out.append(f"           => {head}")
+        if out_["data"]:
+            out.append(f"              {json.dumps(out_['data'], sort_keys=True, default=str)}")
+    return out
 
 
 LISTEN_ADDRESS_ENV = "GUARDIAN_METRICS_ADDRESS"

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from guardian.cli.common import (
     cli_config,
@@ -13,21 +16,24 @@ from guardian.cli.common import (
     json_out,
     listen_override,
     open_audit,
+    plan_lines,
     print_errors,
-    print_plan,
     registry_warnings,
     report_sources,
 )
+from guardian.cli.table import member_words, members, pack, paint, wants_colour, width
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
 from guardian.core.exitcodes import ExitCode
-from guardian.engine.decision import short
+from guardian.core.snapshot import SignalSpec
 from guardian.engine.engine import Engine
-from guardian.model.ruleset import Ruleset
+from guardian.model.ruleset import CompiledRule, Ruleset
+from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
 from guardian.runtime import once
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
+from guardian.runtime.evidence import operands
 from guardian.runtime.executor import Executor
 from guardian.runtime.paths import service_paths
 from guardian.runtime.status import now_words, tally
@@ -87,33 +93,141 @@ def _report(args: argparse.Namespace, rules: Ruleset, engine: Engine, coll: Coll
         return
     for name, err in snap.errors.items():
         print(f"guardian: source {name} failed: {err}", file=sys.stderr)
+    for line in report_lines(rules, engine, done, default_registry().catalogue(),
+                             dry_run=args.dry_run, summary=summary,
+                             blind=counts.blind, colour=wants_colour(), room=width()):
+        print(line)
+
+
+STATUS_COLOUR = {"FIRING": "red", "PENDING": "yellow", "HOLDS": "yellow",
+                 "UNKNOWN": "magenta", "ok": "green", "disabled": "dim"}
+INDENT = " " * 9  # a rule's own lines under it: what the engine says, its plans
+
+
+def status_word(r: once.RuleReport) -> str:
+    """The rule in one word, in the buckets of the summary line: FIRING, PENDING, HOLDS
+    (holds, neither pending nor firing), UNKNOWN (no value), ok, disabled."""
+    if r.condition in ("disabled", "unknown"):
+        return "disabled" if r.condition == "disabled" else "UNKNOWN"
+    if r.phase in ("firing", "pending"):
+        return r.phase.upper()
+    return "HOLDS" if r.condition == "holds" else "ok"
+
+
+def report_lines(rules: Ruleset, engine: Engine, done: once.Pass,
+                 catalogue: Mapping[str, SignalSpec], *, dry_run: bool, summary: str,
+                 blind: Sequence[tuple[str, str]], colour: bool = False,
+                 room: int | None = None) -> Iterator[str]:
+    """``run --once`` for people: a line per rule (its status, its name in a column as
+    wide as the longest, and what its condition compared: :func:`evidence`), what the
+    engine says of a rule that holds or is not inactive and the plans it ran or would
+    run; an unknown rule in one line naming its cause, each cause once at the end with
+    the rules it blinds; then the summary. On a terminal ``room`` columns wide, what a
+    rule compared wraps under itself (None: one line each, for grep)."""
+    snap = done.snapshot
+    name_w = max((len(r.rule) for r in done.rules), default=0)
+    by_why: dict[str, list[str]] = {}
+    for name, why in blind:
+        by_why.setdefault(why, []).append(name)
     for r in done.rules:
-        vals = " ".join(f"{k}={short(v)}" for k, v in r.values.items())
-        flag = {"holds": "HOLDS", "ok": "ok", "unknown": "UNKNOWN"}.get(r.condition,
-                                                                     r.condition)
-        print(f"{flag:<8} {r.rule:<28} {vals}")
-        if r.missing:
-            print(f"         no value for: {', '.join(r.missing)}")
+        word = status_word(r)
         compiled = rules.by_name(r.rule)
         assert compiled is not None
+        if r.condition == "unknown":
+            cause = _cause(r.blind)
+            said = ["blind:", *cause.split(" ")] + \
+                (["(see below)"] if cause != r.blind else [])
+        else:
+            said = evidence(compiled, catalogue, snap.values, engine,
+                            holds=r.condition == "holds")
+        pad = " " * (8 - len(word))
+        start = 9 + name_w + 2
+        first, *more = pack(said, None if room is None else max(room - start, 30))
+        yield f"{paint(word, STATUS_COLOUR.get(word, ''), colour)}{pad} " \
+              f"{r.rule:<{name_w}}  {first}".rstrip()
+        yield from (" " * start + line for line in more)
         if r.condition == "holds" or r.plans or r.decisions or r.phase != "inactive":
-            words = now_words(engine, compiled, done.decisions, snap.time,
-                              dry_run=args.dry_run)
+            words = now_words(engine, compiled, done.decisions, snap.time, dry_run=dry_run)
             if any(p.get("result") == "preview" for p in r.plans):
                 words += ", then it would run:"
-            print(f"         {words}")
+            yield INDENT + words
         held = False
         for plan in r.plans:
             if plan.get("result") == "held" and not held:
                 held = True
-                print("         held (planned, not applied):")
-            print_plan(plan)
-    by_why: dict[str, list[str]] = {}
-    for name, why in counts.blind:
-        by_why.setdefault(why, []).append(name)
+                yield INDENT + "held (planned, not applied):"
+            yield from plan_lines(plan)
     for why, names in by_why.items():  # one line per cause, its rules named
-        print(f"blind (no value): {', '.join(names)} ({why})")
-    print(summary)
+        first, *more = pack(f"blind (no value): {', '.join(names)} ({why})".split(" "),
+                            None if room is None else max(room - 4, 30))
+        yield paint("blind (no value):", "magenta", colour) + first[len("blind (no value):"):]
+        yield from ("    " + line for line in more)
+    yield summary
+
+
+_SOURCE_CAUSE = re.compile(r"source (\S+) (unavailable|disabled|failing|reports no such "
+                           r"value now|gave no such value)")
+
+
+def _cause(why: str) -> str:
+    """A blind rule's cause in a few words (``source exposition unavailable``), for its
+    line; the whole of it is said once, on the cause's line at the end."""
+    short = [m.group(0) for m in _SOURCE_CAUSE.finditer(why)]
+    return ", ".join(dict.fromkeys(short)) if short else why
+
+
+def evidence(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
+             values: Mapping[str, Any], engine: Engine, *, holds: bool) -> list[str]:
+    """What the condition compared, as the pieces of one line (a line on a narrow
+    terminal breaks only between them): when it holds, the comparisons that hold and
+    the members that made them (``cpu.core.sys_pct: cpu1 97%``); when not, every
+    operand's value now, a family's largest few (``cpu.core.sys_pct: cpu1 12.5%, cpu0
+    3%``); numbers rounded (:func:`~guardian.cli.table.number`)."""
+    try:
+        parts = operands(rule, catalogue, values, engine.history)
+    except Exception:  # words for people must not end the pass
+        return _said([(ref.key, [members(ref.value(values), _unit(catalogue, ref.name))])
+                      for ref in rule.condition.refs])
+    if holds and any(p.holds for p in parts):
+        parts = [p for p in parts if p.holds]
+    limit = 5 if holds else 3
+    # operands alike but for one matcher's value are said in one:
+    # `increase(kmsg.matches{pattern=…}, "1h"): kernel_oops 0, null_deref 0`
+    groups: dict[str, list[tuple[str, str, str]]] = {}  # key -> (text, word, value)
+    for p in parts:
+        m = list(_ONE_MATCHER.finditer(p.text))
+        v = p.value
+        value = members(v, p.unit, p.fixed, limit)
+        if len(m) == 1 and (not isinstance(v, dict) or not v or (
+                len(v) == 1 and not member_words(next(iter(v)), p.fixed))):
+            key = f"{p.text[:m[0].start()]}{{{m[0].group(1)}=…}}{p.text[m[0].end():]}"
+            word = member_words(((m[0].group(1), m[0].group(2)),), ())
+        else:
+            key, word = p.text, ""
+        groups.setdefault(key, []).append((p.text, word, value))
+    return _said([(key, [f"{word} {value}" for _, word, value in alike])
+                  if len(alike) > 1 else (alike[0][0], [alike[0][2]])
+                  for key, alike in groups.items()])
+
+
+def _said(groups: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """``[(what, [value, ...]), ...]`` as the pieces of ``what: a, b; what2: c``, each
+    value (or member of one) a piece: the line breaks only between them."""
+    pieces: list[str] = []
+    for g, (what, vals) in enumerate(groups):
+        items = [item for v in vals for item in v.split(", ")]
+        items[0] = f"{what}: {items[0]}"
+        pieces += [f"{item}," for item in items[:-1]] + \
+            [items[-1] + (";" if g < len(groups) - 1 else "")]
+    return pieces
+
+
+_ONE_MATCHER = re.compile(r'\{(\w+)="([^"*?\[\]]*)"\}')  # a selector of one exact matcher
+
+
+def _unit(catalogue: Mapping[str, SignalSpec], name: str) -> str:
+    spec = catalogue.get(name)
+    return spec.unit if spec is not None else ""
 
 
 def _serve(args: argparse.Namespace, config: Config) -> ExitCode:

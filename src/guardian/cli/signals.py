@@ -1,8 +1,9 @@
-"""`guardian signals`: every signal of this host, with value, unit, help and source."""
+"""`guardian signals`: every signal of this host, with value, unit, source and help."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardian.cli.common import (
@@ -14,10 +15,16 @@ from guardian.cli.common import (
     report_sources,
     warm_snapshot,
 )
+from guardian.cli.table import NO_VALUE, natural, width, wrap
 from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
-from guardian.core.snapshot import format_labels
-from guardian.plugin.registry import default_registry
+from guardian.core.numbers import readable
+from guardian.core.snapshot import Value, format_labels
+from guardian.plugin.registry import Registry, default_registry
+
+HEADER = ("SIGNAL", "VALUE", "UNIT", "SOURCE", "HELP")
+MEMBERS = 8  # a family's members shown under it, the largest first; the rest counted
+HELP_ROOM = 40  # a narrower help column goes on its own lines under its row
 
 
 def cmd_signals(args: argparse.Namespace) -> ExitCode:
@@ -29,27 +36,91 @@ def cmd_signals(args: argparse.Namespace) -> ExitCode:
     coll = host_collector(args.root, config)
     report_sources(coll)
     snap = warm_snapshot(coll, args.warmup)
-    reg = default_registry()
-    rows = []
-    for src_name, src in sorted(reg.sources.items()):
-        for spec in src.specs:
-            v = snap.values.get(spec.name)
-            rows.append({
-                "name": spec.name, "source": src_name, "unit": spec.unit,
-                "labels": list(spec.labels), "counter": spec.counter, "help": spec.help,
-                "value": _jsonable(v),
-                "unavailable": coll.unavailable.get(src_name) or snap.errors.get(src_name),
-            })
+    rows = signal_rows(default_registry(), snap.values,
+                       {**snap.errors, **coll.unavailable})
     if args.json:
         json_out("signals", rows)
         return ExitCode.OK
-    for row in rows:
-        v = row["value"]
-        shown = ("-" if v is None else
-                 ", ".join(f"{k}={x}" for k, x in list(v.items())[:8])
-                 + (" …" if len(v) > 8 else "") if isinstance(v, dict) else str(v))
-        print(f"{row['name']:<36} {shown:<40} {row['unit']:<10} {row['help']}")
+    for line in table(rows, width()):
+        print(line)
     return ExitCode.OK
+
+
+def signal_rows(reg: Registry, values: Mapping[str, Value],
+                unavailable: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One row per signal of every registered source, by source: what ``--json``
+    prints and :func:`table` lays out."""
+    rows = []
+    for src_name, src in sorted(reg.sources.items()):
+        for spec in src.specs:
+            v = values.get(spec.name)
+            rows.append({
+                "name": spec.name, "source": src_name, "unit": spec.unit,
+                "labels": list(spec.labels), "counter": spec.counter, "help": spec.help,
+                "value": _jsonable(v), "unavailable": unavailable.get(src_name)})
+    return rows
+
+
+def table(rows: Sequence[Mapping[str, Any]], room: int | None = None) -> list[str]:
+    """The rows for people: a header, then a line per signal with its value rounded
+    (:func:`~guardian.core.numbers.readable`; ``-`` for no value), unit, source and
+    help, a family's members on indented lines under it (``MEMBERS`` of them, the
+    largest first, when there are more). Columns are as wide as their widest cell; help
+    is wrapped to ``room`` columns (None: one line each, for grep)."""
+    body: list[tuple[list[str], list[tuple[str, str]], str]] = []
+    for row in rows:
+        v, unit = row["value"], row["unit"]
+        shown: list[tuple[str, str]] = []
+        if isinstance(v, dict) and v:
+            value = f"{len(v)} member{'s' if len(v) != 1 else ''}"
+            shown = _members(v, unit)
+        else:
+            value = NO_VALUE if isinstance(v, dict) else readable(v, unit)
+        body.append(([row["name"], value, unit, row["source"]], shown, row["help"]))
+    cells = [list(HEADER[:4])] + [c for c, _, _ in body]
+    w = [max(len(r[i]) for r in cells) for i in range(4)]
+    w[1] = max([w[1]] + [len(val) for _, shown, _ in body for label, val in shown if label])
+    start = sum(w) + 2 * 4
+    help_room = None if room is None else room - start
+
+    def line(c: Sequence[str], help_text: str) -> list[str]:
+        head = "  ".join([c[0].ljust(w[0]), c[1].rjust(w[1]), c[2].ljust(w[2]),
+                          c[3].ljust(w[3])])
+        if help_room is not None and help_room < HELP_ROOM:  # help under the row
+            return [head.rstrip()] + [f"    {t}" for t in wrap(help_text, room - 4)
+                                      if t] if room is not None else [head]
+        first, *rest = wrap(help_text, help_room)
+        return [f"{head}  {first}".rstrip()] + [" " * start + t for t in rest]
+
+    out = line(HEADER[:4], HEADER[4])
+    for c, shown, help_text in body:
+        out.extend(line(c, help_text))
+        if shown:
+            lw = max(w[0], 2 + max(len(label) for label, _ in shown))
+            out.extend(f"{'  ' + label:<{lw}}  {val:>{w[1]}}".rstrip() if label else
+                       f"  {val}" for label, val in shown)
+    return out
+
+
+def _members(v: Mapping[str, Any], unit: str) -> list[tuple[str, str]]:
+    """A family's members as (labels, value) lines: all of them in label order, or,
+    past ``MEMBERS`` (and two), the largest ``MEMBERS`` and a line counting the rest."""
+    items = sorted(v.items(), key=lambda kv: natural(kv[0]))
+    if len(items) <= MEMBERS + 2:
+        return [(k[1:-1], readable(x, unit)) for k, x in items]
+    items.sort(key=lambda kv: -_num(kv[1]))  # stable: ties stay in label order
+    top, rest = items[:MEMBERS], [_num(x) for _, x in items[MEMBERS:]]
+    lo, hi = readable(min(rest), unit), readable(max(rest), unit)
+    span = f"all {lo}" if lo == hi else f"{lo} to {hi}"
+    return [(k[1:-1], readable(x, unit)) for k, x in top] + \
+        [("", f"… {len(rest)} more ({span})")]
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _jsonable(v: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from guardian.core.snapshot import Snapshot
 from guardian.engine.bounds import Budget
-from guardian.engine.decision import Decision, decision_values, render_values
+from guardian.engine.decision import Decision, decision_values, render_values, signal_units
 from guardian.engine.engine import Engine, Operating
 from guardian.model.ruleset import Ruleset
 from guardian.model.schema import Severity
@@ -151,7 +151,8 @@ def run_once(rules: Ruleset, coll: Collector, engine: Engine, executor: Executor
         if rule.spec.enabled and result and not entry.plans and executor.dry_run:
             d = Decision(snap.time, rule.name, "would-fire", rule.spec.severity,
                          rule.spec.summary, evidence,
-                         [a for a in rule.actions if a.spec.on != "resolve"])
+                         [a for a in rule.actions if a.spec.on != "resolve"],
+                         units=signal_units(rule, rules.signals))  # as the engine's
             entry.plans = [{**ex.to_dict(), "result": "preview"}
                            for ex in preview.run([d], snap)]
         report.append(entry)

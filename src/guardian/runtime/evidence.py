@@ -1,0 +1,136 @@
+"""What a rule's condition compared, for people: each comparison's operands with their
+values now (``increase(kmsg.matches{pattern="hung_task"}, "10m")`` and its value, not the
+counter it reads), and, for a comparison that holds on a family, the members that made
+it hold. ``guardian run --once`` prints them beside each rule; the audit log and
+``--json`` keep the decision's structured evidence
+(:func:`guardian.engine.decision.decision_values`).
+
+A condition is read as PromQL reads it: a comparison on a family keeps the members for
+which it holds, with the left side's values, so the members that made a rule fire are
+those of its comparisons that hold."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from guardian.core.snapshot import SignalSpec, Value
+from guardian.model.condition import TimeFunctions
+from guardian.model.ruleset import CompiledRule
+from guardian.policy.expr import compile_subexpression, parse_condition, selector_name
+
+__all__ = ["Operand", "operands"]
+
+# functions whose value is not in the unit of the signal they read
+_UNIT_CHANGING = {"rate", "count", "count_over_time", "changes", "resets", "absent",
+                  "absent_over_time"}
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One side of a comparison (or a condition part that is not one), as the rule
+    writes it, and its value now."""
+
+    text: str  # as the rule writes it, whitespace folded
+    value: Value | None  # now; for a comparison that holds on a family, its members
+    unit: str  # the unit of the one signal it reads ("" when mixed or changed)
+    fixed: frozenset[str]  # labels an exact matcher fixes (the text already names them)
+    holds: bool  # whether its comparison holds (under any `not`: whether that is true)
+
+
+def operands(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
+             values: Mapping[str, Any], history: TimeFunctions) -> list[Operand]:
+    """Every operand of every comparison of ``rule``'s condition (a part that compares
+    nothing, such as a bare family, is its own operand), once each, in the rule's order,
+    with its value against ``values``. Constants are left out: the rule's text says
+    them."""
+    text = rule.spec.when
+    source = "(" + text + "\n)"
+    tree = parse_condition(text)
+    out: list[Operand] = []
+    seen: set[str] = set()
+
+    def value(node: ast.AST) -> Any:
+        return compile_subexpression(node, catalogue)(values, history)
+
+    for part, negated in _parts(tree.body):
+        result = value(part)
+        truth = _truthy(result)
+        holds = truth is not None and truth != negated
+        sides = [part.left, *part.comparators] if isinstance(part, ast.Compare) else [part]
+        for side in sides:
+            if _constant(side):
+                continue
+            words = " ".join((ast.get_source_segment(source, side) or ast.unparse(side))
+                             .split())
+            if words in seen:
+                continue
+            seen.add(words)
+            v = value(side) if side is not part else result
+            if isinstance(part, ast.Compare) and side is part.left and holds and \
+                    isinstance(result, dict) and isinstance(v, dict):
+                v = {k: x for k, x in v.items() if k in result}  # the members that hold
+            out.append(Operand(words, v, _unit(side, catalogue), _fixed(side, catalogue),
+                               holds))
+    return out
+
+
+def _parts(node: ast.AST, negated: bool = False) -> Iterator[tuple[ast.AST, bool]]:
+    """The parts `and`, `or` and `not` join, each with whether a `not` is above it."""
+    if isinstance(node, ast.BoolOp):
+        for v in node.values:
+            yield from _parts(v, negated)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        yield from _parts(node.operand, not negated)
+    else:
+        yield node, negated
+
+
+def _truthy(result: Any) -> bool | None:
+    """None for no value; a family holds while it has members."""
+    return None if result is None else bool(result)
+
+
+def _constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant)
+
+
+def _selectors(node: ast.AST, catalogue: Mapping[str, SignalSpec]) -> list[ast.AST]:
+    out: list[ast.AST] = []
+
+    def walk(n: ast.AST) -> None:
+        if isinstance(n, ast.Call | ast.Name | ast.Attribute) and \
+                selector_name(n) in catalogue:
+            out.append(n)
+            return
+        for child in ast.iter_child_nodes(n):
+            walk(child)
+
+    walk(node)
+    return out
+
+
+def _unit(node: ast.AST, catalogue: Mapping[str, SignalSpec]) -> str:
+    names = {selector_name(s) for s in _selectors(node, catalogue)}
+    if len(names) != 1:
+        return ""
+    changed = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                  and n.func.id in _UNIT_CHANGING for n in ast.walk(node))
+    name = next(iter(names))
+    return "" if changed or name is None else catalogue[name].unit
+
+
+def _fixed(node: ast.AST, catalogue: Mapping[str, SignalSpec]) -> frozenset[str]:
+    fixed: set[str] = set()
+    for sel in _selectors(node, catalogue):
+        if isinstance(sel, ast.Call):
+            for kw in sel.keywords:
+                if kw.arg and isinstance(kw.value, ast.Constant) and \
+                        isinstance(kw.value.value, str) and \
+                        not any(c in kw.value.value for c in "*?["):
+                    fixed.add(kw.arg)
+    return frozenset(fixed)
