@@ -20,12 +20,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from guardian.core.errors import GuardianError
+
 CACHE = Path(os.environ.get("GUARDIAN_TEST_CACHE", "/var/cache/guardian-test"))
 PACKAGES = "systemd,systemd-sysv,dbus,procps,python3,python3-venv"
 ROOT = CACHE / f"rootfs-bookworm-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:8]}"
 
 
-class RootUnavailable(RuntimeError):
+class RootUnavailable(GuardianError, RuntimeError):
     """The container root cannot be built here (no Debian mirror, debootstrap failed): the
     tests that need it are skipped with this, not failed."""
 
