@@ -387,11 +387,13 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("tool", choices=["npd"], help="npd: a node-problem-detector monitor "
                     "config (custom-plugin or kernel-log monitor)")
     im.add_argument("file", help="the tool's config file, e.g. custom-plugin-monitor.json")
-    im.add_argument("-o", "--output", metavar="DIR", help="write DIR/npd-SOURCE.guardian.toml "
-                    "and DIR/rules/npd-SOURCE.toml (default: print both)")
+    im.add_argument("-o", "--output", metavar="DIR", help="write DIR/guardian.toml.d/"
+                    "50-npd-NAME.toml (a drop-in of guardian.toml) and DIR/rules/npd-NAME.toml "
+                    "(default: print both, each under the path it goes to)")
     im.add_argument("--base", metavar="DIR", help="the directory node-problem-detector ran "
-                    "in, which its relative plugin paths start from (default: the parent "
-                    "of the config's directory)")
+                    "in on the node, which its relative plugin paths start from: an "
+                    "absolute path on the node (default: /, as in node-problem-detector's "
+                    "image)")
     im.add_argument("--log-only", action="store_true", help="log actions only (no node "
                     "conditions or events: no Kubernetes)")
     im.set_defaults(func=_command("npd", "cmd_import"))
