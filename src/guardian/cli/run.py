@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,10 @@ from guardian.cli.common import (
     registry_warnings,
     report_sources,
 )
-from guardian.cli.table import member_words, members, pack, paint, wants_colour, width
+from guardian.cli.table import pack, paint, wants_colour, width
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
+from guardian.core.evidence import amount, member, members_text
 from guardian.core.exitcodes import ExitCode
 from guardian.core.snapshot import SignalSpec
 from guardian.engine.engine import Engine
@@ -182,11 +183,11 @@ def evidence(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
     terminal breaks only between them): when it holds, the comparisons that hold and
     the members that made them (``cpu.core.sys_pct: cpu1 97%``); when not, every
     operand's value now, a family's largest few (``cpu.core.sys_pct: cpu1 12.5%, cpu0
-    3%``); numbers rounded (:func:`~guardian.cli.table.number`)."""
+    3%``); numbers rounded with their units (:mod:`guardian.core.evidence`)."""
     try:
         parts = operands(rule, catalogue, values, engine.history)
     except Exception:  # words for people must not end the pass
-        return _said([(ref.key, [members(ref.value(values), _unit(catalogue, ref.name))])
+        return _said([(ref.key, [_said_value(ref.value(values), _unit(catalogue, ref.name))])
                       for ref in rule.condition.refs])
     if holds and any(p.holds for p in parts):
         parts = [p for p in parts if p.holds]
@@ -197,17 +198,22 @@ def evidence(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
     for p in parts:
         m = list(_ONE_MATCHER.finditer(p.text))
         v = p.value
-        value = members(v, p.unit, p.fixed, limit)
+        value = _said_value(v, p.unit, p.fixed, limit)
         if len(m) == 1 and (not isinstance(v, dict) or not v or (
-                len(v) == 1 and not member_words(next(iter(v)), p.fixed))):
+                len(v) == 1 and not member(next(iter(v)), p.fixed))):
             key = f"{p.text[:m[0].start()]}{{{m[0].group(1)}=…}}{p.text[m[0].end():]}"
-            word = member_words(((m[0].group(1), m[0].group(2)),), ())
+            word = member(((m[0].group(1), m[0].group(2)),))
         else:
             key, word = p.text, ""
         groups.setdefault(key, []).append((p.text, word, value))
     return _said([(key, [f"{word} {value}" for _, word, value in alike])
                   if len(alike) > 1 else (alike[0][0], [alike[0][2]])
                   for key, alike in groups.items()])
+
+
+def _said_value(v: Any, unit: str, fixed: Collection[str] = (), limit: int = 3) -> str:
+    """One operand's value: a family's largest ``limit`` members, or the value."""
+    return members_text(v, unit, fixed, limit) if isinstance(v, dict) else amount(v, unit)
 
 
 def _said(groups: Sequence[tuple[str, Sequence[str]]]) -> list[str]:

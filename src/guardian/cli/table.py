@@ -1,5 +1,5 @@
-"""Text a person reads on a terminal: columns sized to their content, a family's members
-in a few words, and colour only where it is wanted (a terminal, never with ``NO_COLOR``
+"""Text a person reads on a terminal: columns sized to their content, lines wrapped
+between their pieces, and colour only where it is wanted (a terminal, never with ``NO_COLOR``
 set, never into a pipe or a file). ``--json`` output never passes through here.
 
 Hand-written rather than a terminal library's: what the tables need is a few lines. rich
@@ -10,7 +10,6 @@ dependencies (pygments, markdown-it-py), for what these few functions do."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -18,12 +17,9 @@ import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import TextIO
 
-from guardian.core.numbers import NO_VALUE, readable
-from guardian.core.snapshot import Family, Labels, format_labels
+from guardian.core.numbers import NO_VALUE
 
-__all__ = ["NO_VALUE", "columns", "member_words", "members", "natural", "number", "pack",
-           "paint", "ranked",
-           "wants_colour", "width", "wrap"]
+__all__ = ["NO_VALUE", "columns", "natural", "pack", "paint", "wants_colour", "width", "wrap"]
 
 _SGR = {"red": "31", "yellow": "33", "magenta": "35", "green": "32", "dim": "2",
         "bold": "1"}
@@ -109,54 +105,3 @@ _DIGITS = re.compile(r"(\d+)")
 def natural(text: str) -> tuple[tuple[int, int | str], ...]:
     """A sort key that puts ``cpu9`` before ``cpu10``."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGITS.split(text) if p)
-
-
-def ranked(fam: Family) -> list[tuple[Labels, float]]:
-    """A family's members, the largest value first (then by label, naturally)."""
-    return sorted(fam.items(), key=lambda kv: (math.isnan(kv[1]),
-                                               -kv[1] if not math.isnan(kv[1]) else 0.0,
-                                               natural(format_labels(kv[0]))))
-
-
-def number(value: float | None, unit: str = "") -> str:
-    """A value in words: :func:`~guardian.core.numbers.readable`, with ``%`` after a
-    percentage."""
-    text = readable(value, unit)
-    return text + "%" if unit == "percent" and value is not None and \
-        math.isfinite(value) else text
-
-
-def member_words(labels: Labels, fixed: Collection[str]) -> str:
-    """A member in a few words, the labels in ``fixed`` (named by its selector already)
-    left out: one label as ``cpu3`` (a number after its name) or its value alone
-    (``ecs.service``); more as ``iface=eth0 stat=tx_timeout``; a value with blanks,
-    commas, quotes or ``=`` quoted (``message="disk is sick"``)."""
-    left = [(k, v) for k, v in labels if k not in fixed]
-    if len(left) == 1:
-        k, v = left[0]
-        if v.isdigit():
-            return f"{k}{v}"
-        if _plain(v):
-            return v
-    return " ".join(f"{k}={v}" if _plain(v) else f'{k}="{v}"' for k, v in left)
-
-
-def _plain(v: str) -> bool:
-    return bool(v) and not any(c.isspace() or c in ',"=' for c in v)
-
-
-def members(fam: Family | float | None, unit: str = "", fixed: Collection[str] = (),
-            limit: int = 3) -> str:
-    """A value or a family in one short line: ``cpu1 97%, cpu0 44.4%`` (the largest
-    ``limit`` first, then ``… N more``), ``-`` for no value, ``none`` for a family
-    without members; a family of one member named by its selector is its value."""
-    if fam is None or not isinstance(fam, dict):
-        return number(fam, unit)
-    if not fam:
-        return "none"
-    items = ranked(fam)
-    shown = items if len(items) <= limit + 1 else items[:limit]
-    words = [" ".join(w for w in (member_words(k, fixed), number(v, unit)) if w)
-             for k, v in shown]
-    more = len(items) - len(shown)
-    return ", ".join(words) + (f", … {more} more" if more else "")

@@ -7,7 +7,7 @@ their label values (``ecs.service``), numbers rounded with the signal's unit
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from guardian.core.numbers import readable
@@ -54,7 +54,7 @@ def evidence_said(values: Mapping[str, Any], units: Mapping[str, str] | None = N
     for k, v in rest.items():
         unit = _unit(units, k)
         out.append(Said(k, members_text(v, unit, _pinned(k)), True) if isinstance(v, dict)
-                   else Said(k, _amount(v, unit), False))
+                   else Said(k, amount(v, unit), False))
     return out
 
 
@@ -67,8 +67,12 @@ def values_text(values: Mapping[str, Any], units: Mapping[str, str] | None = Non
     said = evidence_said(values, units)
     if not said:
         return "no values"
-    parts = [s.text if i == 0 and "matched" in values else s.line()
-             for i, s in enumerate(said)]
+    parts = [s.line() for s in said]
+    matched = values.get("matched")
+    if isinstance(matched, dict):  # said first and bare, each member named by something
+        pinned = _pinned(said[0].name)
+        parts[0] = members_text(matched, _unit(units or {}, said[0].name),
+                                pinned if all(member(k, pinned) for k in matched) else ())
     return ("; " if any(s.family for s in said) else ", ").join(parts)
 
 
@@ -77,10 +81,10 @@ def _unit(units: Mapping[str, str], key: str) -> str:
 
 
 def members_text(family: Mapping[Any, Any], unit: str = "",
-                 pinned: frozenset[str] = frozenset()) -> str:
+                 pinned: Collection[str] = frozenset(), limit: int = MAX_MEMBERS) -> str:
     """A family's members for people: ``ecs.service 711 restarts, foo.service 3
-    restarts``, the largest first, at most :data:`MAX_MEMBERS` (``…and 12 more``);
-    labels in ``pinned`` (the selector names them exactly) are not said again."""
+    restarts``, the largest first, at most ``limit`` (``…and 12 more``); labels in
+    ``pinned`` (the selector names them exactly) are not said again."""
     if not family:
         return "no member"
 
@@ -89,9 +93,9 @@ def members_text(family: Mapping[Any, Any], unit: str = "",
         return (-x if x is not None and not math.isnan(x) else math.inf, str(item[0]))
 
     items = sorted(family.items(), key=order)
-    text = ", ".join(f"{_member(k, pinned)} {_amount(x, unit)}".lstrip()
-                     for k, x in items[:MAX_MEMBERS])
-    more = len(items) - MAX_MEMBERS
+    text = ", ".join(f"{member(k, pinned)} {amount(x, unit)}".lstrip()
+                     for k, x in items[:limit])
+    more = len(items) - limit
     return text + (f", …and {more} more" if more > 0 else "")
 
 
@@ -106,9 +110,12 @@ def _pinned(key: str) -> frozenset[str]:
     return frozenset(k for k, v in labels if not any(c in v for c in "*?["))
 
 
-def _member(key: Any, pinned: frozenset[str] = frozenset()) -> str:
-    """A member by what identifies it: ``ecs.service`` for ``{unit="ecs.service"}``;
-    ``name=value`` for a number (``cpu=1``) and where it has several labels."""
+def member(key: Any, pinned: Collection[str] = ()) -> str:
+    """A member by what identifies it, the labels in ``pinned`` left out: ``ecs.service``
+    for ``{unit="ecs.service"}``; ``name=value`` for a number (``cpu=1``) and where it has
+    several labels; a value that would split the list (commas, quotes, ``=``; blanks
+    beside other labels) quoted (``message="disk, sick"``); empty when every label is
+    pinned."""
     labels: Labels
     if isinstance(key, tuple):
         labels = key
@@ -117,10 +124,20 @@ def _member(key: Any, pinned: frozenset[str] = frozenset()) -> str:
             labels = parse_series_key("x" + str(key))[1]
         except ValueError:
             return str(key)
-    labels = tuple((k, v) for k, v in labels if k not in pinned) or labels
-    if len(labels) == 1 and not labels[0][1].lstrip("-").isdigit():
+    labels = tuple((k, v) for k, v in labels if k not in pinned)
+    if len(labels) == 1 and _bare(labels[0][1]) and not labels[0][1].lstrip("-").isdigit():
         return labels[0][1]
-    return " ".join(f"{k}={v}" for k, v in labels)
+    return " ".join(f"{k}={v}" if _plain(v) else f'{k}="{v}"' for k, v in labels)
+
+
+def _bare(v: str) -> bool:
+    """A value said alone as it is (``ntp is down``): nothing that would split a list."""
+    return bool(v) and not any(c in ',"=' for c in v)
+
+
+def _plain(v: str) -> bool:
+    """A value said after ``name=`` as it is, among other labels."""
+    return _bare(v) and not any(c.isspace() for c in v)
 
 
 def _number(x: Any) -> float | None:
@@ -132,7 +149,9 @@ def _number(x: Any) -> float | None:
         return None
 
 
-def _amount(x: Any, unit: str) -> str:
+def amount(x: Any, unit: str = "") -> str:
+    """One value for people: rounded, with its unit where the number does not say it
+    (``711 restarts``, ``97%``, ``3m10s``); ``no value`` for none."""
     v = _number(x)
     if v is None:
         return "no value" if x is None else str(x)
