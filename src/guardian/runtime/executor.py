@@ -20,6 +20,7 @@ from guardian.core.audit import (
     PlanRecord,
     RefusedRecord,
 )
+from guardian.core.errors import in_words
 from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.hostio.host import Host
@@ -202,7 +203,7 @@ class Executor:
             plan = action.plan(ctx)
         except Exception as exc:
             ex = Executed(d, use, None, None,
-                          error=scrub_for(action.params, f"plan failed: {exc!r}"))
+                          error=scrub_for(action.params, f"plan failed: {in_words(exc)}"))
             self.audit_entry(ErrorRecord.model_validate(
                 {"dry_run": self.dry_run, how: True, **ex.to_dict()}))
             return self._done(ex)
@@ -218,7 +219,7 @@ class Executor:
             plan = action.plan(ctx)
         except Exception as exc:
             ex = Executed(d, use, None, None,
-                          error=scrub_for(action.params, f"plan failed: {exc!r}"))
+                          error=scrub_for(action.params, f"plan failed: {in_words(exc)}"))
             self.audit_entry(ErrorRecord(dry_run=self.dry_run, **ex.to_dict()))
             log.error("rule %s: action %s: %s", d.rule, use, ex.error)
             return self._done(ex)
@@ -296,7 +297,7 @@ def _outcome(ran: Ran[Outcome]) -> Outcome:
     if ran.status == "done" and ran.value is not None:
         return ran.value
     if ran.status == "crashed":
-        return Outcome(ok=False, error=f"apply raised {ran.error!r}")
+        return Outcome(ok=False, error=f"apply raised {in_words(ran.error) if ran.error else None}")
     if ran.status == "unstarted":
         return Outcome(ok=False, error=f"cannot start the action's worker: {ran.error}")
     return Outcome(ok=False, error=f"apply ended as {ran.status}")
