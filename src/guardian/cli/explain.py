@@ -24,11 +24,19 @@ from guardian.core.exitcodes import ExitCode
 from guardian.engine.decision import Decision, decision_values
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
+from guardian.model.ruleset import CompiledRule
 from guardian.plugin.registry import default_registry
 from guardian.runtime.config import Config
 from guardian.runtime.coverage import blind_rules, recorded_sight, sight_of
 from guardian.runtime.executor import Executor
-from guardian.runtime.status import acted_line, at, for_people, held_by, state_words
+from guardian.runtime.status import (
+    acted_line,
+    at,
+    for_people,
+    held_by,
+    record_line,
+    state_words,
+)
 
 
 def cmd_explain(args: argparse.Namespace) -> ExitCode:
@@ -73,6 +81,8 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
     state = state_words(engine, rule, decisions, snap.time, missing, dry_run=True)
     # live, explain's engine is new and acts on nothing: only a recording has a past
     last = acted_line(rule, st, decisions, verb) if rec is not None else ""
+    # its record: the recording's, or live the service's (kept in its state file)
+    record = record_line(rule, st) if rec is not None else _service_record(rule, config)
     plans: list[dict[str, Any]] = []
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
@@ -83,7 +93,7 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         plans = [ex.to_dict() for ex in executor.run([d], snap)]  # dry run: never applies
     if args.json:
         json_out("explain", {"rule": rule.name, "state": state, "missing": missing,
-                             "time": snap.time, "acted": last,
+                             "time": snap.time, "acted": last, "record": record,
                              "held_by": held_by(engine, rule),
                              "condition": tree.to_dict(), "plans": plans,
                              "actions": [{"use": a.use, **a.public_params}
@@ -95,6 +105,8 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
     print(f"{rule.name}: {state}")
     if last:
         print(last)
+    if record:
+        print(record)
     print("condition:")
     for line in tree.lines(1):
         print(line)
@@ -113,6 +125,18 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         print("its actions: " + "; ".join(f"{a.use} {json.dumps(a.public_params)}"
                                           for a in rule.actions))
     return ExitCode.OK
+
+
+def _service_record(rule: CompiledRule, config: Config) -> str:
+    """The rule's record as the running service keeps it in its state file ("" when
+    there is none to read)."""
+    from guardian.runtime import state as state_file
+    from guardian.runtime.paths import service_paths
+    try:
+        raw = json.loads(service_paths(config).state.read_text())
+        return record_line(rule, state_file.rule_state(raw["rules"][rule.name]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def _as_the_service_saw(rule: str, config: Config) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from guardian.core.evidence import values_text
 from guardian.core.snapshot import Family, SignalSpec, Value, format_key
+from guardian.model.condition import Condition
 from guardian.model.kinds import DecisionKind
 from guardian.model.ruleset import BoundAction, CompiledRule
 from guardian.model.schema import Mode, Severity
@@ -50,6 +51,11 @@ class Decision:
     would: list[BoundAction] = field(default_factory=list)  # held: planned, not applied
     # the unit of each signal its evidence names ("restarts"), for the text people read
     units: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # a ladder's step its actions are (for ``resolved``: the steps run when it resolved;
+    # a rule without steps counts its actions as one), and for ``resolved`` the seconds
+    # since it fired: the outcome metrics read them
+    step: int = field(default=0, compare=False)
+    lasted: float | None = field(default=None, compare=False)
     _mark: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -89,8 +95,14 @@ def decision_values(rule: CompiledRule, values: Any, result: object
                     ) -> dict[str, Value | None]:
     """The signal values behind a decision (and, for family conditions, the members
     that matched, under ``matched``), typed; :func:`render_values` renders them."""
+    return condition_values(rule.condition, values, result)
+
+
+def condition_values(condition: Condition, values: Any, result: object
+                     ) -> dict[str, Value | None]:
+    """:func:`decision_values` of any condition (a rule's ``validate``)."""
     out: dict[str, Value | None] = {}
-    for ref in rule.condition.refs:
+    for ref in condition.refs:
         v = ref.value(values)
         if isinstance(result, dict) and isinstance(v, dict):
             v = {k: x for k, x in v.items() if k in result}  # only what matched
@@ -103,9 +115,11 @@ def decision_values(rule: CompiledRule, values: Any, result: object
     return out
 
 
-def signal_units(rule: CompiledRule, signals: Mapping[str, SignalSpec]) -> dict[str, str]:
-    """The unit of each signal ``rule``'s condition names, from its spec."""
-    return {r.name: signals[r.name].unit for r in rule.condition.refs
+def signal_units(rule: CompiledRule, signals: Mapping[str, SignalSpec],
+                 condition: Condition | None = None) -> dict[str, str]:
+    """The unit of each signal ``rule``'s condition (or ``condition``) names, from its
+    spec."""
+    return {r.name: signals[r.name].unit for r in (condition or rule.condition).refs
             if r.name in signals and signals[r.name].unit}
 
 

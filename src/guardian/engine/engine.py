@@ -16,6 +16,14 @@ Per rule the state machine is Prometheus' (:mod:`~guardian.engine.lifecycle`); o
 it sit Monit-style action bounds (:mod:`~guardian.engine.bounds`), causes that hold their
 symptoms' disruptive actions (:mod:`~guardian.engine.causes`) and the pauses and
 maintenance windows that make actions wait (:mod:`~guardian.engine.waits`).
+
+A rule with steps climbs them (:meth:`Engine._climb`): the first when it fires, each next
+one once the previous one's ``verify`` passed with the rule still firing, never two at
+once; a step runs whole or waits whole (a hold, a cause, a shut window), counts against
+the limit and the budget, and the cooldown only spaces climbs. Past the top it needs a
+human. A rule with ``validate`` keeps its clean-up (and the episode) open once it stops
+firing until the validation holds (:meth:`Engine._validate`). Each episode's outcome goes
+into the rule's record (:mod:`~guardian.engine.outcomes`).
 """
 
 from __future__ import annotations
@@ -27,10 +35,18 @@ from typing import Any, Literal
 
 from guardian.core.durations import format_duration
 from guardian.core.errors import GuardianError
+from guardian.core.evidence import values_text
 from guardian.core.snapshot import Snapshot, check_values
-from guardian.engine import bounds, causes, waits
+from guardian.engine import bounds, causes, outcomes, waits
 from guardian.engine.bounds import Budget
-from guardian.engine.decision import ENGINE_MARK, Decision, decision_values, signal_units
+from guardian.engine.decision import (
+    ENGINE_MARK,
+    Decision,
+    condition_values,
+    decision_values,
+    render_values,
+    signal_units,
+)
 from guardian.engine.history import History
 from guardian.engine.lifecycle import RuleState, advance
 from guardian.model.holds import Hold
@@ -141,7 +157,8 @@ class Engine:
         kept = {r.name for r in ruleset.rules if r.spec.enabled}
         for name, gone in old.items():
             st = self.states.get(name)
-            if st is not None and st.phase == "firing" and name not in kept:
+            if st is not None and (st.phase == "firing" or st.validating is not None) \
+                    and name not in kept:
                 how = "removed" if ruleset.by_name(name) is None else "disabled"
                 self.ending.append((gone, f"rule {how} by a reload"))
         states: dict[str, RuleState] = {}
@@ -150,7 +167,7 @@ class Engine:
             prev = old.get(rule.name)
             if st is not None and prev is not None:
                 if not rule.spec.enabled:
-                    st = RuleState(last_run=st.last_run, runs=st.runs)
+                    st = outcomes.keep(st)
                 elif prev.spec.mode != rule.spec.mode:
                     st.held = False  # nothing observed is owed to a rule now acting
                 else:
@@ -166,7 +183,8 @@ class Engine:
     def _activate(self) -> None:
         """The enabled rules in evaluation order, each with its state and condition."""
         self.active = [(r, r.name, self.states[r.name], r.condition.fn,
-                        [a for a in r.actions if a.spec.on != "resolve"])
+                        [a for s in r.steps for a in s.actions]
+                        or [a for a in r.actions if a.spec.on != "resolve"])
                        for r in causes.evaluation_order(self.ruleset.rules)]
         self._slot = {a[1]: i for i, a in enumerate(self.active)}
         self.generation += 1
@@ -205,6 +223,7 @@ class Engine:
         for gone, why in self.ending:
             cleanup = [a for a in gone.actions if a.spec.on != "fire"]
             out.append(self._decision(gone, "resolved", now, values, None, cleanup, why))
+            out[-1].step = 0
         any_holds = bool(operating.holds)
         for rule, name, st, fn, acting in self.active:
             pause = waits.pause(operating.holds, rule, tick.wall) if any_holds else None
@@ -221,32 +240,37 @@ class Engine:
             if st.paused == paused and not st.changed and not st.unknown:
                 # what changes nothing is not copied (most rules, most ticks)
                 if not result:
-                    if st.phase == "inactive":
+                    if st.phase == "inactive" and st.validating is None:
                         continue  # false, and was
                 elif st.phase == "firing" and st.keep_firing_since is None and (
-                        not acting or (not st.held and st.last_run is not None
+                        not acting or (not rule.steps and not st.held
+                        and st.last_run is not None
                         and now - st.last_run < rule.spec.cooldown)):
                     continue  # a retry that would not act (none to run, or cooling down)
             new[name] = st = st.copy()
             st.unknown, st.paused = False, paused
             step = advance(rule, st, bool(result), now)
             if step is None:
+                if st.validating is not None and st.phase == "inactive":
+                    self._validate(tick, rule, st, result)
                 continue
             kind, reason = step
+            act = self._climb if rule.steps else self._act
             if kind == "firing":
-                if not self._act(tick, rule, st, result, "firing", acting):
+                outcomes.fired(st, now)
+                st.validating = st.valid_since = None  # the problem is back: no clean-up
+                st.validation = ""
+                if not act(tick, rule, st, result, "firing", acting):
                     out.append(self._decision(rule, "firing", now, values, result))
             elif kind == "retry":
-                self._act(tick, rule, st, result, "retry", acting)
+                act(tick, rule, st, result, "retry", acting)
             elif kind == "resolved":
                 st.said_suppressed = st.held = False
-                # clean-up actions (on = "resolve"/"both") are not held to the limits
-                cleanup = [a for a in rule.actions if a.spec.on != "fire"]
-                if st.escalated:  # a page that fired resolves too
-                    cleanup += [a for a in rule.escalate if a.spec.on != "fire"]
-                    st.escalated = False
-                out.append(self._decision(rule, "resolved", now, values, result,
-                                          actions=cleanup))
+                if rule.validation is not None:
+                    st.validating = now
+                    self._validate(tick, rule, st, result)
+                else:
+                    self._resolve(tick, rule, st, result, "")
             else:
                 out.append(self._decision(rule, kind, now, values, result, reason=reason))
         proposal = Proposal(self.generation, new, tick.global_runs, bool(self.ending),
@@ -311,8 +335,10 @@ class Engine:
         st.said_suppressed = False
         if acting:
             bounds.record_run(rule, st, global_runs, now)
+            st.step, st.step_at = 1, now  # for its record: its actions are one step
             out.append(self._decision(rule, kind, now, values, result, actions=acting,
                                       reason="what was held runs now" if owed else ""))
+            out[-1].step = 1
         elif kind == "firing":
             out.append(self._decision(rule, kind, now, values, result))
         st.held = bool(held)
@@ -321,6 +347,117 @@ class Engine:
             d.would = planned
             out.append(d)
         return True
+
+    def _climb(self, tick: _Tick, rule: CompiledRule, st: RuleState, result: object,
+               kind: Literal["firing", "retry"], acting: list[BoundAction]) -> bool:
+        """The next step of a ladder if it is due and nothing makes it wait; True when a
+        decision was emitted. A step is due when the rule fires (a new climb waits out
+        the cooldown since the last step ran) and once the step before's ``verify``
+        passed; past the top the rule needs a human. A step runs whole or waits whole."""
+        now, values, out, steps = tick.now, tick.values, tick.out, rule.steps
+        n = st.step
+        if n:
+            assert st.step_at is not None
+            if round((now - st.step_at) * 1000) < round(steps[n - 1].verify * 1000):
+                return False  # verifying
+        elif not st.held and bounds.cooling_down(rule, st, now):
+            return False
+        if n >= len(steps):
+            self._escalate(tick, rule, st, result, f"needs a human: its {n} steps ran and it "
+                           f"still fires {format_duration(steps[-1].verify)} after the last")
+            return False
+        step = steps[n]
+        of = f"step {n + 1} of {len(steps)}"
+        held, why_held, planned = self._held(tick, rule, step.actions)
+        if held:
+            if not st.held:  # said once, until it runs
+                st.held = True
+                d = self._decision(rule, "held", now, values, result,
+                                   reason=f"{of} ({step.uses}) waits: {why_held}")
+                d.would, d.step = planned, n + 1
+                out.append(d)
+            return False
+        global_runs = tick.runs()
+        reason, limited = bounds.refusal(rule, st, global_runs, self.budget, now)
+        if limited:
+            self._escalate(tick, rule, st, result)
+        if reason:
+            if kind == "firing" or not st.said_suppressed:
+                out.append(self._decision(rule, "firing" if kind == "firing" else
+                                          "suppressed", now, values, result,
+                                          reason=f"{of} waits: {reason}"))
+                st.said_suppressed = True
+                return True
+            return False
+        bounds.record_run(rule, st, global_runs, now)
+        words = [f"{of}: {step.uses}, verify {format_duration(step.verify)}"]
+        if n:
+            words.append(f"step {n} did not resolve it within "
+                         f"{format_duration(steps[n - 1].verify)}")
+        if st.held:
+            words.append("what was held runs now")
+        st.held = st.said_suppressed = False
+        st.last_run = st.step_at = now
+        st.step = n + 1
+        d = self._decision(rule, kind, now, values, result, actions=step.actions,
+                           reason="; ".join(words))
+        d.step = n + 1
+        out.append(d)
+        return True
+
+    def _validate(self, tick: _Tick, rule: CompiledRule, st: RuleState,
+                  result: object) -> None:
+        """A rule that stopped firing keeps its clean-up until ``validate`` has held for
+        ``validate_for``; then it resolves. Meanwhile a ``validating`` decision says each
+        change of where the validation stands (holds, failing, no value), and past
+        ``validate_within`` it needs a human (the clean-up still waits for it)."""
+        cond, spec, now = rule.validation, rule.spec, tick.now
+        assert cond is not None and st.validating is not None
+        try:
+            ok = cond.fn(tick.values, self.history)
+        except Exception:  # a compiled condition should not raise; if it does: no value
+            ok = None
+        if ok:
+            if st.valid_since is None:
+                st.valid_since = now
+            left = spec.validate_for - (now - st.valid_since)
+            if round(left * 1000) <= 0:
+                held = f" for {format_duration(spec.validate_for)}" if spec.validate_for \
+                    else ""
+                self._resolve(tick, rule, st, result, f"validated: `{spec.validate_}` "
+                              f"held{held}")
+                return
+            said = (f"validating: `{spec.validate_}` holds; the clean-up runs once it held "
+                    f"for {format_duration(spec.validate_for)}")
+        else:
+            st.valid_since = None
+            evidence = values_text(render_values(condition_values(cond, tick.values, ok)),
+                                   signal_units(rule, self.ruleset.signals, cond))
+            said = (f"validation {'has no value' if ok is None else 'failing'}: "
+                    f"`{spec.validate_}` ({evidence}); the clean-up waits")
+        if st.validation.partition(":")[0] != said.partition(":")[0]:
+            out = self._decision(rule, "validating", now, tick.values, result, reason=said)
+            out.step = st.step
+            tick.out.append(out)
+        st.validation = said
+        if now - st.validating >= spec.validate_within:
+            self._escalate(tick, rule, st, result, f"needs a human: not validated within "
+                           f"{format_duration(spec.validate_within)} of resolving; {said}")
+
+    def _resolve(self, tick: _Tick, rule: CompiledRule, st: RuleState, result: object,
+                 reason: str) -> None:
+        """The episode ends: the clean-up actions (on = "resolve"/"both", not held to the
+        limits; the escalate ones too when it escalated) run, and its outcome is
+        recorded."""
+        cleanup = [a for a in rule.actions if a.spec.on != "fire"]
+        if st.escalated:  # a page that fired resolves too
+            cleanup += [a for a in rule.escalate if a.spec.on != "fire"]
+            st.escalated = False
+        step, lasted = outcomes.resolved(st, tick.now)
+        d = self._decision(rule, "resolved", tick.now, tick.values, result, actions=cleanup,
+                           reason=reason)
+        d.step, d.lasted = step, lasted
+        tick.out.append(d)
 
     def _held(self, tick: _Tick, rule: CompiledRule, acting: list[BoundAction]
               ) -> tuple[list[BoundAction], str, list[BoundAction]]:
@@ -344,10 +481,11 @@ class Engine:
         return [*causes.holders(rule, self.states)]
 
     def _escalate(self, tick: _Tick, rule: CompiledRule, st: RuleState,
-                  result: object) -> None:
-        """The remedy ran its limit and the rule still fires: it needs a human, and its
-        ``escalate`` actions run once (not while a hold pauses it; a disruptive one waits
-        for the maintenance window)."""
+                  result: object, reason: str = "") -> None:
+        """The remedy ran its limit (or a ladder its last step, or a validation its
+        time) and the rule still fires: it needs a human, and its ``escalate`` actions
+        run once (not while a hold pauses it; a disruptive one waits for the maintenance
+        window)."""
         if st.escalated:
             return
         steps = [a for a in rule.escalate if a.spec.on != "resolve"]
@@ -355,11 +493,15 @@ class Engine:
         if waits.pause(tick.operating.holds, rule, tick.wall) is not None or waiting:
             return
         st.escalated = True
+        st.needs_human += 1
         if steps:
-            tick.out.append(self._decision(
+            d = self._decision(
                 rule, "escalated", tick.now, tick.values, result, actions=steps,
-                reason=f"needs a human: {len(st.runs)} action runs within "
-                       f"{format_duration(rule.spec.limit.within)} did not resolve it"))
+                reason=reason or f"needs a human: {len(st.runs)} action runs within "
+                                 f"{format_duration(rule.spec.limit.within)} did not "
+                                 f"resolve it")
+            d.step = st.step
+            tick.out.append(d)
 
     def _decision(self, rule: CompiledRule, kind: EngineKind, now: float, values: Any,
                   result: object, actions: list[BoundAction] | None = None,

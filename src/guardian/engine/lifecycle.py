@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
 
-from pydantic import AllowInfNan, Strict, StrictBool, StrictStr
+from pydantic import AllowInfNan, NonNegativeFloat, NonNegativeInt, Strict, StrictBool, StrictStr
 
 from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
@@ -26,6 +26,9 @@ Step = Literal["pending", "firing", "retry", "resolved", "inactive"]
 # A time on the engine's clock (a snapshot's ``time``): a finite number. The metadata
 # only matters when a saved state is validated; the engine itself never pays for it.
 Time = Annotated[float, AllowInfNan(False), Strict()]
+# A count, and a span of time (not a point: never moved from one clock to another).
+Count = Annotated[NonNegativeInt, Strict()]
+Span = Annotated[NonNegativeFloat, AllowInfNan(False), Strict()]
 
 
 @dataclass(slots=True)
@@ -44,12 +47,30 @@ class RuleState:
     changed: StrictBool = False  # reloaded with another condition or timing; not yet evaluated
     escalated: StrictBool = False  # ran its limit without resolving: needs a human
     paused: StrictStr = ""  # the hold that pauses it now, described ("" when none)
+    # a ladder's climb (guardian.engine.ladder): the steps run in it, when the last ran
+    step: Count = 0
+    step_at: Time | None = None
+    fired_at: Time | None = None  # this episode's first fire (it ends when it resolves)
+    # stopped firing, its clean-up waits for `validate` (since), which holds since
+    validating: Time | None = None
+    valid_since: Time | None = None
+    validation: StrictStr = ""  # where the validation stands, said
+    # its record (guardian.engine.outcomes), kept across restarts and reboots
+    fires: Count = 0
+    resolutions: Count = 0
+    resolve_times: list[Span] = field(default_factory=list)  # the last ones, seconds
+    resolved_at: list[Count] = field(default_factory=list)  # per steps run: resolutions
+    needs_human: Count = 0  # times it escalated
 
     def copy(self) -> RuleState:
         """An independent copy (what an evaluation changes, while the engine's stays)."""
         return RuleState(self.phase, self.since, self.active_at, self.keep_firing_since,
                          self.last_run, list(self.runs), self.said_suppressed, self.held,
-                         self.unknown, self.changed, self.escalated, self.paused)
+                         self.unknown, self.changed, self.escalated, self.paused,
+                         self.step, self.step_at, self.fired_at, self.validating,
+                         self.valid_since, self.validation, self.fires, self.resolutions,
+                         list(self.resolve_times), list(self.resolved_at),
+                         self.needs_human)
 
     def shifted(self, t: Callable[[float], float]) -> RuleState:
         """A copy with every time mapped through ``t`` (from one clock to another)."""
@@ -59,12 +80,16 @@ class RuleState:
         out.since, out.active_at = opt(self.since), opt(self.active_at)
         out.keep_firing_since, out.last_run = opt(self.keep_firing_since), opt(self.last_run)
         out.runs = [t(x) for x in self.runs]
+        out.step_at, out.fired_at = opt(self.step_at), opt(self.fired_at)
+        out.validating, out.valid_since = opt(self.validating), opt(self.valid_since)
         return out
 
     def problem(self) -> str:
         """Why this state cannot be (a phase past inactive has a start); "" when it can."""
         if self.phase != "inactive" and self.since is None:
             return f"{self.phase} without `since`"
+        if self.step and self.step_at is None:
+            return f"step {self.step} of a climb without `step_at`"
         return ""
 
 

@@ -14,7 +14,8 @@ Phase = Literal["inactive", "pending", "firing"]
 # What the engine decides about a rule: a phase change, or an action run it asks for
 # (see guardian.engine.decision.Decision).
 EngineKind = Literal[
-    "pending", "firing", "retry", "resolved", "inactive", "suppressed", "held", "escalated"]
+    "pending", "firing", "retry", "resolved", "inactive", "suppressed", "held", "escalated",
+    "validating"]
 
 # Every decision's kind: the engine's, and those made outside it, which only plan or act
 # on an operator's word: "manual" (`guardian act`), "explain" (the plan `guardian

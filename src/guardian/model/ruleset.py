@@ -46,6 +46,18 @@ class BoundAction:
 
 
 @dataclass
+class CompiledStep:
+    """A ladder's step: its bound actions and its ``verify`` in seconds."""
+
+    actions: list[BoundAction]
+    verify: float
+
+    @property
+    def uses(self) -> str:
+        return ", ".join(a.use for a in self.actions)
+
+
+@dataclass
 class CompiledRule:
     spec: Rule
     path: str
@@ -54,6 +66,8 @@ class CompiledRule:
     actions: list[BoundAction]
     caused_by_at: tuple[int, int] = (0, 0)  # line, column of `caused_by` in the file
     escalate: list[BoundAction] = field(default_factory=list)  # after the limit, once
+    steps: list[CompiledStep] = field(default_factory=list)  # a ladder, climbed in order
+    validation: Condition | None = None  # `validate`: what opens the clean-up's gate
     # the rule's timing in whole milliseconds, as the engine compares it (exactly)
     for_ms: int = field(init=False)
     keep_firing_ms: int = field(init=False)
@@ -86,8 +100,9 @@ class Ruleset:
         """What the rules' time functions read, each with its longest window."""
         out: dict[Lookback, float] = {}
         for r in self.rules:
-            for key, w in r.condition.lookbacks.items():
-                out[key] = max(out.get(key, 0.0), w)
+            for cond in (r.condition, r.validation):
+                for key, w in (cond.lookbacks.items() if cond is not None else ()):
+                    out[key] = max(out.get(key, 0.0), w)
         return out
 
     def by_name(self, name: str) -> CompiledRule | None:

@@ -48,6 +48,18 @@ class Limit(BaseModel):
     within: PositiveDuration
 
 
+class Step(BaseModel):
+    """One rung of a ladder: its actions, and how long the rule has to resolve after they
+    ran before the next step runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verify: PositiveDuration = Field(
+        description="how long the rule has to resolve after this step's actions ran; "
+        "still firing then, the next step runs (past the last: it needs a human)")
+    action: list[ActionSpec] = Field(min_length=1)
+
+
 class Rule(BaseModel):
     """A condition over signals and what to do while it holds."""
 
@@ -85,10 +97,26 @@ class Rule(BaseModel):
         "pending or firing, this rule's disruptive actions are held (its log, condition and "
         "event actions still run), so the cause is fixed first")
     action: list[ActionSpec] = Field(default_factory=list)
+    step: list[Step] = Field(
+        default_factory=list, description="a ladder: remedies climbed one step at a time, "
+        "each after the previous one's `verify` passed with the rule still firing; past "
+        "the last, the rule needs a human. Its fire actions are in its steps "
+        "([[rule.action]] then holds only clean-up, on = \"resolve\")")
     escalate: list[ActionSpec] = Field(
-        default_factory=list, description="when the actions ran their `limit` and the rule "
-        "still fires: these run once (cordon, condition, notify, a heavier remedy) and the "
-        "rule needs a human; those with on = \"resolve\"/\"both\" run when it resolves")
+        default_factory=list, description="when the actions ran their `limit` (or a "
+        "ladder's last step its `verify`) and the rule still fires: these run once (cordon, "
+        "condition, notify, a heavier remedy) and the rule needs a human; those with on = "
+        "\"resolve\"/\"both\" run when it resolves")
+    validate_: str | None = Field(
+        None, alias="validate", min_length=1, description="a condition that must hold "
+        "before the rule's clean-up (on = \"resolve\"/\"both\": uncordon, untaint) "
+        "runs once it stops firing; until then the node stays as its remedy left it")
+    validate_for: Duration = Field(
+        0.0, description="how long `validate` must hold before the clean-up runs")
+    validate_within: PositiveDuration = Field(
+        3600.0, description="validation not passed this long after the rule stopped "
+        "firing: it needs a human (its escalate actions run once); the clean-up still "
+        "waits for `validate`")
 
 
 class RuleFile(BaseModel):

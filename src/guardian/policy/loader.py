@@ -25,7 +25,7 @@ from guardian.core.diagnostics import (
 from guardian.core.positions import Pos
 from guardian.core.snapshot import SignalSpec
 from guardian.model.condition import Condition
-from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
+from guardian.model.ruleset import BoundAction, CompiledRule, CompiledStep, Ruleset
 from guardian.model.schema import SCHEMA_VERSION, ActionSpec, Rule
 from guardian.plugin.registry import Registry, default_registry
 from guardian.policy.expr import ExprError, compile_condition
@@ -116,8 +116,9 @@ def _cycle(name: str, rules: dict[str, CompiledRule], path: list[str],
 
 def _used_signals(rules: list[CompiledRule], cat: Mapping[str, SignalSpec]
                   ) -> dict[str, SignalSpec]:
-    return {ref.name: cat[ref.name] for r in rules for ref in r.condition.refs
-            if ref.name in cat}
+    return {ref.name: cat[ref.name] for r in rules
+            for cond in (r.condition, r.validation) if cond is not None
+            for ref in cond.refs if ref.name in cat}
 
 
 def load_text(text: str, path: str = "<text>", registry: Registry | None = None,
@@ -179,19 +180,76 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
         condition = None
         if isinstance(when, str) and when:
             condition = _compile_when(when, cat, report.at((*loc, "when")), text, path, diags)
+        validate = spec.validate_ if spec else raw_dict.get("validate")
+        validation = None
+        if isinstance(validate, str) and validate:
+            validation = _compile_when(validate, cat, report.at((*loc, "validate")), text,
+                                       path, diags, "validate")
         actions = _bind_actions(spec.action if spec else _action_specs(raw_dict), loc, reg,
                                 report)
         escalate = _bind_actions(spec.escalate if spec else _action_specs(raw_dict,
                                                                           "escalate"),
                                  loc, reg, report, "escalate")
-        if spec is not None and actions is not None and escalate is not None:
-            _check_fleet(spec, [*actions, *escalate], loc, report)
+        steps = _bind_steps(spec, raw_dict, loc, reg, report)
+        if spec is not None and actions is not None and escalate is not None \
+                and steps is not None:
+            _check_fleet(spec, [*actions, *escalate, *(a for s in steps for a in s.actions)],
+                         loc, report)
+            _check_ladder(spec, loc, report)
         if spec is not None and condition is not None and actions is not None \
-                and escalate is not None:
+                and escalate is not None and steps is not None \
+                and (validation is not None or spec.validate_ is None):
             cause_at = report.at((*loc, "caused_by"))
             out.append(CompiledRule(spec, path, report.at(loc).line, condition, actions,
-                                   (cause_at.value_line, cause_at.value_col), escalate))
+                                   (cause_at.value_line, cause_at.value_col), escalate,
+                                   steps, validation))
     return out
+
+
+def _bind_steps(spec: Rule | None, raw: dict[str, Any], loc: tuple[str | int, ...],
+                reg: Registry, report: Reporter) -> list[CompiledStep] | None:
+    """A ladder's steps with their actions bound (None when some are broken)."""
+    if spec is not None:
+        found: list[tuple[float, list[ActionSpec | None]]] = [
+            (s.verify, list(s.action)) for s in spec.step]
+    else:
+        raw_steps = raw.get("step")
+        found = [(0.0, _action_specs(s) if isinstance(s, dict) else [])
+                 for s in (raw_steps if isinstance(raw_steps, list) else [])]
+    out: list[CompiledStep] = []
+    ok = True
+    for i, (verify, specs) in enumerate(found):
+        bound = _bind_actions(specs, (*loc, "step", i), reg, report)
+        if bound is None:
+            ok = False
+        else:
+            out.append(CompiledStep(bound, verify))
+    return out if ok else None
+
+
+def _check_ladder(spec: Rule, loc: tuple[str | int, ...], report: Reporter) -> None:
+    """A ladder's fire actions are its steps'; its clean-up is the rule's; it can climb
+    to its top within its limit; `validate_for` needs a `validate`."""
+    if spec.validate_ is None and spec.validate_for:
+        report((*loc, "validate_for"), "`validate_for` without `validate`: name the "
+                                        "condition that must hold for it")
+    if not spec.step:
+        return
+    for j, a in enumerate(spec.action):
+        if a.on != "resolve":
+            report((*loc, "action", j), f"rule {spec.name!r} climbs steps: its fire actions "
+                   f"go in a [[rule.step]]; [[rule.action]] holds only clean-up "
+                   f"(on = \"resolve\"), and this {a.use!r} runs on {a.on!r}")
+    for i, s in enumerate(spec.step):
+        for j, a in enumerate(s.action):
+            if a.on != "fire":
+                report((*loc, "step", i, "action", j, "on"), f"a step's actions run when the "
+                       f"step is climbed: on = {a.on!r} cannot be; put clean-up in the "
+                       f"rule's [[rule.action]] with on = \"resolve\"", value=True)
+    if spec.limit.runs < len(spec.step):
+        report((*loc, "limit"), f"rule {spec.name!r} has {len(spec.step)} steps and a limit "
+               f"of {spec.limit.runs} runs: its top would never run; give `limit = "
+               f"{{ runs = {len(spec.step)}, within = ... }}` or more")
 
 
 def _check_fleet(spec: Rule, actions: list[BoundAction], loc: tuple[str | int, ...],
@@ -224,12 +282,12 @@ def _action_specs(raw: dict[str, Any], key: str = "action") -> list[ActionSpec |
 
 
 def _compile_when(when: str, cat: Mapping[str, SignalSpec], pos: Pos, text: str,
-                  path: str, diags: list[Diagnostic]) -> Condition | None:
+                  path: str, diags: list[Diagnostic], key: str = "when") -> Condition | None:
     try:
         return compile_condition(when, cat)
     except ExprError as exc:
         line, col = _expr_position(pos, text, exc)
-        diags.append(Diagnostic(path, line, col, f"in `when`: {exc.message}"))
+        diags.append(Diagnostic(path, line, col, f"in `{key}`: {exc.message}"))
         return None
 
 

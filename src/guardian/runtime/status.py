@@ -14,14 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from guardian.core import numbers
-from guardian.engine import bounds, causes, waits
+from guardian.engine import bounds, causes, outcomes, waits
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.engine.lifecycle import RuleState
 from guardian.model.ruleset import BoundAction, CompiledRule
 
-__all__ = ["Tally", "acted_line", "at", "for_people", "held_by", "now_words",
-           "state_words", "tally"]
+__all__ = ["Tally", "acted_line", "at", "climb_words", "for_people", "held_by",
+           "now_words", "record_line", "state_words", "tally"]
 
 ACTS = ("firing", "retry", "escalated")  # decision kinds that run actions
 
@@ -38,7 +38,8 @@ def at(t: float) -> str:
 
 
 def _acting(rule: CompiledRule) -> list[BoundAction]:
-    return [a for a in rule.actions if a.spec.on != "resolve"]
+    return [a for s in rule.steps for a in s.actions] or [
+        a for a in rule.actions if a.spec.on != "resolve"]
 
 
 def _uses(actions: Iterable[BoundAction]) -> str:
@@ -53,12 +54,14 @@ def held_by(engine: Engine, rule: CompiledRule) -> list[str]:
     return [name for name, _ in causes.holders(rule, engine.states)]
 
 
-def _waiting_now(engine: Engine, rule: CompiledRule, now: float) -> str:
-    """Why some of the rule's actions would wait if it acted now ("" when none would):
-    the engine's own waits, for a pause, an active cause, a shut window."""
+def _waiting_now(engine: Engine, rule: CompiledRule, now: float,
+                 acting: list[BoundAction] | None = None) -> str:
+    """Why some of the rule's actions (or of ``acting``) would wait if it acted now (""
+    when none would): the engine's own waits, for a pause, an active cause, a shut
+    window."""
     op = engine.operating  # what the last committed evaluation was judged under
     wall = op.wall if op.wall is not None else now
-    _, why, _ = waits.waiting(_acting(rule), waits.pause(op.holds, rule, wall),
+    _, why, _ = waits.waiting(acting or _acting(rule), waits.pause(op.holds, rule, wall),
                               causes.holders(rule, engine.states),
                               rule.spec.window or op.window, wall)
     return why
@@ -97,6 +100,8 @@ def now_words(engine: Engine, rule: CompiledRule, decisions: Sequence[Decision],
                 f"({for_people(left)} left)")
     if any(d.kind == "inactive" for d in mine):
         return "inactive now: it stopped holding before `for` passed, without firing"
+    if st.phase == "inactive" and st.validating is not None:
+        return st.validation or "validating"
     if st.phase == "inactive":
         return "inactive"
     return "firing: " + _firing_now(engine, rule, st, mine, now, dry_run=dry_run)
@@ -139,6 +144,8 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
     if not _acting(rule):
         return "no action: it has none to run while firing"
     paused = f"; {st.paused}" if st.paused else ""
+    if rule.steps:
+        return climb_words(engine, rule, st, now) + paused
     if bounds.cooling_down(rule, st, now):
         assert st.last_run is not None
         left = spec.cooldown - (now - st.last_run)
@@ -155,6 +162,43 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
     if reason:
         return f"not acting: {reason}{paused}"
     return f"no action at this evaluation{paused}"
+
+
+def climb_words(engine: Engine, rule: CompiledRule, st: RuleState, now: float) -> str:
+    """Where a ladder's climb is: ``step 2 of 3 (systemd.unit), verifying for 4m more;
+    then step 3 (node.reboot)``, what the next step waits for, or that it needs a
+    human."""
+    steps, n = rule.steps, st.step
+    if n:
+        assert st.step_at is not None
+        ran = steps[n - 1]
+        left = ran.verify - (now - st.step_at)
+        nxt = f"step {n + 1} ({steps[n].uses})" if n < len(steps) else "it needs a human"
+        if round(left * 1000) > 0:
+            return (f"step {n} of {len(steps)} ({ran.uses}), verifying for "
+                    f"{for_people(left)} more; then {nxt}")
+        if n >= len(steps):
+            return (f"step {n} of {len(steps)} ({ran.uses}) did not resolve it: it needs a "
+                    f"human" + ("" if st.escalated else " (its escalation waits)"))
+        head = f"step {n} of {len(steps)} ({ran.uses}) did not resolve it; {nxt}"
+    else:
+        head = f"step 1 of {len(steps)} ({steps[0].uses})"
+        if not st.held and bounds.cooling_down(rule, st, now):
+            assert st.last_run is not None
+            left = rule.spec.cooldown - (now - st.last_run)
+            return f"{head} runs after the cooldown, in {for_people(left)}"
+    why = _waiting_now(engine, rule, now, steps[n].actions) if n < len(steps) else ""
+    reason = _refusal(engine, rule, st, now)
+    if why or reason:
+        return f"{head} waits: {why or reason}"
+    return f"{head} runs at the next evaluation"
+
+
+def record_line(rule: CompiledRule, st: RuleState) -> str:
+    """The rule's record (``record: fired 11 times, resolved 9 (after step 1: 7, ...),
+    median 3m to resolve``); "" before it ever fired."""
+    said = outcomes.words(st, ladder=bool(rule.steps))
+    return f"record: {said}" if said else ""
 
 
 def acted_line(rule: CompiledRule, st: RuleState, decisions: Sequence[Decision],
@@ -201,6 +245,9 @@ def state_words(engine: Engine, rule: CompiledRule, decisions: Sequence[Decision
         if st.active_at is not None and st.active_at != st.since:
             began = f" (began {for_people(now - st.active_at)} ago, pending first)"
         return f"FIRING for {for_people(held_for)}{began}; {words}"
+    if st.validating is not None:
+        return (f"VALIDATING: stopped firing {for_people(now - st.validating)} ago; "
+                f"{st.validation}" + ("; it NEEDS A HUMAN" if st.escalated else ""))
     resolved = any(d.rule == rule.name and d.kind == "resolved" and d.time == now
                    for d in decisions)
     if resolved:

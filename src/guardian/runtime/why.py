@@ -21,7 +21,7 @@ from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
 from guardian.model.schema import Mode, Severity
 from guardian.runtime.coverage import Blind
-from guardian.runtime.status import at
+from guardian.runtime.status import at, climb_words, record_line
 
 ACTIVE: tuple[Phase, ...] = ("pending", "firing")
 
@@ -46,6 +46,9 @@ class Link:
     paused: str = ""  # the hold that pauses it now
     unseen_causes: list[str] = field(default_factory=list)  # its causes that are blind
     units: dict[str, str] = field(default_factory=dict)  # its signals' units, for people
+    climb: str = ""  # a ladder's: where the climb is (step 2 of 3, verifying for 4m more)
+    validating: str = ""  # stopped firing, its clean-up waits: where the validation is
+    record: str = ""  # its record: fired, resolved, after which step, how fast
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "summary": self.summary, "phase": self.phase,
@@ -53,7 +56,8 @@ class Link:
                 "causes": self.causes, "effects": self.effects, "did": self.did,
                 "held": self.held, "mode": self.mode, "needs_human": self.needs_human,
                 "paused": self.paused, "unseen_causes": self.unseen_causes,
-                "units": self.units}
+                "units": self.units, "climb": self.climb, "validating": self.validating,
+                "record": self.record}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Link:
@@ -63,12 +67,12 @@ class Link:
 
 def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
           when: Callable[[float], str] = at) -> list[Link]:
-    """The active rules, each chain root first (roots in order of when they began); each
-    decision's time said by ``when`` (a point of a recording by default; "now" for this
-    host's evaluation)."""
+    """The active rules (and those whose clean-up waits for validation), each chain root
+    first (roots in order of when they began); each decision's time said by ``when`` (a
+    point of a recording by default; "now" for this host's evaluation)."""
     rules = {r.name: r for r in engine.ruleset.rules}
     active = {name for name, st in engine.states.items()
-              if st.phase in ACTIVE and name in rules}
+              if (st.phase in ACTIVE or st.validating is not None) and name in rules}
     out: dict[str, Link] = {}
     for name in active:
         rule, st = rules[name], engine.states[name]
@@ -79,7 +83,11 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
                          mode=rule.spec.mode, needs_human=st.escalated, paused=st.paused,
                          unseen_causes=[c for c in rule.spec.caused_by
                                         if c in engine.states and engine.states[c].unknown],
-                         units=signal_units(rule, engine.ruleset.signals))
+                         units=signal_units(rule, engine.ruleset.signals),
+                         climb=climb_words(engine, rule, st, snapshot.time)
+                         if rule.steps and st.phase == "firing" else "",
+                         validating=st.validation if st.validating is not None else "",
+                         record=record_line(rule, st))
     for link in out.values():
         for cause in link.causes:
             out[cause].effects.append(link.rule)
@@ -185,9 +193,14 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
             f", began {format_duration(round(max(now - link.since, 0.0)))} ago"
         arrow = "" if not link.causes else f" ← caused by {', '.join(link.causes)}"
         shadow = ", observe only" if link.mode == "observe" else ""
+        phase = "VALIDATING" if link.validating else link.phase.upper()
         lines.append(f"{pad}{'└─ ' if link.causes else ''}{link.rule} "
-                     f"[{link.phase.upper()}, {link.severity}{shadow}{began}]{arrow}")
+                     f"[{phase}, {link.severity}{shadow}{began}]{arrow}")
         lines.append(f"{pad}   {link.summary}")
+        if link.climb:
+            lines.append(f"{pad}   {link.climb}")
+        if link.validating:
+            lines.append(f"{pad}   {link.validating}")
         if link.needs_human:
             lines.append(f"{pad}   NEEDS A HUMAN: its actions ran their limit and it still "
                          f"fires (escalated)")
@@ -202,6 +215,8 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
             lines.append(f"{pad}   {acted}: {did}")
         for held in link.held[-2:]:
             lines.append(f"{pad}   held: {held}")
+        if link.record:
+            lines.append(f"{pad}   {link.record}")
     first, last = _span(chain)
     if first is not None and last is not None and first.rule != last.rule:
         assert first.since is not None and last.since is not None

@@ -17,7 +17,8 @@ from guardian.runtime.state import rule_state
 
 
 def test_every_kind_the_engine_emits_is_an_engine_kind() -> None:
-    """One rule goes through every kind (a second, paused, is held); the metrics count
+    """One rule goes through every kind (a second, paused, is held; a third validates);
+    the metrics count
     each kind, and the decision, context and state fields are typed with these types."""
     rules = load_text('''version = 1
 [[rule]]
@@ -38,6 +39,12 @@ summary = "x is high, paused"
 when = "memcg.dying > 10"
   [[rule.action]]
   use = "log"
+
+[[rule]]
+name = "gated"
+summary = "x is high, its clean-up gated by a validation that fails"
+when = "memcg.dying > 10"
+validate = "memcg.dying < 0"
 ''')
     engine = Engine(rules)
     holds = [Hold(1000.0, "maintenance", "alice", rule="paused")]

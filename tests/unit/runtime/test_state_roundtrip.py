@@ -32,10 +32,18 @@ def clock(boot: str = "boot-a", mono: float = NOW, wall: float = 1.7e9) -> state
 def rule_states(draw: st.DrawFn) -> RuleState:
     phase = draw(st.sampled_from(PHASES))
     since = draw(times) if phase != "inactive" else draw(st.none() | times)
+    step = draw(st.integers(0, 4))
+    counts = st.integers(0, 10**6)
+    # issue 42: a ladder's climb, a validation's gate and the rule's record
     return RuleState(phase, since, draw(st.none() | times), draw(st.none() | times),
                      draw(st.none() | times), draw(st.lists(times, max_size=5)),
                      draw(st.booleans()), draw(st.booleans()), draw(st.booleans()),
-                     draw(st.booleans()), draw(st.booleans()), draw(st.text(max_size=20)))
+                     draw(st.booleans()), draw(st.booleans()), draw(st.text(max_size=20)),
+                     step, draw(times) if step else draw(st.none() | times),
+                     draw(st.none() | times), draw(st.none() | times),
+                     draw(st.none() | times), draw(st.text(max_size=20)), draw(counts),
+                     draw(counts), draw(st.lists(times, max_size=20)),
+                     draw(st.lists(counts, max_size=5)), draw(counts))
 
 
 TWO = load_text(RULE.format(name="a") + RULE.format(name="b").replace("version = 1\n", ""))
