@@ -56,7 +56,7 @@ def ladder(extra: str = "") -> Engine:
 def run(e: Engine, times: range | list[int], x: float = 50.0,
         holds: tuple[Hold, ...] = ()) -> list[tuple[int, str, str]]:
     """(time, kind, the messages of its actions) of every decision at ``times``."""
-    out = []
+    out: list[tuple[int, str, str]] = []
     for t in times:
         for d in e.evaluate(Snapshot(float(t), {"memcg.dying": x}), holds=holds):
             out.append((t, d.kind, ",".join(a.params.get("message", "") for a in d.actions)))
