@@ -1,4 +1,6 @@
-"""Prometheus metrics: rule states, actions by outcome, source errors, tick duration and
+"""Prometheus metrics: rule states, actions by outcome, remedies' outcomes (how long a rule
+took to resolve, which step resolved it, which did not within its verify, which needed a
+human), source errors, tick duration and
 the last tick's time, reloads, process and build information, and the values of the
 signals the rules use. Served on loopback by default
 (prometheus_client's exposition, served by :mod:`guardian.runtime.httpserve`, whose threads and
@@ -27,6 +29,7 @@ from prometheus_client.registry import Collector as PromCollector
 
 from guardian.core.snapshot import SignalSpec, Snapshot
 from guardian.core.version import __version__
+from guardian.engine.decision import Decision
 from guardian.model.holds import Hold
 from guardian.model.kinds import ENGINE_KINDS, PHASES
 from guardian.model.ruleset import Ruleset
@@ -38,6 +41,12 @@ STATES = (*PHASES, "unknown")
 KINDS = ENGINE_KINDS
 OUTCOMES = ("ok", "unverified", "failed", "error", "refused", "planned", "would_act", "held")
 RELOADS = ("ok", "failed")
+# what became of a remedy's step (a rule without steps: its actions, step "1"; "0": it
+# resolved before any ran): it resolved the rule, the rule still fired when its verify
+# passed and the next step ran, or it needed a human
+REMEDY_OUTCOMES = ("resolved", "climbed", "needs_human")
+# fire -> resolved: minutes to hours
+RESOLVE_BUCKETS = (60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400)
 PID_LABELS = frozenset({"pid", "ppid"})  # unbounded: summed away, never exported
 
 
@@ -150,6 +159,7 @@ class Operations(PromCollector):
         self.paused: dict[str, bool] = {}
         self.observe: dict[str, bool] = {}
         self.needs_human: dict[str, bool] = {}
+        self.validating: dict[str, bool] = {}
 
     def collect(self) -> Iterator[Metric]:
         fam = GaugeMetricFamily("guardian_hold_expiry_timestamp_seconds", "holds in force "
@@ -163,7 +173,9 @@ class Operations(PromCollector):
                 ("guardian_rule_observe", "1 for a rule in shadow mode (mode = \"observe\"): "
                  "its actions count as would_act", self.observe),
                 ("guardian_rule_needs_human", "1 while the rule still fires after its actions "
-                 "ran their limit (it escalated)", self.needs_human)):
+                 "ran their limit (it escalated)", self.needs_human),
+                ("guardian_rule_validating", "1 while the rule stopped firing and its clean-up "
+                 "(uncordon, untaint) waits for its validation", self.validating)):
             g = GaugeMetricFamily(name, doc, labels=["rule"])
             for rule, on in sorted(values.items()):
                 g.add_metric([rule], 1.0 if on else 0.0)
@@ -191,6 +203,16 @@ class Metrics:
                                "a shadow rule would have acted; held: planned while held)",
                                ["rule", "action", "outcome"],
                                registry=r)
+        self.resolve_seconds = Histogram(
+            "guardian_rule_resolve_seconds", "time from a rule firing to it resolving (its "
+            "clean-up running: after its validation, where it has one)", ["rule"],
+            registry=r, buckets=RESOLVE_BUCKETS)
+        self.outcomes = Counter("guardian_rule_outcomes", "what became of each step of a "
+                                "rule's remedy (a rule without steps: step 1 is its "
+                                "actions; step 0: none had run): resolved, climbed (still "
+                                "firing after its verify: the next step ran), needs_human "
+                                "(its escalation ran)", ["rule", "step", "outcome"],
+                                registry=r)
         self.source_errors = ErrorCounts()
         r.register(self.source_errors)
         self.source_up = SourceUp()
@@ -231,9 +253,25 @@ class Metrics:
         for rule in ruleset.rules:
             for kind in KINDS:
                 self.decisions.labels(rule.name, kind)
-            for action in rule.actions:
+            for action in [*rule.actions, *(a for s in rule.steps for a in s.actions)]:
                 for outcome in OUTCOMES:
                     self.actions.labels(rule.name, action.spec.use, outcome)
+            for step in range(1, len(rule.steps) + 1 if rule.steps else 2):
+                for outcome in REMEDY_OUTCOMES:
+                    if outcome != "climbed" or step < len(rule.steps):
+                        self.outcomes.labels(rule.name, str(step), outcome)
+
+    def outcome(self, d: Decision) -> None:
+        """Count what ``d`` says became of a remedy: the rule resolved (and how long
+        after it fired), a step's verify passed with it still firing (the next step ran),
+        or its escalation ran."""
+        if d.kind == "resolved" and d.lasted is not None:
+            self.resolve_seconds.labels(d.rule).observe(d.lasted)
+            self.outcomes.labels(d.rule, str(d.step), "resolved").inc()
+        elif d.kind in ("firing", "retry") and d.step > 1 and d.actions:
+            self.outcomes.labels(d.rule, str(d.step - 1), "climbed").inc()
+        elif d.kind == "escalated":
+            self.outcomes.labels(d.rule, str(d.step), "needs_human").inc()
 
     def serve(self, address: str, port: int,
               health: Callable[[], tuple[bool, str]] | None = None,

@@ -77,4 +77,5 @@ class Operations:
         ops.holds = list(engine.operating.holds)
         ops.paused = {n: bool(st.paused) for n, st in engine.states.items()}
         ops.needs_human = {n: st.escalated for n, st in engine.states.items()}
+        ops.validating = {n: st.validating is not None for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}

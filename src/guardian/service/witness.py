@@ -93,6 +93,7 @@ class Witness:
     def decided(self, decisions: list[Decision]) -> None:
         for d in decisions:
             self.metrics.decisions.labels(d.rule, d.kind).inc()
+            self.metrics.outcome(d)
             log.log(logging.WARNING if d.kind in ("firing", "suppressed") else logging.INFO,
                     "rule %s: %s%s", d.rule, d.kind, f" ({d.reason})" if d.reason else "")
 

@@ -188,3 +188,24 @@ def test_why_and_explain_say_where_the_climb_is() -> None:
     [link] = why.links(e, snap, decisions)
     assert link.climb == "step 2 of 3 (log), verifying for 8m more; then step 3 (log)"
     assert link.record == "record: fired 1 time, resolved 0"
+
+
+def test_the_metrics_carry_the_time_to_resolve_and_each_steps_outcome() -> None:
+    from guardian.runtime.metrics import Metrics
+    m = Metrics()
+    e = ladder()
+    m.use_rules(e.ruleset, {})
+    for t, x in [(0, 50.0), (300, 50.0), (900, 50.0), (1200, 50.0), (1500, 1.0)]:
+        for d in e.evaluate(Snapshot(float(t), {"memcg.dying": x})):
+            m.outcome(d)
+
+    def value(name: str, **labels: str) -> float | None:
+        return m.registry.get_sample_value(name, {"rule": "stuck", **labels})
+    # steps 1 and 2 did not resolve it within their verify, step 3 neither: a human
+    assert [value("guardian_rule_outcomes_total", step=s, outcome=o) for s, o in [
+        ("1", "climbed"), ("2", "climbed"), ("3", "needs_human"), ("3", "resolved")]] == [
+        1.0, 1.0, 1.0, 1.0]
+    # fired at 0, resolved at 1500 s (25m): in the 30m bucket, not the 20m one
+    assert value("guardian_rule_resolve_seconds_sum") == 1500.0
+    assert value("guardian_rule_resolve_seconds_bucket", le="1200.0") == 0.0
+    assert value("guardian_rule_resolve_seconds_bucket", le="1800.0") == 1.0
