@@ -209,3 +209,16 @@ def test_the_metrics_carry_the_time_to_resolve_and_each_steps_outcome() -> None:
     assert value("guardian_rule_resolve_seconds_sum") == 1500.0
     assert value("guardian_rule_resolve_seconds_bucket", le="1200.0") == 0.0
     assert value("guardian_rule_resolve_seconds_bucket", le="1800.0") == 1.0
+
+
+def test_replay_of_a_recording_shows_the_ladder() -> None:
+    from guardian.runtime.recording import Recording
+    from guardian.runtime.replay import replay, timeline
+    rec = Recording({}, [Snapshot(float(t), {"memcg.dying": 50.0})
+                         for t in range(0, 1260, 60)])
+    lines = timeline(replay(rec, ladder().ruleset))
+    said = [ln.split("(", 1)[1].rsplit(")", 1)[0] for ln in lines if "step" in ln]
+    assert said == ["step 1 of 3: log, verify 5m",
+                    "step 2 of 3: log, verify 10m; step 1 did not resolve it within 5m",
+                    "step 3 of 3: log, verify 5m; step 2 did not resolve it within 10m",
+                    "needs a human: its 3 steps ran and it still fires 5m after the last"]
