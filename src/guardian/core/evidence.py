@@ -45,11 +45,15 @@ def evidence_said(values: Mapping[str, Any], units: Mapping[str, str] | None = N
     matched = rest.pop("matched", None)
     out: list[Said] = []
     if isinstance(matched, dict):
-        same = next((k for k, v in rest.items()
-                     if isinstance(v, dict) and _same(v, matched)), None)
+        same = next((k for k, v in rest.items() if _selected(k, v, matched)), None)
         name = "matched" if same is None else same
-        out.append(Said(name, members_text(matched, _unit(units, name), _pinned(name)),
-                        True))
+        unit, pinned = _unit(units, name), _pinned(name)
+        if same is not None and not isinstance(rest[same], dict) and \
+                not any(member(k, pinned) for k in matched):
+            # every label pinned: the selector names the one member; said as a value
+            out.append(Said(name, amount(rest[same], unit), False))
+        else:
+            out.append(Said(name, members_text(matched, unit, pinned), True))
         rest.pop(name, None)
     for k, v in rest.items():
         unit = _unit(units, k)
@@ -69,7 +73,7 @@ def values_text(values: Mapping[str, Any], units: Mapping[str, str] | None = Non
         return "no values"
     parts = [s.line() for s in said]
     matched = values.get("matched")
-    if isinstance(matched, dict):  # said first and bare, each member named by something
+    if isinstance(matched, dict) and said[0].family:  # first and bare, each member named
         pinned = _pinned(said[0].name)
         parts[0] = members_text(matched, _unit(units or {}, said[0].name),
                                 pinned if all(member(k, pinned) for k in matched) else ())
@@ -164,6 +168,24 @@ def amount(x: Any, unit: str = "") -> str:
         unit = unit[:-3] + "y" if unit.endswith("ies") else \
             unit[:-2] if unit.endswith("sses") else unit[:-1]
     return f"{text} {unit}"
+
+
+def _selected(key: str, value: Any, matched: Mapping[Any, Any]) -> bool:
+    """Whether the evidence ``key: value`` is the family ``matched`` came from, as the
+    engine gives it: the same members, or, for a selector of exact matchers that kept one
+    member, that member's value alone (``cpu.core.idle_pct{cpu="0"}: 56``) where the
+    member has the labels the selector names."""
+    if isinstance(value, dict):
+        return _same(value, matched)
+    if "{" not in key or len(matched) != 1 or value is None:
+        return False
+    [(k, x)] = matched.items()
+    try:
+        wanted = parse_series_key(key)[1]
+        labels = k if isinstance(k, tuple) else parse_series_key("x" + str(k))[1]
+    except ValueError:
+        return False
+    return bool(wanted) and set(wanted) <= set(labels) and _number(x) == _number(value)
 
 
 def _same(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:

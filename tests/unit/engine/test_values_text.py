@@ -9,8 +9,8 @@ import json
 
 from guardian import Engine, Executor, Host, load_text
 from guardian.actions.notify import Webhook, WebhookParams
-from guardian.core.evidence import values_text
-from guardian.core.snapshot import Snapshot
+from guardian.core.evidence import evidence_said, values_text
+from guardian.core.snapshot import Snapshot, labels_of
 from guardian.engine.decision import Decision
 from guardian.plugin.contract import ActionContext
 from guardian.runtime.replay import Replay, params_text, timeline
@@ -111,3 +111,51 @@ def test_a_label_the_selector_pins_is_not_said_again() -> None:
     member = '{check="mon.ntp", message="ntp is down"}'
     assert values_text({"matched": {member: 1},
                         'script.problem{check="mon.ntp"}': {member: 1}}) == "ntp is down 1"
+
+
+def _logged(when: str, values: dict[str, object]) -> str:
+    """``$values`` of a rule's log line, through the engine and the executor."""
+    engine = Engine(load_text(RULES.replace(
+        'when = "systemd.unit_restarts_recent >= 5"', f"when = '{when}'")))
+    snap = Snapshot(0.0, values)  # type: ignore[arg-type]
+    [d] = engine.evaluate(snap)
+    [ran] = Executor(Host(), dry_run=True).run([d], snap)
+    assert ran.plan is not None
+    return str(ran.plan.data["text"]).removeprefix("crash-looping unit(s): ")
+
+
+XID = {labels_of({"metric": "DCGM_FI_DEV_XID_ERRORS", "gpu": g, "UUID": f"GPU-{g}",
+                  "target": "file:x.prom"}): x for g, x in (("0", 79.0), ("1", 0.0))}
+
+
+def test_a_selector_of_one_member_says_its_value_once_with_its_unit() -> None:
+    """Before: `cpu=0 56; cpu.core.idle_pct{cpu="0"} 56%`, the value twice, the pinned
+    label repeated, the first without its unit."""
+    cores = family("cpu", {"0": 56.0, "1": 3.0})
+    assert _logged('cpu.core.idle_pct{cpu="0"} >= 50', {"cpu.core.idle_pct": cores}) \
+        == 'cpu.core.idle_pct{cpu="0"} 56%'
+
+
+def test_a_glob_selector_says_its_members_once() -> None:
+    cores = family("cpu", {"0": 56.0, "1": 3.0, "10": 4.0})
+    assert _logged('cpu.core.idle_pct{cpu="1*"} >= 0', {"cpu.core.idle_pct": cores}) \
+        == "cpu=10 4%, cpu=1 3%"
+
+
+def test_an_exporters_sample_says_its_open_labels_not_the_pinned_ones() -> None:
+    """Before: `UUID=GPU-1 gpu=0 metric=DCGM_FI_DEV_XID_ERRORS target=file:x.prom 79;
+    prom.sample{metric="DCGM_FI_DEV_XID_ERRORS", gpu="0"} 79`."""
+    assert _logged('prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"} > 0',
+                   {"prom.sample": XID}) == "UUID=GPU-0 gpu=0 target=file:x.prom 79"
+    assert _logged('prom.sample{metric="DCGM_FI_DEV_XID_ERRORS", gpu="0"} > 0',
+                   {"prom.sample": XID}) == "UUID=GPU-0 target=file:x.prom 79"
+
+
+def test_replay_and_why_say_a_selected_member_under_its_selector_once() -> None:
+    engine = Engine(load_text(RULES.replace(
+        'when = "systemd.unit_restarts_recent >= 5"',
+        "when = 'prom.sample{metric=\"DCGM_FI_DEV_XID_ERRORS\"} > 0'")))
+    [d] = engine.evaluate(Snapshot(0.0, {"prom.sample": XID}))
+    assert [s.line() for s in evidence_said(d.values, d.units)] == [
+        'prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"}: UUID=GPU-0 gpu=0 '
+        'target=file:x.prom 79']
