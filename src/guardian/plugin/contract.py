@@ -61,6 +61,15 @@ class Source(ABC, Generic[C]):
         Returns False for sources that only read at ticks (the default)."""
         return False
 
+    def unconfigured(self) -> str | None:
+        """What the configuration lacks for this source to read anything (``no probes in
+        [sources.probe]``), or None when it has something to read. The collector asks it
+        before :meth:`unavailable`: a source with nothing configured does not run, and the
+        rules over it are blind by the operator's choice (cause ``unconfigured``), not by a
+        fault of the host. None by default: a source that does not say is asked only
+        whether it is available."""
+        return None
+
     def unavailable(self) -> str | None:
         """Why this source cannot work on this host, or None when it can."""
         return None

@@ -6,6 +6,10 @@ A source's output is held to its specs (declared names, label names, finite numb
 signal that breaks them has no value, and the collection counts as an error of its
 source, logged once per signal and problem; so does a collection whose source reports
 :meth:`~guardian.plugin.contract.Source.faults` (members it could not read).
+
+A source with nothing configured to read (:meth:`~guardian.plugin.contract.Source.unconfigured`:
+no probes, no exposition endpoints) does not run; it is named in ``unconfigured`` as well as
+``unavailable``, so that what sums up health can tell the operator's choice from a fault.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from guardian.core.errors import in_words
 from guardian.core.snapshot import SignalSpec, Snapshot, check_values, labels_of
 from guardian.hostio.host import Host
 from guardian.plugin.contract import Source
@@ -34,8 +39,19 @@ class Collector:
     def __init__(self, host: Host, sources: Iterable[Source[Any]]) -> None:
         self.host = host
         self.sources: list[Source[Any]] = []
+        # every source that does not run, and why; those with nothing configured to read
+        # are also in ``unconfigured`` (the operator's choice, not a fault of the host)
         self.unavailable: dict[str, str] = {}
+        self.unconfigured: dict[str, str] = {}
         for src in sources:
+            try:
+                lacks = src.unconfigured()
+            except Exception as exc:  # a plugin's bug: it does not run, as a fault
+                self.unavailable[src.name] = f"configuration check failed: {in_words(exc)}"
+                continue
+            if lacks:
+                self.unconfigured[src.name] = self.unavailable[src.name] = lacks
+                continue
             why = _unavailable(src)
             if why:
                 self.unavailable[src.name] = why
@@ -68,7 +84,7 @@ class Collector:
                     raise TypeError(f"collect() returned {type(raw).__name__}, not a dict")
             except Exception as exc:
                 self.error_counts[src.name] += 1
-                snap.errors[src.name] = f"{type(exc).__name__}: {exc}"
+                snap.errors[src.name] = in_words(exc)
                 log.debug("source %s failed: %s", src.name, exc)
                 continue
             good, problems = check_values(raw, self._specs[src.name])
@@ -108,4 +124,4 @@ def _unavailable(src: Source[Any]) -> str | None:
     try:
         return src.unavailable()
     except Exception as exc:
-        return f"availability check failed: {exc}"
+        return f"availability check failed: {in_words(exc)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from guardian.core.errors import in_words
 from guardian.core.snapshot import SignalSpec
 from guardian.hostio.cgroupfs import Layout, layout_problem, locate, memcg_counts
 from guardian.hostio.host import Host
@@ -40,7 +41,7 @@ class CgroupsSource(Source[NoParams]):
             layout = self.layout()
             return self._why_not if layout is None else layout_problem(self.host, layout)
         except OSError as exc:
-            return f"cannot read mountinfo: {exc}"
+            return f"cannot read mountinfo: {in_words(exc)}"
 
     def collect(self, now: float) -> dict[str, object]:
         layout = self.layout()

@@ -61,6 +61,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from guardian.core.durations import Duration, format_duration
+from guardian.core.errors import in_words
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host
 from guardian.hostio.textfile import is_directory, read_capped, textfiles
@@ -310,10 +311,13 @@ class ExpositionSource(Source[ExpositionConfig]):
                 *(f"textfile directory {d} does not exist"
                   for d in config.textfile_directories if not is_directory(d))]
 
-    def unavailable(self) -> str | None:
+    def unconfigured(self) -> str | None:
         if not self.cfg.endpoints and not self.cfg.textfile_directories:
-            return "no endpoints or textfile directories configured ([sources.exposition])"
+            return "no endpoints or textfile directories in [sources.exposition]"
         return None
+
+    def unavailable(self) -> str | None:
+        return self.unconfigured()  # a caller that asks only this learns it too
 
     def _parse(self, text: str, target: str) -> tuple[Family, int]:
         c = self.cfg
@@ -329,7 +333,7 @@ class ExpositionSource(Source[ExpositionConfig]):
             samples, dropped = self._parse(text, name)
             reading = Reading(self.clock(), samples, dropped)
         except (OSError, ValueError, NotOwned) as exc:
-            reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
+            reading = Reading(self.clock(), error=in_words(exc))
         self._keep(name, reading)
 
     def refresh(self) -> None:
@@ -359,7 +363,7 @@ class ExpositionSource(Source[ExpositionConfig]):
                 names = textfiles(base)
             except (OSError, ValueError) as exc:
                 self._keep(f"dir:{directory}",
-                           Reading(self.clock(), error=f"{type(exc).__name__}: {exc}"))
+                           Reading(self.clock(), error=in_words(exc)))
                 continue
             with self.lock:
                 self.readings.pop(f"dir:{directory}", None)
@@ -376,7 +380,7 @@ class ExpositionSource(Source[ExpositionConfig]):
                     seen.discard(target)
                     continue
                 except (OSError, ValueError) as exc:
-                    reading = Reading(self.clock(), error=f"{type(exc).__name__}: {exc}")
+                    reading = Reading(self.clock(), error=in_words(exc))
                 self._keep(target, reading)
         until = time.monotonic() + self.cfg.timeout + 1  # each read ends by its deadline
         for reader in readers:
@@ -445,8 +449,9 @@ class ExpositionSource(Source[ExpositionConfig]):
         self._report(problems)
         return {"prom.sample": None if blind else samples, "prom.up": up,
                 "prom.dropped": dropped,
-                "prom.errors": {labels_of({"target": t}): float(n)
-                                for t, n in errors.items()}}
+                # every target's count, 0 for one that never failed (a healthy file's too)
+                "prom.errors": {labels_of({"target": t}): float(errors.get(t, 0))
+                                for t in sorted({*errors, *readings, *self.cfg.endpoints})}}
 
     def _report(self, problems: dict[str, str]) -> None:
         """Keep the faults, and log a target's failure when it starts and when it ends."""

@@ -259,9 +259,12 @@ class JournalSource(Source[JournalConfig]):
         self.output_fields = True  # journalctl before systemd 236 has no --output-fields
         self.empty_failures = 0  # runs in a row that failed before any line
 
+    def unconfigured(self) -> str | None:
+        return None if self.patterns else "no patterns in [sources.journal]"
+
     def unavailable(self) -> str | None:
-        if not self.patterns:
-            return "no journal patterns configured ([sources.journal] patterns)"
+        if (lacks := self.unconfigured()) is not None:
+            return lacks  # a caller that asks only this learns it too
         root = self.host.root
         if self.cfg.directory:
             if not is_dir(root / self.cfg.directory.lstrip("/")):

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from guardian.core.durations import PositiveDuration
-from guardian.core.errors import GuardianError
+from guardian.core.errors import GuardianError, in_words
 from guardian.core.regexsafety import backtracking_risk
 from guardian.core.snapshot import Family, SignalSpec, label, labels_of
 from guardian.hostio.host import Host
@@ -233,10 +233,13 @@ class ProbeSource(Source[ProbeConfig]):
                                   for n, p in self.cfg.probes.items()}, self._run,
                                  self.cfg.concurrency, "guardian-probe")
 
+    def unconfigured(self) -> str | None:
+        # nothing to probe: a rule over probe.up watches nothing, and says so (blind, by
+        # the operator's choice), never `ok` over an empty family
+        return None if self.cfg.probes else "no probes in [sources.probe]"
+
     def unavailable(self) -> str | None:
-        # nothing to probe: a rule over probe.up watches nothing, and says so (blind),
-        # never `ok` over an empty family
-        return None if self.cfg.probes else "no probes configured ([sources.probe] probes)"
+        return self.unconfigured()  # a caller that asks only this learns it too
 
     def follow(self, wake: Callable[[str], None]) -> bool:
         """Start probing now, and wake the loop when a probe goes up or down."""
@@ -284,7 +287,7 @@ class ProbeSource(Source[ProbeConfig]):
         try:
             result = run_probe(probe, probe.timeout or self.cfg.timeout, str(self.host.root))
         except Exception as exc:  # a bug must not leave the probe marked running
-            result = Result(time.monotonic(), False, 0.0, None, "error", str(exc))
+            result = Result(time.monotonic(), False, 0.0, None, "error", in_words(exc))
         self.record(name, result)
 
     def record(self, name: str, result: Result) -> None:

@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from guardian.core.durations import PositiveDuration
+from guardian.core.errors import in_words
 from guardian.core.snapshot import Family, SignalSpec, label, labels_of
 from guardian.hostio.host import Host
 from guardian.hostio.programs import MINIMAL_ENV, Ran, cannot_run, find_program, run_bounded
@@ -204,9 +205,13 @@ class ScriptSource(Source[ScriptConfig]):
         self._wake: Callable[[str], None] | None = None
         self._faults: list[str] = []
 
+    def unconfigured(self) -> str | None:
+        # no checks: a rule over script.* watches nothing, and says so (blind, by the
+        # operator's choice), never `ok`
+        return None if self.cfg.checks else "no checks in [sources.script]"
+
     def unavailable(self) -> str | None:
-        # no checks: a rule over script.* watches nothing, and says so (blind), never `ok`
-        return None if self.cfg.checks else "no checks configured ([sources.script] checks)"
+        return self.unconfigured()  # a caller that asks only this learns it too
 
     def follow(self, wake: Callable[[str], None]) -> bool:
         """Start the checks now, and wake the loop when one's status changes."""
@@ -269,7 +274,7 @@ class ScriptSource(Source[ScriptConfig]):
                 ran = run_bounded(check.argv, timeout, KEEP, {**MINIMAL_ENV, **check.env},
                                   check.cwd, stop=self.pools[check.pool].stop)
         except Exception as exc:  # a worker must never die with the check marked running
-            ran = Ran(None, b"", b"", 0.0, error=f"{type(exc).__name__}: {exc}")
+            ran = Ran(None, b"", b"", 0.0, error=in_words(exc))
         self.record(name, ran)
 
     def record(self, name: str, ran: Ran) -> None:

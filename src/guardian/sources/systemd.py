@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.durations import Duration
+from guardian.core.errors import in_words
 from guardian.core.snapshot import Family, SignalSpec, labels_of
 from guardian.hostio import systemctl
 from guardian.hostio.host import Host
@@ -95,7 +96,7 @@ class SystemdSource(Source[SystemdConfig]):
                 return None
             except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
                 bus.close()
-                bus_said = f"cannot talk to systemd on {bus.path}: {exc}"
+                bus_said = f"cannot talk to systemd on {bus.path}: {_said(exc)}"
                 if self.cfg.transport == "dbus":
                     return bus_said
                 bus_said += "; "
@@ -106,7 +107,7 @@ class SystemdSource(Source[SystemdConfig]):
         try:
             self._run("show", "--property=Version")
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            return f"{bus_said}no systemd to talk to: {exc}"
+            return f"{bus_said}no systemd to talk to: {_said(exc)}"
         return None
 
     def close(self) -> None:
@@ -168,3 +169,10 @@ class SystemdSource(Source[SystemdConfig]):
         while len(dq) > 1 and dq[1][0] <= now - self.cfg.restart_window:
             dq.popleft()
         return n - dq[0][1]
+
+
+def _said(exc: BaseException) -> str:
+    """What went wrong, in words: an OSError's reason and path (``No such file or
+    directory``, never ``[Errno 2] ...``), else the exception's own message."""
+    return in_words(exc) if isinstance(exc, OSError) and exc.strerror else (
+        str(exc) or type(exc).__name__)

@@ -161,6 +161,24 @@ def test_a_failing_then_stale_endpoint_is_no_value(
     assert out["prom.up"] == {labels_of({"target": "dcgm"}): 0.0}
 
 
+def test_a_healthy_target_has_counted_no_failed_reads(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Before: prom.errors had no member for a file that was never failing (no value,
+    shown as `-`, beside prom.dropped's 0)."""
+    d = tmp_path / "textfile"
+    d.mkdir()
+    (d / "node.prom").write_text("# TYPE reboot_required gauge\nreboot_required 1\n")
+    src = exposition_source(textfile_directories=[str(d)], max_age=60)
+    request.addfinalizer(src.close)
+    src.refresh()
+    out = src.collect(0.0)
+    assert out["prom.errors"] == {labels_of({"target": "file:node.prom"}): 0.0}
+    assert out["prom.dropped"] == {labels_of({"target": "file:node.prom"}): 0.0}
+    (d / "node.prom").chmod(0o666)  # refused: writable by others; counted from then
+    src.refresh()
+    assert src.collect(0.0)["prom.errors"] == {labels_of({"target": "file:node.prom"}): 1.0}
+
+
 def test_textfiles_are_read_without_blocking_capped_and_stale_by_mtime(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     d = tmp_path / "textfile"
@@ -376,7 +394,13 @@ def test_a_targets_samples_are_capped_in_all_and_a_huge_page_bounded() -> None:
 
 
 def test_no_targets_no_source_and_remote_endpoints_warned() -> None:
+    # nothing configured: the operator's choice, told apart from a host that cannot
+    # (rules over prom.sample are blind with cause "unconfigured")
+    assert ExpositionSource(Host()).unconfigured() == \
+        "no endpoints or textfile directories in [sources.exposition]"
     assert ExpositionSource(Host()).unavailable() is not None
+    configured = ExpositionConfig.model_validate({"textfile_directories": ["/x"]})
+    assert ExpositionSource(Host(), configured).unconfigured() is None
     cfg = ExpositionConfig.model_validate({"endpoints": {
         "dcgm": "http://127.0.0.1:9400/metrics", "far": "http://10.0.0.7:9100/metrics"}})
     assert ExpositionSource.config_warnings(cfg) == [

@@ -259,7 +259,8 @@ def test_overlong_and_broken_lines_are_counted_and_skipped(tmp_path: Path) -> No
 
 
 def test_no_patterns_no_reader_and_bad_config_refused() -> None:
-    assert JournalSource(Host()).unavailable() is not None
+    assert JournalSource(Host()).unconfigured() == "no patterns in [sources.journal]"
+    assert JournalSource(Host()).unavailable() == "no patterns in [sources.journal]"
     with pytest.raises(ValueError, match="nested quantifiers"):
         JournalConfig.model_validate({"patterns": {"bad": "(a+)+$"}})
     with pytest.raises(ValueError, match="not a unit name"):

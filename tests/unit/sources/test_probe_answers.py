@@ -34,8 +34,11 @@ def test_no_value_until_every_probe_has_answered() -> None:
 def test_with_no_probe_configured_the_source_is_unavailable_and_says_why() -> None:
     """Before: the source ran with nothing to probe, and `kubelet-unhealthy` (over
     probe.up{probe="kubelet"}) read `ok` over an empty family: kubelet was never probed."""
-    assert ProbeSource(Host()).unavailable() == "no probes configured ([sources.probe] probes)"
+    # not configured (the operator's choice, cause "unconfigured"), told apart from a
+    # host that cannot; a caller that asks only unavailable() learns it too
+    assert ProbeSource(Host()).unconfigured() == "no probes in [sources.probe]"
+    assert ProbeSource(Host()).unavailable() == "no probes in [sources.probe]"
     src = ProbeSource(Host(), ProbeConfig.model_validate({"probes": {
         "kubelet": {"url": "http://127.0.0.1:10248/healthz"}}}))
     src.close()
-    assert src.unavailable() is None
+    assert src.unavailable() is None and src.unconfigured() is None

@@ -156,5 +156,5 @@ def test_a_check_that_answers_unknown_answered(tmp_path: Path) -> None:
 def test_with_no_check_configured_the_source_is_unavailable_and_says_why() -> None:
     """Before: the source ran with no checks, and `script-check-problem` read `ok` over an
     empty script.problem: nothing was checked."""
-    assert ScriptSource(Host()).unavailable() == \
-        "no checks configured ([sources.script] checks)"
+    assert ScriptSource(Host()).unconfigured() == "no checks in [sources.script]"
+    assert ScriptSource(Host()).unavailable() == "no checks in [sources.script]"

@@ -173,9 +173,10 @@ def test_systemctl_show_output() -> None:
 def test_systemd_absent_means_unavailable_with_a_reason(tmp_path: Path) -> None:
     src = SystemdSource(Host(tmp_path), SystemdSource.Config(systemctl=[str(tmp_path / "nope")]))
     why = src.unavailable()
-    # auto: the private socket first (none under this root), then systemctl: both said
-    assert why == (f"cannot talk to systemd on {tmp_path}/run/systemd/private: [Errno 2] No "
-                   f"such file or directory; {tmp_path / 'nope'} not found")
+    # auto: the private socket first (none under this root), then systemctl: both said,
+    # in words (before: "[Errno 2] No such file or directory", on every command's stderr)
+    assert why == (f"cannot talk to systemd on {tmp_path}/run/systemd/private: No such "
+                   f"file or directory; {tmp_path / 'nope'} not found")
 
 
 # -- garbage, truncated and empty files --------------------------------------------------
