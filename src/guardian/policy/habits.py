@@ -4,16 +4,22 @@ An SRE who writes Prometheus alerts types ``rate(x[5m])``, ``&&`` or ``sum by (c
 by habit; Python's parser would answer "invalid decimal literal". :func:`find_habit`
 scans the rule's own text (strings and comments skipped) for those forms, none of which
 is valid guardian, and returns where the first one starts with a message in guardian's
-spelling. Each did-you-mean it offers is itself a condition fragment guardian accepts.
-Nothing is rewritten: where PromQL's meaning differs (``rate`` extrapolates, ``by``
-groups), accepting its spelling would promise its meaning.
+spelling. Each did-you-mean is a condition fragment guardian accepts; where that depends
+on what the operands are (``unless`` joins conditions only as ``and not``; a regex
+alternation becomes one selector per glob, joined with ``or``), the suggestion is compiled
+with guardian's own compiler before it is offered. Nothing is rewritten: where PromQL's
+meaning differs (``rate`` extrapolates, ``by`` groups), accepting its spelling would
+promise its meaning.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Sequence
-from typing import NamedTuple
+from collections.abc import Container, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from guardian.core.snapshot import SignalSpec
 
 __all__ = ["FUNCTION_NOTES", "find_habit"]
 
@@ -27,6 +33,12 @@ _TOKEN = re.compile(r"""
   | \s+
 """, re.VERBOSE)
 _OPEN = {"(": ")", "[": "]", "{": "}"}
+_LOGIC = ("and", "or", "not", "unless")
+# calls over a family's members as a whole (a selector in one cannot be split with `or`)
+_WHOLE = ("max", "min", "sum", "avg", "count", "absent")
+_GLOBS = "`*` any text, `?` one character, `[abc]` one of, `[!abc]` one not of"
+_NO_MATCHER = ("guardian has no `{op}` label matcher: a selector keeps the members whose "
+               "label equals a value or matches a glob (" + _GLOBS + ")")
 # PromQL range functions guardian has no twin of: the nearest guardian call, and why
 _RENAMED = {
     "irate": ("rate", "guardian has no irate (the last two samples); the nearest is rate "
@@ -103,11 +115,73 @@ def _glob_of(regex: str) -> str | None:
     return "".join(out)
 
 
-def find_habit(text: str, signals: Container[str], time_functions: Container[str]
-               ) -> tuple[int, str] | None:
+def globs_of(regex: str) -> list[str] | None:
+    """A PromQL label regex as globs, one per top-level alternative (``eth.*|ens.*`` is
+    ``eth*`` and ``ens*``), when globs say the same; None otherwise."""
+    if any(c in regex for c in "()[]\\"):
+        return None  # a `|` inside a group, a class or escaped is not an alternative
+    globs = [_glob_of(alt) for alt in regex.split("|")]
+    return [g for g in globs if g is not None] if None not in globs else None
+
+
+def _compiles(text: str, catalogue: Mapping[str, SignalSpec]) -> bool:
+    """Whether guardian compiles ``text`` as a condition (so a suggestion is checked
+    before it is offered)."""
+    from guardian.policy.expr import ExprError, compile_condition  # expr imports this
+    try:
+        compile_condition(text, catalogue)
+    except ExprError:
+        return False
+    return True
+
+
+def _kind(text: str, catalogue: Mapping[str, SignalSpec]) -> str | None:
+    """``condition``, ``family`` or ``number``: what ``text`` is to guardian's compiler;
+    None when it does not compile either way."""
+    whole, compared = _compiles(text, catalogue), _compiles(f"({text}) > 0", catalogue)
+    if whole:
+        return "family" if compared else "condition"
+    return "number" if compared else None
+
+
+def _operand(toks: Sequence[_Tok], first: int, last: int, pairs: dict[int, int],
+             opens: dict[int, int], inside: Sequence[int | None], leftwards: bool = True,
+             rightwards: bool = True, stop: tuple[str, ...] = _LOGIC, lift: bool = True
+             ) -> tuple[int, int]:
+    """The tokens first..last widened to the operand of the nearest logic word (``and``,
+    ``or``, ``not``, ``unless``) or bracket; with ``lift``, a function call around them is
+    taken whole."""
+    while lift:  # out of any call the tokens are an argument of
+        o = inside[first]
+        if o is None or toks[o].text != "(" or o not in pairs or o == 0 \
+                or toks[o - 1].kind != "name" or toks[o - 1].text in _LOGIC:
+            break
+        first, last = o - 1, pairs[o]
+    if leftwards:
+        j = first - 1
+        while j >= 0 and toks[j].text not in _OPEN and toks[j].text != "," and not (
+                toks[j].kind == "name" and toks[j].text in stop):
+            if j in opens:  # a bracketed group: step over it whole
+                j = opens[j]
+            first = j
+            j -= 1
+    if rightwards:
+        j = last + 1
+        while j < len(toks) and toks[j].text not in (")", "]", "}", ",") and not (
+                toks[j].kind == "name" and toks[j].text in stop):
+            if j in pairs:
+                j = pairs[j]
+            last = j
+            j += 1
+    return first, last
+
+
+def find_habit(text: str, signals: Mapping[str, SignalSpec],
+               time_functions: Container[str]) -> tuple[int, str] | None:
     """The offset in ``text`` and the message of the first PromQL or C spelling in it
-    that guardian writes otherwise; None when there is none. ``signals`` are the known
-    signal names (a word such as ``offset`` that names one is left alone)."""
+    that guardian writes otherwise; None when there is none. ``signals`` is the signal
+    catalogue (a word such as ``offset`` that names a signal is left alone; suggestions
+    are compiled against it)."""
     toks = _tokens(text)
     pairs, opens, inside = _brackets(toks)
 
@@ -143,7 +217,7 @@ def find_habit(text: str, signals: Container[str], time_functions: Container[str
                 message = f"`{t.text}` is written `{word}` in guardian"
             elif o is not None and in_selector and prev is not None and prev.kind == "name" \
                     and t.text in ("=~", "!~", "==", "!="):
-                message = _matcher(text, toks, i, o, pairs)
+                message = _matcher(text, toks, i, o, pairs, opens, inside, signals)
             elif t.text == "[" and nxt is not None and nxt.kind == "dur":
                 message = _range(text, toks, i, selector_before(i), call_around(i),
                                  time_functions)
@@ -156,33 +230,59 @@ def find_habit(text: str, signals: Container[str], time_functions: Container[str
                 message = (f'a duration is a string in guardian, the window of a time '
                            f'function: `rate(x, "{t.text}")`')
         elif t.kind == "name" and t.text not in signals and not in_selector:
-            message = _keyword(text, toks, i, pairs, opens, selector_before(i))
+            message = _keyword(text, toks, i, pairs, opens, inside, selector_before(i),
+                               signals)
         if message is not None:
             return t.start, message
     return None
 
 
-def _matcher(text: str, toks: Sequence[_Tok], i: int, o: int, pairs: dict[int, int]
-             ) -> str:
+def _matcher(text: str, toks: Sequence[_Tok], i: int, o: int, pairs: dict[int, int],
+             opens: dict[int, int], inside: Sequence[int | None],
+             catalogue: Mapping[str, SignalSpec]) -> str:
     """The message for ``=~``, ``!~``, ``==`` or ``!=`` at token i in the selector whose
     ``{`` is token o."""
     op, label = toks[i].text, toks[i - 1].text
     value = toks[i + 1] if i + 1 < len(toks) and toks[i + 1].kind == "str" else None
-    glob = _glob_of(value.text[1:-1]) if op == "=~" and value is not None else None
+    regex = value.text[1:-1] if value is not None else ""
+    globs = globs_of(regex) if op == "=~" and value is not None else None
     name = toks[o - 1] if o > 0 and toks[o - 1].kind == "name" else None
-    if value is not None and name is not None and o in pairs and (
-            op == "==" or glob is not None):
-        matcher = f"{label}={value.text}" if op == "==" else f'{label}="{glob}"'
-        fixed = (text[name.start:toks[i - 1].start] + matcher
-                 + text[value.end:toks[pairs[o]].end])
-        lead = ("a label matcher has one `=`" if op == "==" else
-                "guardian selects labels by glob, not regular expression")
-        return f"{lead}: did you mean `{fixed}`?"
+    if value is None or name is None or o not in pairs:
+        if op == "==":
+            return f"a label matcher has one `=`: `{label}=...`"
+        return _NO_MATCHER.format(op=op)
+    close = toks[pairs[o]]
+
+    def selector(matcher: str) -> str:
+        return (text[name.start:toks[i - 1].start] + matcher + text[value.end:close.end])
+
     if op == "==":
-        return f"a label matcher has one `=`: `{label}={value.text if value else '...'}`"
-    return (f"guardian has no `{op}` label matcher: a selector keeps the members whose "
-            f"label equals a value or matches a glob (`*` any text, `?` one character), "
-            f'e.g. `{label}="1*"`')
+        return f"a label matcher has one `=`: did you mean `{selector(label + '=' + value.text)}`?"
+    if globs is None:
+        return (_NO_MATCHER.format(op=op) if op != "=~" else
+                f"guardian selects labels by glob, not regular expression, and no glob "
+                f"says what `{regex}` does ({_GLOBS})")
+    if len(globs) == 1:
+        return ("guardian selects labels by glob, not regular expression: did you mean "
+                f'`{selector(f"{label}={chr(34)}{globs[0]}{chr(34)}")}`?')
+    # an alternation: one selector per alternative, their conditions joined with `or`
+    said = [f'`{label}="{g}"`' for g in globs]
+    lead = (f"guardian selects labels by glob, not regular expression, one glob to a "
+            f"selector: {', '.join(said[:-1])} and {said[-1]} together select the members "
+            f"`{regex}` does")
+    j: int | None = o - 1
+    while j is not None:  # an aggregation over the members cannot be split by `or`
+        j = inside[j]
+        if j is not None and toks[j].text == "(" and j > 0 and toks[j - 1].text in _WHOLE:
+            return f"{lead}, each in its own selector"
+    first, last = _operand(toks, o - 1, pairs[o], pairs, opens, inside)
+    start, end = toks[first].start, toks[last].end
+    joined = " or ".join(text[start:name.start] + selector(f'{label}="{g}"')
+                         + text[close.end:end] for g in globs)
+    if not _compiles(joined, catalogue):
+        return f"{lead}, each in its own selector"
+    bare = (first == 0 and last == len(toks) - 1) or pairs.get(first - 1) == last + 1
+    return f"{lead}: did you mean `{joined if bare else f'({joined})'}`?"
 
 
 def _range(text: str, toks: Sequence[_Tok], i: int, selector: str | None,
@@ -208,7 +308,8 @@ def _range(text: str, toks: Sequence[_Tok], i: int, selector: str | None,
 
 
 def _keyword(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int],
-             opens: dict[int, int], selector: str | None) -> str | None:
+             opens: dict[int, int], inside: Sequence[int | None], selector: str | None,
+             catalogue: Mapping[str, SignalSpec]) -> str | None:
     """The message for a PromQL keyword at token i (unless, bool, offset, by, on...)."""
     word, prev = toks[i].text, toks[i - 1] if i > 0 else None
     nxt = toks[i + 1] if i + 1 < len(toks) else None
@@ -216,7 +317,7 @@ def _keyword(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int],
         return None
     paren = nxt is not None and nxt.text == "(" and (i + 1) in pairs
     if word == "unless":
-        return "`unless` is written `and not` in guardian"
+        return _unless(text, toks, i, pairs, opens, inside, catalogue)
     if word == "bool":
         return ("guardian has no `bool` modifier (drop it): a comparison is already a "
                 "condition, true, false or unknown")
@@ -236,6 +337,39 @@ def _keyword(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int],
         return (f"guardian has no `{word}` vector matching: arithmetic and comparison "
                 f"between two families pair the members whose labels are equal")
     return None
+
+
+def _unless(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int],
+            opens: dict[int, int], inside: Sequence[int | None],
+            catalogue: Mapping[str, SignalSpec]) -> str:
+    """The message for PromQL's ``unless`` (set subtraction) at token i, by what its two
+    sides are to guardian: conditions, families or numbers."""
+    lead = ("`unless` is PromQL's set subtraction (the left side's series the right side "
+            "lacks)")
+    if i == 0 or i == len(toks) - 1:
+        return f"{lead}; guardian writes it between two conditions as `and not`"
+    before, after = opens.get(i - 1, i - 1), pairs.get(i + 1, i + 1)
+    left = _operand(toks, before, i - 1, pairs, opens, inside, rightwards=False, lift=False)
+    right = _operand(toks, i + 1, after, pairs, opens, inside, leftwards=False,
+                     stop=("and", "or", "unless"), lift=False)
+    sides = [text[toks[a].start:toks[b].end] for a, b in (left, right)]
+    kinds = [_kind(side, catalogue) for side in sides]
+    fixed = f"{sides[0]} and not {sides[1]}"
+    if kinds == ["condition", "condition"]:
+        return f"`unless` is written `and not` between conditions: did you mean `{fixed}`?"
+    if "number" in kinds:
+        numbers = " and ".join(f"`{s}`" for s, k in zip(sides, kinds, strict=True) if k == "number")
+        compared = [f"{s} > 0" if k == "number" else s for s, k in zip(sides, kinds, strict=True)]
+        example = f"{compared[0]} and not {compared[1]}"
+        said = f"{numbers} {'is a number' if ' and ' not in numbers else 'are numbers'}"
+        tail = (f"; compare first, e.g. `{example}`" if _compiles(example, catalogue)
+                else "")
+        return (f"{lead}; guardian has none for numbers: {said}, and `and not` joins "
+                f"conditions{tail}")
+    if "family" in kinds and _compiles(fixed, catalogue):
+        return (f"{lead}; guardian has no member-wise `unless` of families: `{fixed}` "
+                f"holds while `{sides[0]}` keeps a member and `{sides[1]}` keeps none")
+    return f"{lead}; guardian writes it between two conditions as `and not`"
 
 
 def _aggregation(text: str, toks: Sequence[_Tok], i: int, pairs: dict[int, int],

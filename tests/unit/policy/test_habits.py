@@ -24,6 +24,10 @@ CAT = {s.name: s for s in (
 RANGE = "is PromQL's range selector; guardian passes the window as a string argument"
 NO_GROUPING = ("gives one number over the whole family, and a comparison on the family "
                "keeps each member for which it holds")
+UNLESS = ("`unless` is PromQL's set subtraction (the left side's series the right side "
+          "lacks)")
+ONE_GLOB = "guardian selects labels by glob, not regular expression, one glob to a selector: "
+GLOBS = "`*` any text, `?` one character, `[abc]` one of, `[!abc]` one not of"
 NO_MATCHING = ("vector matching: arithmetic and comparison between two families pair the "
                "members whose labels are equal")
 
@@ -35,8 +39,19 @@ CASES = [
     ("a.x > 1 && a.y > 2", 8, "`&&` is written `and` in guardian", "a.x > 1 and a.y > 2"),
     ("a.x > 1 || a.y > 2", 8, "`||` is written `or` in guardian", "a.x > 1 or a.y > 2"),
     ("!(a.x > 1)", 0, "`!` is written `not` in guardian", "not (a.x > 1)"),
-    ("a.x > 1 unless a.y > 2", 8, "`unless` is written `and not` in guardian",
-     "a.x > 1 and not a.y > 2"),
+    ("a.x > 1 unless a.y > 2", 8, "`unless` is written `and not` between conditions: did "
+     "you mean `a.x > 1 and not a.y > 2`?", "a.x > 1 and not a.y > 2"),
+    # numbers: PromQL's set subtraction has no guardian counterpart; `and not` would be
+    # "'and' needs conditions, got a number", so the example compares first
+    ("a.x unless a.y", 4, f"{UNLESS}; guardian has none for numbers: `a.x` and `a.y` are "
+     "numbers, and `and not` joins conditions; compare first, e.g. "
+     "`a.x > 0 and not a.y > 0`", "a.x > 0 and not a.y > 0"),
+    ("a.x > 1 and (a.x unless a.y > 3) or a.y > 1", 17, f"{UNLESS}; guardian has none for "
+     "numbers: `a.x` is a number, and `and not` joins conditions; compare first, e.g. "
+     "`a.x > 0 and not a.y > 3`", "a.x > 1 and (a.x > 0 and not a.y > 3) or a.y > 1"),
+    ("c.core > 1 unless c.core > 5", 11, f"{UNLESS}; guardian has no member-wise `unless` "
+     "of families: `c.core > 1 and not c.core > 5` holds while `c.core > 1` keeps a member "
+     "and `c.core > 5` keeps none", "c.core > 1 and not c.core > 5"),
     ("a.x > bool 5", 6, "guardian has no `bool` modifier (drop it): a comparison is "
      "already a condition, true, false or unknown", "a.x > 5"),
     ("rate(a.x[5m]) > 1", 8, f'`[5m]` {RANGE}: did you mean `rate(a.x, "5m")`?',
@@ -87,12 +102,30 @@ CASES = [
     ('n.stat{iface="eth0", stat=~"rx_.*"} > 1', 25, "guardian selects labels by glob, not "
      'regular expression: did you mean `n.stat{iface="eth0", stat="rx_*"}`?',
      'n.stat{iface="eth0", stat="rx_*"} > 1'),
-    ('n.stat{stat=~"rx|tx"} > 1', 11, "guardian has no `=~` label matcher: a selector "
-     "keeps the members whose label equals a value or matches a glob (`*` any text, `?` "
-     'one character), e.g. `stat="1*"`', 'n.stat{stat="1*"} > 1'),
+    # an alternation: one selector per alternative (globs drawn from the regex), `or`
+    ('n.stat{stat=~"rx|tx"} > 1', 11, f'{ONE_GLOB}`stat="rx"` and `stat="tx"` together '
+     'select the members `rx|tx` does: did you mean '
+     '`n.stat{stat="rx"} > 1 or n.stat{stat="tx"} > 1`?',
+     'n.stat{stat="rx"} > 1 or n.stat{stat="tx"} > 1'),
+    ('n.stat{iface=~"eth.*|ens.*"} > 1', 12, f'{ONE_GLOB}`iface="eth*"` and `iface="ens*"` '
+     'together select the members `eth.*|ens.*` does: did you mean '
+     '`n.stat{iface="eth*"} > 1 or n.stat{iface="ens*"} > 1`?',
+     'n.stat{iface="eth*"} > 1 or n.stat{iface="ens*"} > 1'),
+    ('a.x > 1 and rate(n.stat{iface=~"eth.*|ens.*"}, "5m") > 1', 29, f'{ONE_GLOB}'
+     '`iface="eth*"` and `iface="ens*"` together select the members `eth.*|ens.*` does: '
+     'did you mean `(rate(n.stat{iface="eth*"}, "5m") > 1 or rate(n.stat{iface="ens*"}, '
+     '"5m") > 1)`?', 'a.x > 1 and (rate(n.stat{iface="eth*"}, "5m") > 1 or '
+     'rate(n.stat{iface="ens*"}, "5m") > 1)'),
+    # an aggregation over the union cannot be split with `or`: no condition is suggested
+    ('max(n.stat{iface=~"eth.*|ens.*"}) > 1', 16, f'{ONE_GLOB}`iface="eth*"` and '
+     '`iface="ens*"` together select the members `eth.*|ens.*` does, each in its own '
+     'selector', 'max(max(n.stat{iface="eth*"}), max(n.stat{iface="ens*"})) > 1'),
+    ('n.stat{iface=~"eth[0-9]+"} > 1', 12, "guardian selects labels by glob, not regular "
+     f"expression, and no glob says what `eth[0-9]+` does ({GLOBS})",
+     'n.stat{iface="eth[0-9]*"} > 1'),
     ('c.core{cpu!="1"} > 1', 10, "guardian has no `!=` label matcher: a selector keeps "
-     "the members whose label equals a value or matches a glob (`*` any text, `?` one "
-     'character), e.g. `cpu="1*"`', 'c.core{cpu="1*"} > 1'),
+     f"the members whose label equals a value or matches a glob ({GLOBS})",
+     'c.core{cpu="[!1]*"} > 1 or c.core{cpu="1?*"} > 1'),
     ('c.core{cpu=="1"} > 1', 10, 'a label matcher has one `=`: did you mean '
      '`c.core{cpu="1"}`?', 'c.core{cpu="1"} > 1'),
     ("topk(3, c.core) > 1", 0, "guardian has no topk: `max(x)` is the largest member, and "
@@ -139,3 +172,36 @@ def test_error_is_located_in_the_rule_file(tmp_path: Path) -> None:
         load_rules([write(tmp_path, "r.toml", text)])
     got = [str(d).replace(str(tmp_path) + "/", "") for d in info.value.diagnostics]
     assert got == ["r.toml:8:3: in `when`: `&&` is written `and` in guardian"]
+
+
+REVIEW_CAT = {s.name: s for s in (
+    SignalSpec("memcg.dying", "dying cgroups"), SignalSpec("memcg.live", "live cgroups"),
+    SignalSpec("nic.stat", "per nic", labels=("iface", "stat")),
+)}
+
+
+@pytest.mark.parametrize(("text", "suggested"), [
+    ("memcg.dying unless memcg.live", "memcg.dying > 0 and not memcg.live > 0"),
+    ('nic.stat{iface=~"eth.*|ens.*"} > 5',
+     'nic.stat{iface="eth*"} > 5 or nic.stat{iface="ens*"} > 5'),
+])
+def test_the_reviewers_did_you_means_compile(text: str, suggested: str) -> None:
+    """Issue 40's review: following the did-you-mean for these gave "'and' needs
+    conditions, got a number", and a made-up `iface="1*"`; what is offered now compiles."""
+    with pytest.raises(ExprError) as info:
+        compile_condition(text, REVIEW_CAT)
+    offered = re.findall(r"`([^`]+)`", info.value.message)[-1]
+    assert offered == suggested
+    compile_condition(offered, REVIEW_CAT)
+
+
+@pytest.mark.parametrize("regex", ["eth.*|ens.*", "rx_.*", "a.c|b", "x.+|y"])
+def test_globs_select_what_the_regex_does(regex: str) -> None:
+    from fnmatch import fnmatchcase
+
+    from guardian.policy.habits import globs_of
+    globs = globs_of(regex)
+    assert globs is not None
+    for value in ("eth0", "ens5", "lo", "rx_bytes", "tx_bytes", "abc", "ac", "b", "x", "xy",
+                  "y", "eth", ""):
+        assert any(fnmatchcase(value, g) for g in globs) == bool(re.fullmatch(regex, value))
