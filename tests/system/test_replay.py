@@ -95,8 +95,15 @@ def test_replay_text_is_the_golden_file_with_durations_for_people() -> None:
     assert out.stdout == REPLAY_GOLDEN.read_text()
     assert out.stdout.startswith("recording of vm (kernel 6.18.44-fc-v1147), 145 snapshots "
                                  "every 5s over 12m; 16 decision(s)\n")
-    assert "   +6m15s  dying-memcgs           firing     memcg.dying 11547 cgroups, " \
-           "memcg.live 4 cgroups\n" in out.stdout  # aligned; evidence as text, not JSON
+    assert "   +6m15s  dying-memcgs           firing     memcg.dying: 11547 cgroups; " \
+           "20 * memcg.live: 80 cgroups\n" in out.stdout  # aligned; text, not JSON
+    # what the condition compared, as run --once says it: the delta, not the signal
+    # (before: `dying-memcgs-climbing  firing     memcg.dying 6944 cgroups`)
+    assert "  +10m15s  dying-memcgs-climbing  firing     delta(memcg.dying, \"30m\"): " \
+           "6900 cgroups\n" in out.stdout
+    # of an `or`, only the comparison that holds (before: all three, two of them 0)
+    assert "firing     increase(kmsg.matches{pattern=\"ena_tx_paused\"}, \"5m\"): " \
+           "1 line\n" in out.stdout
     assert not re.search(r"\d\.\d+s\b", out.stdout)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from guardian.cli.common import (
 from guardian.cli.table import pack, paint, wants_colour, width
 from guardian.core.diagnostics import RuleError
 from guardian.core.durations import parse_duration
-from guardian.core.evidence import amount, member, members_text
 from guardian.core.exitcodes import ExitCode
 from guardian.core.snapshot import SignalSpec
 from guardian.engine.engine import Engine
@@ -34,7 +33,7 @@ from guardian.policy.loader import load_rules
 from guardian.runtime import once
 from guardian.runtime.collector import Collector
 from guardian.runtime.config import Config
-from guardian.runtime.evidence import operands
+from guardian.runtime.evidence import compared
 from guardian.runtime.executor import Executor
 from guardian.runtime.paths import service_paths
 from guardian.runtime.status import now_words, tally
@@ -179,61 +178,8 @@ def _cause(why: str) -> str:
 
 def evidence(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
              values: Mapping[str, Any], engine: Engine, *, holds: bool) -> list[str]:
-    """What the condition compared, as the pieces of one line (a line on a narrow
-    terminal breaks only between them): when it holds, the comparisons that hold and
-    the members that made them (``cpu.core.sys_pct: cpu1 97%``); when not, every
-    operand's value now, a family's largest few (``cpu.core.sys_pct: cpu1 12.5%, cpu0
-    3%``); numbers rounded with their units (:mod:`guardian.core.evidence`)."""
-    try:
-        parts = operands(rule, catalogue, values, engine.history)
-    except Exception:  # words for people must not end the pass
-        return _said([(ref.key, [_said_value(ref.value(values), _unit(catalogue, ref.name))])
-                      for ref in rule.condition.refs])
-    if holds and any(p.holds for p in parts):
-        parts = [p for p in parts if p.holds]
-    limit = 5 if holds else 3
-    # operands alike but for one matcher's value are said in one:
-    # `increase(kmsg.matches{pattern=…}, "1h"): kernel_oops 0, null_deref 0`
-    groups: dict[str, list[tuple[str, str, str]]] = {}  # key -> (text, word, value)
-    for p in parts:
-        m = list(_ONE_MATCHER.finditer(p.text))
-        v = p.value
-        value = _said_value(v, p.unit, p.fixed, limit)
-        if len(m) == 1 and (not isinstance(v, dict) or not v or (
-                len(v) == 1 and not member(next(iter(v)), p.fixed))):
-            key = f"{p.text[:m[0].start()]}{{{m[0].group(1)}=…}}{p.text[m[0].end():]}"
-            word = member(((m[0].group(1), m[0].group(2)),))
-        else:
-            key, word = p.text, ""
-        groups.setdefault(key, []).append((p.text, word, value))
-    return _said([(key, [f"{word} {value}" for _, word, value in alike])
-                  if len(alike) > 1 else (alike[0][0], [alike[0][2]])
-                  for key, alike in groups.items()])
-
-
-def _said_value(v: Any, unit: str, fixed: Collection[str] = (), limit: int = 3) -> str:
-    """One operand's value: a family's largest ``limit`` members, or the value."""
-    return members_text(v, unit, fixed, limit) if isinstance(v, dict) else amount(v, unit)
-
-
-def _said(groups: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
-    """``[(what, [value, ...]), ...]`` as the pieces of ``what: a, b; what2: c``, each
-    value (or member of one) a piece: the line breaks only between them."""
-    pieces: list[str] = []
-    for g, (what, vals) in enumerate(groups):
-        items = [item for v in vals for item in v.split(", ")]
-        items[0] = f"{what}: {items[0]}"
-        pieces += [f"{item}," for item in items[:-1]] + \
-            [items[-1] + (";" if g < len(groups) - 1 else "")]
-    return pieces
-
-
-_ONE_MATCHER = re.compile(r'\{(\w+)="([^"*?\[\]]*)"\}')  # a selector of one exact matcher
-
-
-def _unit(catalogue: Mapping[str, SignalSpec], name: str) -> str:
-    spec = catalogue.get(name)
-    return spec.unit if spec is not None else ""
+    """What the condition compared (:func:`guardian.runtime.evidence.compared`)."""
+    return compared(rule, catalogue, values, engine.history, holds=holds)
 
 
 def _serve(args: argparse.Namespace, config: Config) -> ExitCode:

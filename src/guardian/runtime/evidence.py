@@ -1,9 +1,9 @@
 """What a rule's condition compared, for people: each comparison's operands with their
 values now (``increase(kmsg.matches{pattern="hung_task"}, "10m")`` and its value, not the
 counter it reads), and, for a comparison that holds on a family, the members that made
-it hold. ``guardian run --once`` prints them beside each rule; the audit log and
-``--json`` keep the decision's structured evidence
-(:func:`guardian.engine.decision.decision_values`).
+it hold. ``guardian run --once`` prints them beside each rule and ``guardian replay``
+beside each decision (:func:`compared`); the audit log and ``--json`` keep the
+decision's structured evidence (:func:`guardian.engine.decision.decision_values`).
 
 A condition is read as PromQL reads it: a comparison on a family keeps the members for
 which it holds, with the left side's values, so the members that made a rule fire are
@@ -12,16 +12,18 @@ those of its comparisons that hold."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guardian.core.evidence import amount, member, members_text
 from guardian.core.snapshot import SignalSpec, Value
 from guardian.model.condition import TimeFunctions
 from guardian.model.ruleset import CompiledRule
 from guardian.policy.expr import compile_subexpression, parse_condition, selector_name
 
-__all__ = ["Operand", "operands"]
+__all__ = ["Operand", "compared", "operands"]
 
 # functions whose value is not in the unit of the signal they read
 _UNIT_CHANGING = {"rate", "count", "count_over_time", "changes", "resets", "absent",
@@ -75,6 +77,67 @@ def operands(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
             out.append(Operand(words, v, _unit(side, catalogue), _fixed(side, catalogue),
                                holds))
     return out
+
+
+def compared(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
+             values: Mapping[str, Any], history: TimeFunctions, *, holds: bool
+             ) -> list[str]:
+    """What the condition compared, as the pieces of one line (a line on a narrow
+    terminal breaks only between them): when it holds, the comparisons that hold and
+    the members that made them (``cpu.core.sys_pct: cpu=1 97%``); when not, every
+    operand's value now, a family's largest few (``cpu.core.sys_pct: cpu=1 4%, cpu=0
+    1%``); numbers rounded with their units (:mod:`guardian.core.evidence`)."""
+    try:
+        parts = operands(rule, catalogue, values, history)
+    except Exception:  # words for people must not end the pass
+        return _said([(ref.key, [_said_value(ref.value(values), _spec_unit(catalogue,
+                                                                           ref.name))])
+                      for ref in rule.condition.refs])
+    if holds and any(p.holds for p in parts):
+        parts = [p for p in parts if p.holds]
+    limit = 5 if holds else 3
+    # operands alike but for one matcher's value are said in one:
+    # `increase(kmsg.matches{pattern=…}, "1h"): kernel_oops 0 lines, null_deref 0 lines`
+    groups: dict[str, list[tuple[str, str, str]]] = {}  # key -> (text, word, value)
+    for p in parts:
+        m = list(_ONE_MATCHER.finditer(p.text))
+        v = p.value
+        value = _said_value(v, p.unit, p.fixed, limit)
+        if len(m) == 1 and (not isinstance(v, dict) or not v or (
+                len(v) == 1 and not member(next(iter(v)), p.fixed))):
+            key = f"{p.text[:m[0].start()]}{{{m[0].group(1)}=…}}{p.text[m[0].end():]}"
+            word = member(((m[0].group(1), m[0].group(2)),))
+        else:
+            key, word = p.text, ""
+        groups.setdefault(key, []).append((p.text, word, value))
+    return _said([(key, [f"{word} {value}" for _, word, value in alike])
+                  if len(alike) > 1 else (alike[0][0], [alike[0][2]])
+                  for key, alike in groups.items()])
+
+
+def _said_value(v: Any, unit: str, fixed: Collection[str] = (), limit: int = 3) -> str:
+    """One operand's value: a family's largest ``limit`` members, or the value."""
+    return members_text(v, unit, fixed, limit) if isinstance(v, dict) else amount(v, unit)
+
+
+def _said(groups: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """``[(what, [value, ...]), ...]`` as the pieces of ``what: a, b; what2: c``, each
+    value (or member of one) a piece: the line breaks only between them."""
+    pieces: list[str] = []
+    for g, (what, vals) in enumerate(groups):
+        items = [item for v in vals for item in v.split(", ")]
+        items[0] = f"{what}: {items[0]}"
+        pieces += [f"{item}," for item in items[:-1]] + \
+            [items[-1] + (";" if g < len(groups) - 1 else "")]
+    return pieces
+
+
+_ONE_MATCHER = re.compile(r'\{(\w+)="([^"*?\[\]]*)"\}')  # a selector of one exact matcher
+
+
+def _spec_unit(catalogue: Mapping[str, SignalSpec], name: str) -> str:
+    spec = catalogue.get(name)
+    return spec.unit if spec is not None else ""
 
 
 def _parts(node: ast.AST, negated: bool = False) -> Iterator[tuple[ast.AST, bool]]:

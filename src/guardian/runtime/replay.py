@@ -11,6 +11,7 @@ from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.model.ruleset import Ruleset
+from guardian.runtime.evidence import compared
 from guardian.runtime.recording import Recording
 from guardian.runtime.status import at
 
@@ -25,6 +26,9 @@ class Replay:
     last: Snapshot | None = None
     ticks: int = 0
     blind: dict[str, int] = field(default_factory=dict)  # rule -> ticks it had no value
+    # decision (its index in `decisions`) -> what its condition compared, as `run --once`
+    # says it; a decision without one says its evidence
+    said: dict[int, str] = field(default_factory=dict)
 
     def blind_lines(self) -> list[str]:
         """The rules the recording could not show: blind the whole time, or part of it."""
@@ -40,15 +44,26 @@ class Replay:
         return lines
 
 
+# decisions made while the condition does not hold: every operand's value is said
+_NOT_HOLDING = {"resolved", "inactive", "validating"}
+
+
 def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Replay:
-    """Run the engine over the recording (up to ``until`` seconds from its start)."""
+    """Run the engine over the recording (up to ``until`` seconds from its start); each
+    decision keeps what its rule's condition compared then."""
     r = Replay(Engine(ruleset))
+    specs = {**rec.catalogue, **ruleset.signals}
     for snap in rec.snapshots:
         # up to the snapshot printed as `until` (times print in whole seconds: the one at
         # 570.041 s is "+9m30s", and `--at 9m30s` means it)
         if until is not None and round(snap.time) > until:
             break
         for d in r.engine.evaluate(snap):
+            rule = ruleset.by_name(d.rule)
+            if rule is not None:
+                r.said[len(r.decisions)] = " ".join(compared(
+                    rule, specs, snap.values, r.engine.history,
+                    holds=d.kind not in _NOT_HOLDING))
             r.decisions.append(d)
             windows = r.firing.setdefault(d.rule, [])
             if d.kind == "firing":
@@ -64,18 +79,19 @@ def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Repl
 
 
 def timeline(r: Replay) -> list[str]:
-    """One line per decision, its evidence as people read it (``ecs.service 711
-    restarts``), and one per action it would run (``log message="…"``); the time and
-    rule columns as wide as their longest entry."""
+    """One line per decision, what its condition compared as ``run --once`` says it
+    (``delta(memcg.dying, "30m"): 2101 cgroups``; only the comparisons that hold when
+    the rule holds), and one per action it would run (``log message="…"``); the time
+    and rule columns as wide as their longest entry."""
     when = [at(d.time) for d in r.decisions]
     tw = max(map(len, when), default=0)
     nw = max((len(d.rule) for d in r.decisions), default=0)
     lines = []
-    for d, t in zip(r.decisions, when, strict=True):
+    for i, (d, t) in enumerate(zip(r.decisions, when, strict=True)):
         reason = f"  ({d.reason})" if d.reason else ""
         mode = "  [observe: shadow mode, never applied]" if d.mode == "observe" else ""
         lines.append(f"  {t:>{tw}}  {d.rule:<{nw}}  {d.kind:<10} "
-                     f"{d.text}{reason}{mode}".rstrip())
+                     f"{r.said.get(i, d.text)}{reason}{mode}".rstrip())
         for a in d.actions:
             lines.append(f"  {'':>{tw}}  would run: {a.use} {params_text(a.public_params)}"
                          .rstrip())
