@@ -205,3 +205,56 @@ def locate(positions: dict[Path, Pos], loc: Path) -> Pos | None:
         if pos is not None:
             return pos
     return None
+
+
+def value_position(text: str, value_line: int, value_col: int, line: int, col: int
+                   ) -> tuple[int, int]:
+    """Where in the file (1-based line and column) a string value's character stands, given
+    as TOML decodes the value: ``line`` 1-based, ``col`` 0-based within that line of the
+    decoded string, the value opening at ``value_line``:``value_col``.
+
+    The decoded string is not the text as written: a basic string's escapes (``\\"``,
+    ``\\\\``, ``\\n``, ``\\t``, ``\\uXXXX``, ``\\UXXXXXXXX``) are one character decoded and
+    two to ten written (``\\n`` a line break), a multi-line basic string's line-ending
+    backslash drops the break and the white space after it, and a multi-line string drops
+    a line break right after its opening quotes. The written string is walked alongside
+    the decoded one; literal strings (``'...'``, ``'''...'''``) have no escapes."""
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    i, j = value_line - 1, value_col - 1
+    if not (0 <= i < len(lines) and j < len(lines[i]) and lines[i][j] in "\"'"):
+        # not a string as written here: count the decoded text as it stands
+        return (value_line, value_col + 1 + col) if line == 1 else (value_line + line - 1,
+                                                                       col + 1)
+    quote = lines[i][j]
+    multi = lines[i].startswith(quote * 3, j)
+    j += 3 if multi else 1
+    if multi and j == len(lines[i]) and i + 1 < len(lines):  # the break after the quotes
+        i, j = i + 1, 0
+    dline, dcol = 1, 0
+    while i < len(lines):
+        raw = lines[i]
+        if (dline, dcol) >= (line, col):
+            break
+        if j >= len(raw):  # a line break as written, one as decoded
+            if dline >= line or not multi or i + 1 >= len(lines):
+                break
+            i, j, dline, dcol = i + 1, 0, dline + 1, 0
+            continue
+        c = raw[j]
+        if c == quote and (not multi or (raw.startswith(quote * 3, j)
+                                         and not raw.startswith(quote * 4, j))):
+            break  # the closing quote(s); a longer run's first quotes are the string's
+        if c == "\\" and quote == '"':
+            after = raw[j + 1:j + 2]
+            if multi and raw[j + 1:].strip(" \t") == "":  # a line-ending backslash
+                i, j = i + 1, 0
+                while i < len(lines) and lines[i][j:].strip(" \t") == "":
+                    i += 1
+                if i < len(lines):
+                    j = len(lines[i]) - len(lines[i].lstrip(" \t"))
+                continue
+            j += {"u": 6, "U": 10}.get(after, 2)
+            dline, dcol = (dline + 1, 0) if after == "n" else (dline, dcol + 1)
+            continue
+        j, dcol = j + 1, dcol + 1
+    return i + 1, j + 1

@@ -22,11 +22,11 @@ from guardian.core.diagnostics import (
     read_text,
     unknown_key,
 )
-from guardian.core.positions import Pos
+from guardian.core.positions import Pos, value_position
 from guardian.core.snapshot import SignalSpec
 from guardian.model.condition import Condition
 from guardian.model.ruleset import BoundAction, CompiledRule, CompiledStep, Ruleset
-from guardian.model.schema import SCHEMA_VERSION, ActionSpec, Rule
+from guardian.model.schema import SCHEMA_VERSION, ActionSpec, Recurs, Rule
 from guardian.plugin.registry import Registry, default_registry
 from guardian.policy.expr import ExprError, compile_condition
 
@@ -210,20 +210,20 @@ def _bind_steps(spec: Rule | None, raw: dict[str, Any], loc: tuple[str | int, ..
                 reg: Registry, report: Reporter) -> list[CompiledStep] | None:
     """A ladder's steps with their actions bound (None when some are broken)."""
     if spec is not None:
-        found: list[tuple[float, list[ActionSpec | None]]] = [
-            (s.verify, list(s.action)) for s in spec.step]
+        found: list[tuple[float, Recurs | None, list[ActionSpec | None]]] = [
+            (s.verify, s.recurs, list(s.action)) for s in spec.step]
     else:
         raw_steps = raw.get("step")
-        found = [(0.0, _action_specs(s) if isinstance(s, dict) else [])
+        found = [(0.0, None, _action_specs(s) if isinstance(s, dict) else [])
                  for s in (raw_steps if isinstance(raw_steps, list) else [])]
     out: list[CompiledStep] = []
     ok = True
-    for i, (verify, specs) in enumerate(found):
+    for i, (verify, recurs, specs) in enumerate(found):
         bound = _bind_actions(specs, (*loc, "step", i), reg, report)
         if bound is None:
             ok = False
         else:
-            out.append(CompiledStep(bound, verify))
+            out.append(CompiledStep(bound, verify, recurs))
     return out if ok else None
 
 
@@ -246,6 +246,10 @@ def _check_ladder(spec: Rule, loc: tuple[str | int, ...], report: Reporter) -> N
                 report((*loc, "step", i, "action", j, "on"), f"a step's actions run when the "
                        f"step is climbed: on = {a.on!r} cannot be; put clean-up in the "
                        f"rule's [[rule.action]] with on = \"resolve\"", value=True)
+    if spec.step[0].recurs is not None:
+        report((*loc, "step", 0, "recurs"), f"rule {spec.name!r}: its first step runs in "
+               f"the first boot it fires in; `recurs` goes on a later step (the one a climb "
+               f"starts at once the rule recurred)")
     if spec.limit.runs < len(spec.step):
         report((*loc, "limit"), f"rule {spec.name!r} has {len(spec.step)} steps and a limit "
                f"of {spec.limit.runs} runs: its top would never run; give `limit = "
@@ -292,18 +296,9 @@ def _compile_when(when: str, cat: Mapping[str, SignalSpec], pos: Pos, text: str,
 
 
 def _expr_position(pos: Pos, text: str, exc: ExprError) -> tuple[int, int]:
-    """Map a position inside the `when` string back to the rule file."""
-    src_line = text.split("\n")[pos.value_line - 1] if text else ""
-    opener = src_line[pos.value_col - 1:pos.value_col + 2]
-    if opener in ('"""', "'''"):
-        starts_next_line = src_line[pos.value_col + 2:].strip() == ""
-        first_line = pos.value_line + (1 if starts_next_line else 0)
-        first_col = 1 if starts_next_line else pos.value_col + 3
-    else:
-        first_line, first_col = pos.value_line, pos.value_col + 1
-    if exc.line == 1:
-        return first_line, first_col + exc.col
-    return first_line + exc.line - 1, exc.col + 1
+    """Map a position inside the `when` string back to the rule file (through the
+    string's escapes: the error's column counts the decoded string)."""
+    return value_position(text, pos.value_line, pos.value_col, exc.line, exc.col)
 
 
 def _bind_actions(specs: Sequence[ActionSpec | None], loc: tuple[str | int, ...],
