@@ -85,7 +85,7 @@ def test_act_and_run_once_keep_log_lines_out_of_their_words(tmp_path: Path) -> N
     """Before: `2026-... INFO guardian.service: ...` among a command's lines."""
     act = _guardian("act", "reap.zombies", "--dry-run", "--warmup", "0s")
     assert act.returncode == 0, act.stderr
-    assert act.stdout.strip().startswith("reap.zombies:")
+    assert act.stdout.startswith("would run (dry run, nothing changed):\n  reap.zombies:")
     assert not STAMP.search(act.stderr) and "guardian." not in act.stderr.replace(
         "guardian: ", "")
     rules = write(tmp_path, "r.toml", 'version = 1\n[[rule]]\nname = "always"\n'
@@ -97,4 +97,5 @@ def test_act_and_run_once_keep_log_lines_out_of_their_words(tmp_path: Path) -> N
     assert "guardian: warning: said by the log action" in live.stderr.splitlines()
     assert not STAMP.search(live.stderr) and "guardian.action" not in live.stderr
     assert "log ok" not in live.stderr  # the executor's account: stdout says it
-    assert "=> ok (verified): logged" in live.stdout
+    assert "=> ok (verified): logged, in " in live.stdout
+    assert "{\"seconds\"" not in live.stdout  # before: `{"seconds": 0.000504}`

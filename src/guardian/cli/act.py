@@ -43,6 +43,12 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     return params
 
 
+# act's words above the plan: what became of it (Executed.result)
+_HEADING = {"planned": "would run (dry run, nothing changed):",
+            "refused": "not run (refused, nothing changed):",
+            "error": "not run (its plan failed, nothing changed):"}
+
+
 def cmd_act(args: argparse.Namespace) -> ExitCode:
     registry_warnings()
     reg = default_registry()
@@ -100,5 +106,6 @@ def cmd_act(args: argparse.Namespace) -> ExitCode:
         json_out("act", ex.to_dict(), ok=not failed,
                  errors=[ex.error] if ex.error else [])
     else:
-        print_plan(ex.to_dict())
+        print(_HEADING.get(ex.result, "ran:"))
+        print_plan(ex.to_dict(), "  ")
     return ExitCode.FAILED if failed else ExitCode.OK

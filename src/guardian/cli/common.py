@@ -16,6 +16,7 @@ from guardian.core.defaults import DEFAULT_CONFIG, DEFAULT_RULES
 from guardian.core.diagnostics import Diagnostic, RuleError
 from guardian.core.durations import format_duration, parse_duration
 from guardian.core.exitcodes import ExitCode
+from guardian.core.numbers import readable, seconds
 from guardian.core.snapshot import SignalSpec, Snapshot
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
@@ -132,30 +133,82 @@ def report_sources(coll: Collector) -> None:
         print(f"guardian: source {name} unavailable: {why}", file=sys.stderr)
 
 
-def print_plan(p: dict[str, Any]) -> None:
-    for line in plan_lines(p):
+def print_plan(p: dict[str, Any], indent: str = " " * 9) -> None:
+    for line in plan_lines(p, indent):
         print(line)
 
 
-def plan_lines(p: dict[str, Any]) -> list[str]:
-    """An action's plan (:meth:`Executed.to_dict`) as lines under its rule: the steps,
-    what was refused or skipped, and its outcome when it ran."""
+def plan_lines(p: dict[str, Any], indent: str = " " * 9) -> list[str]:
+    """An action's plan (:meth:`Executed.to_dict`) as lines under its rule (``indent``
+    deep): the steps, what was refused or skipped, and its outcome when it ran, in words
+    (:func:`outcome_lines`)."""
     if p.get("error"):
-        return [f"         {p['use']}: ERROR {p['error']}"]
+        return [f"{indent}{p['use']}: ERROR {p['error']}"]
     plan = p["plan"]
-    out = [f"         {p['use']}: {plan.get('note') or ''}".rstrip()]
-    out += [f"           - {step['target']}: {step['change']}" for step in plan["steps"]]
-    out += [f"           ! refused: {r}" for r in plan["refused"]]
-    out += [f"           ! skipped: {r}" for r in plan.get("skipped", [])]
-    out_ = p.get("outcome")
-    if out_:
-        verified = {True: " (verified)", False: " (NOT verified)"}.get(out_["verified"], "")
-        head = (f"ok{verified}: {out_['detail']}" if out_["ok"] else
-                f"FAILED: {out_['error']}")
-        out.append(f"           => {head}")
-        if out_["data"]:
-            out.append(f"              {json.dumps(out_['data'], sort_keys=True, default=str)}")
+    out = [f"{indent}{p['use']}: {plan.get('note') or ''}".rstrip()]
+    out += [f"{indent}  - {step['target']}: {step['change']}" for step in plan["steps"]]
+    out += [f"{indent}  ! refused: {r}" for r in plan["refused"]]
+    out += [f"{indent}  ! skipped: {r}" for r in plan.get("skipped", [])]
+    if p.get("outcome"):
+        out += outcome_lines(p["outcome"], indent + "  ")
     return out
+
+
+def outcome_lines(outcome: dict[str, Any], indent: str = "") -> list[str]:
+    """What an applied action did, in words: ``=> ok (verified): nothing to do, in
+    0.6ms``, then what it reported as ``name=value`` text (``reaped=0 parents=none``),
+    a list of records one per line. ``--json`` and the audit keep the exact form."""
+    data = dict(outcome.get("data") or {})
+    took = data.pop("seconds", None)
+    verified = {True: " (verified)", False: " (NOT verified)"}.get(outcome["verified"], "")
+    head = f"ok{verified}: {outcome['detail']}" if outcome["ok"] else \
+        f"FAILED: {outcome['error']}"
+    head = head.rstrip(": ")
+    if isinstance(took, int | float) and not isinstance(took, bool):
+        head = f"{head}, in {seconds(float(took))}"
+    out = [f"{indent}=> {head}"]
+    flat = {k: v for k, v in data.items() if not _records(v)}
+    if flat:
+        out.append(f"{indent}   {_words(flat)}")
+    for k, v in data.items():
+        if _records(v):
+            out += [f"{indent}   {k}: {_words(item)}" for item in v]
+    return out
+
+
+def _records(v: Any) -> bool:
+    """A non-empty list of records (``[{"unit": ..., "ok": true}, ...]``)."""
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _words(data: dict[str, Any], prefix: str = "") -> str:
+    """``name=value`` text for people: a number rounded, seconds as a duration, yes/no,
+    none for nothing, a list comma-separated, a record's fields ``name.field=value``."""
+    out = []
+    for k, v in sorted(data.items()):
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.append(_words(v, f"{name}.") if v else f"{name}=none")
+        elif isinstance(v, list) and any(isinstance(x, dict | list) for x in v):
+            out.append(f"{name}={len(v)}")  # the records are in --json and the audit
+        elif isinstance(v, list):
+            out.append(f"{name}={','.join(_word(x, k) for x in v) or 'none'}")
+        else:
+            out.append(f"{name}={_word(v, k)}")
+    return " ".join(out)
+
+
+def _word(v: Any, key: str = "") -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int | float):
+        return seconds(float(v)) if key in ("seconds", "elapsed") or \
+            key.endswith("_seconds") else readable(float(v))
+    text = str(v)
+    return text if text and not any(c.isspace() or c in '"=,' for c in text) \
+        else json.dumps(text, ensure_ascii=False)
 
 
 LISTEN_ADDRESS_ENV = "GUARDIAN_METRICS_ADDRESS"

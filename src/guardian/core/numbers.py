@@ -38,8 +38,11 @@ def readable(value: float | None, unit: str = "") -> str:
 
 def seconds(value: float) -> str:
     """A span as people read it: whole seconds from one second up ("3m10s", never
-    "190.022s"), milliseconds below ("250ms")."""
+    "190.022s"), milliseconds below ("250ms"), below one a tenth of one ("0.4ms", never
+    "0s" for a span that lasted)."""
     value = max(value, 0.0)
+    if 0 < value < 0.00095:
+        return f"{value * 1000:.1g}ms"
     return format_duration(round(value) if value >= 1 else round(value, 3))
 
 

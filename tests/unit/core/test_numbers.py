@@ -30,3 +30,9 @@ def test_readable_rounds_to_what_the_number_means(value: float | None, unit: str
 
 def test_seconds_are_whole_from_one_second_up() -> None:
     assert seconds(1609.98) == "26m50s" and seconds(-1.0) == "0s"
+
+
+def test_a_span_under_a_millisecond_is_not_said_as_none() -> None:
+    """An action that took 0.000446 s: before, `0s`."""
+    assert seconds(0.000446) == "0.4ms" and seconds(0.00004) == "0.04ms"
+    assert seconds(0.0012) == "1ms" and seconds(0.0) == "0s"
