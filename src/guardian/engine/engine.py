@@ -431,7 +431,10 @@ class Engine:
                     f"for {format_duration(spec.validate_for)}")
         else:
             st.valid_since = None
-            evidence = values_text(render_values(condition_values(cond, tick.values, ok)),
+            # every member of its operands: failing, none matched (an empty family), and
+            # the values that made it fail are the why (a family's, filtered to what
+            # matched, said only "no member")
+            evidence = values_text(render_values(condition_values(cond, tick.values, None)),
                                    signal_units(rule, self.ruleset.signals, cond))
             said = (f"validation {'has no value' if ok is None else 'failing'}: "
                     f"`{spec.validate_}` ({evidence}); the clean-up waits")
