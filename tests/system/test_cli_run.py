@@ -143,8 +143,8 @@ when = "processes.total < 0"
     proc = _run_once("--dry-run", "--config", str(config), "--rules", str(rules))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == [
-        "blind (no value): gpu (source exposition unavailable: no endpoints or textfile "
-        "directories configured ([sources.exposition]))",
+        "blind (no value): gpu (source exposition not configured: no endpoints or "
+        "textfile directories in [sources.exposition])",
         "2 rules: 1 ok, 1 unknown; nothing to do"]
     doc = json.loads(_run_once("--dry-run", "--json", "--config", str(config), "--rules",
                                str(rules)).stdout)["data"]

@@ -5,7 +5,14 @@ one line in its journal.
 
 Before: the service's STATUS= said "55 rules; 0 firing" and /healthz "ok" while 9 rules
 had no value; `guardian why` on a node where the service had stopped a unit answered
-"Nothing is wrong", from a fresh process that counted restarts from zero."""
+"Nothing is wrong", from a fresh process that counted restarts from zero.
+
+A rule blind only by the operator's choice (its source disabled, or with nothing
+configured: the DCGM rules on a node with no exporter) is named with that cause, and
+leaves /healthz "ok": every node of a default install was "degraded" (and `guardian
+health` exited 3) forever, for sources it was never asked to read, so the word said
+nothing about a source that broke. A source that cannot work or fails still makes it
+"degraded"."""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from pathlib import Path
 
 from guardian.runtime.config import Config
 from guardian.service.daemon import Daemon, ServiceOptions
+from guardian.sources.exposition import ExpositionConfig
 from tests.support.checkout import write
 from tests.support.daemon import daemon, free_port
 
@@ -32,6 +40,14 @@ summary = "s"
 when = "processes.zombies > 100000"
 '''
 
+# a DCGM rule: blind where no exporter is configured
+GPU_RULES = BLIND_RULES + '''
+[[rule]]
+name = "gpu"
+summary = "s"
+when = 'prom.sample{metric="DCGM_FI_DEV_XID_ERRORS"} == 79'
+'''
+
 # a rule over a family that fires at once: its members are the evidence, its action runs
 FIRING_RULES = '''version = 1
 [[rule]]
@@ -45,24 +61,54 @@ cooldown = "1h"
 '''
 
 
+def _daemon(tmp_path: Path, rules_text: str, config: Config) -> Daemon:
+    rules = write(tmp_path / "rules", "r.toml", rules_text).parent
+    return Daemon(ServiceOptions(rules=[str(rules)], interval=1.0, metrics_port=None,
+                                 state_path=tmp_path / "state.json",
+                                 require_root_owned_rules=False), config)
+
+
 def test_a_blind_rule_is_named_in_status_health_and_metrics(tmp_path: Path) -> None:
-    rules = write(tmp_path / "rules", "r.toml", BLIND_RULES).parent
-    # the cgroups source left out by the config: memcg.dying has no value anywhere
-    config = Config(disabled_sources=["cgroups"])
-    d = Daemon(ServiceOptions(rules=[str(rules)], interval=1.0, metrics_port=None,
-                              state_path=tmp_path / "state.json",
-                              require_root_owned_rules=False), config)
+    # the cgroups source left out by the config: memcg.dying has no value anywhere; the
+    # exposition source has nothing configured: prom.sample has none either
+    d = _daemon(tmp_path, GPU_RULES, Config(disabled_sources=["cgroups"]))
     assert d.start() == 0
     try:
         d.tick()
-        assert "1 blind (dying)" in d.status(), d.status()
+        assert "2 blind (dying, gpu): cgroups disabled, exposition not configured" in \
+            d.status(), d.status()
         ok, text = d.health()
-        assert ok and text.startswith("degraded: ") and "1 blind (dying)" in text, text
-        assert d.metrics.rules_blind._value.get() == 1
+        # blind by the operator's choice only: alive and "ok", the rules named with why
+        assert ok and text.startswith("ok: "), text
+        assert "2 blind (dying, gpu): cgroups disabled, exposition not configured" in text
+        assert "source cgroups disabled in the config ([sources] disabled)" in text
+        assert ("source exposition not configured: no endpoints or textfile directories "
+                "in [sources.exposition]") in text
+        assert d.metrics.rules_blind._value.get() == 2
+        assert d.metrics.rule_blind.causes == {"dying": "disabled", "gpu": "unconfigured"}
         seen = json.loads((tmp_path / "seen.json").read_text())
-        assert [b["rule"] for b in seen["blind"]] == ["dying"]
-        assert seen["blind"][0]["reasons"] == [
-            "source cgroups disabled in the config ([sources] disabled)"]
+        assert {b["rule"]: b["cause"] for b in seen["blind"]} == {
+            "dying": "disabled", "gpu": "unconfigured"}
+        assert [b["reasons"] for b in seen["blind"] if b["rule"] == "dying"] == [
+            ["source cgroups disabled in the config ([sources] disabled)"]]
+    finally:
+        d.shutdown()
+
+
+def test_a_source_configured_and_failing_makes_health_degraded(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-textfile-directory")
+    d = _daemon(tmp_path, GPU_RULES, Config(disabled_sources=["cgroups"], sources={
+        "exposition": ExpositionConfig(textfile_directories=[missing])}))
+    assert d.start() == 0
+    try:
+        d.tick()
+        ok, text = d.health()
+        assert ok and text.startswith("degraded: "), text
+        assert "2 blind (gpu, dying)" in text, text
+        # failing once the worker's first round met the missing directory; before it,
+        # the source runs and gives no such value yet: either way not a choice
+        assert d.metrics.rule_blind.causes["gpu"] in ("failing", "absent")
+        assert d.metrics.rule_blind.causes["dying"] == "disabled"
     finally:
         d.shutdown()
 
@@ -70,8 +116,11 @@ def test_a_blind_rule_is_named_in_status_health_and_metrics(tmp_path: Path) -> N
 def test_guardian_health_exits_3_while_degraded_and_0_when_asked_if_alive(
         tmp_path: Path) -> None:
     port = free_port()
-    rules = write(tmp_path / "rules", "r.toml", BLIND_RULES).parent
-    config = write(tmp_path, "g.toml", '[sources]\ndisabled = ["cgroups"]\n')
+    rules = write(tmp_path / "rules", "r.toml", GPU_RULES).parent
+    # a textfile directory that is not there: the exposition source fails (not a choice)
+    config = write(tmp_path, "g.toml", '[sources]\ndisabled = ["cgroups"]\n'
+                   '[sources.exposition]\ntextfile_directories = '
+                   f'["{tmp_path / "no-such-directory"}"]\n')
     health = [sys.executable, "-m", "guardian", "health", "--config", str(config), "--port",
               str(port), "--timeout", "5s"]
     with daemon(tmp_path, "--metrics-port", str(port), "--config", str(config),
@@ -79,7 +128,8 @@ def test_guardian_health_exits_3_while_degraded_and_0_when_asked_if_alive(
         notify.wait_for("STATUS", contains="last action")  # the first tick is done
         plain = subprocess.run(health, capture_output=True, text=True, timeout=60)
         assert plain.returncode == 3, (plain.stdout, plain.stderr)
-        assert plain.stdout.startswith("degraded: ") and "1 blind (dying)" in plain.stdout
+        assert plain.stdout.startswith("degraded: ") and "2 blind (gpu, dying)" in \
+            plain.stdout, plain.stdout
         live = subprocess.run([*health, "--live"], capture_output=True, text=True, timeout=60)
         assert live.returncode == 0, (live.stdout, live.stderr)
         as_json = subprocess.run([*health, "--json"], capture_output=True, text=True,
@@ -137,8 +187,11 @@ def test_healthz_body_names_the_blind_rules(tmp_path: Path) -> None:
         ready = notify.wait_for("READY")
         assert "1 blind (dying)" in ready["STATUS"], ready
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
-        assert body.decode().startswith("degraded: ") and "1 blind (dying)" in body.decode()
+        # blind by the operator's choice (the source disabled): named, with why, and "ok"
+        assert body.decode().startswith("ok: ") and "1 blind (dying): cgroups disabled" in \
+            body.decode(), body
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                          timeout=5).read().decode()
         assert "guardian_rules_blind 1.0" in metrics
         assert 'guardian_rule_state{rule="dying",state="unknown"} 1.0' in metrics
+        assert 'guardian_rule_blind{cause="disabled",rule="dying"} 1.0' in metrics

@@ -1,4 +1,5 @@
-"""Prometheus metrics: rule states, actions by outcome, remedies' outcomes (how long a rule
+"""Prometheus metrics: rule states, blind rules and why (``guardian_rule_blind{rule,cause}``),
+actions by outcome, remedies' outcomes (how long a rule
 took to resolve, which step resolved it, which did not within its verify, which needed a
 human), source errors, tick duration and
 the last tick's time, reloads, process and build information, and the values of the
@@ -35,9 +36,11 @@ from guardian.model.kinds import ENGINE_KINDS, PHASES
 from guardian.model.ruleset import Ruleset
 from guardian.model.runtime import Matcher, matches
 from guardian.runtime import httpserve
+from guardian.runtime.coverage import CAUSES
 
 log = logging.getLogger("guardian.metrics")
 STATES = (*PHASES, "unknown")
+BLIND_CAUSES = CAUSES  # the values of guardian_rule_blind's `cause`
 KINDS = ENGINE_KINDS
 OUTCOMES = ("ok", "unverified", "failed", "error", "refused", "planned", "would_act", "held")
 RELOADS = ("ok", "failed")
@@ -149,6 +152,26 @@ class SourceUp(PromCollector):
         yield fam
 
 
+class BlindRules(PromCollector):
+    """Each blind rule and why, as data: ``guardian_rule_blind{rule, cause}`` 1, a series
+    only while the rule is blind (:data:`~guardian.runtime.coverage.CAUSES`)."""
+
+    def __init__(self) -> None:
+        self.causes: Mapping[str, str] = {}  # rule -> its cause
+
+    def collect(self) -> Iterator[Metric]:
+        fam = GaugeMetricFamily(
+            "guardian_rule_blind", "1 for each rule with no value at the last tick (blind), "
+            "with why: unconfigured (its source has nothing configured to read) or "
+            "disabled (its source disabled in the config), the operator's choice; "
+            "unavailable (its source cannot work on this host), failing (its source "
+            "failed, or an input was refused or stale) or absent (its source gives no "
+            "such value now)", labels=["rule", "cause"])
+        for rule, cause in sorted(self.causes.items()):
+            fam.add_metric([rule, cause], 1.0)
+        yield fam
+
+
 class Operations(PromCollector):
     """What operators set and what needs them: every hold in force (its expiry as the
     value), the rules a hold pauses now, the rules in shadow mode and those that ran their
@@ -239,6 +262,8 @@ class Metrics:
                                  "value at the last tick (blind: what they watch is not "
                                  "seen); each is guardian_rule_state{state=\"unknown\"}",
                                  registry=r)
+        self.rule_blind = BlindRules()
+        r.register(self.rule_blind)
         self.signals = SignalCollector()
         r.register(self.signals)
         self.operations = Operations()
@@ -277,11 +302,10 @@ class Metrics:
               health: Callable[[], tuple[bool, str]] | None = None,
               ready: Callable[[], tuple[bool, str]] | None = None) -> str | None:
         """Start the HTTP endpoint (``/metrics``, ``/healthz`` answered by ``health`` and
-        ``/readyz`` by ``ready``); an error message instead of raising, for the caller to
-        report (the service does not start without its /healthz)."""
-        app = make_wsgi_app(self.registry)
-        if health is not None:
-            app = _with_health(app, health, ready)
+        ``/readyz`` by ``ready``, any other path 404); an error message instead of
+        raising, for the caller to report (the service does not start without its
+        /healthz)."""
+        app = _with_health(make_wsgi_app(self.registry), health, ready)
         try:
             self.server = httpserve.serve(address, port, app)
         except (OSError, RuntimeError) as exc:
@@ -302,21 +326,32 @@ class Metrics:
             self.server = None
 
 
-def _with_health(app: Any, health: Callable[[], tuple[bool, str]],
+def _with_health(app: Any, health: Callable[[], tuple[bool, str]] | None,
                  ready: Callable[[], tuple[bool, str]] | None = None) -> Any:
-    """``/healthz``: 200 while the loop completes ticks, 503 once it is stuck (the
-    liveness probe's question); ``/readyz``: 200 once the rules are loaded and evaluated,
-    503 before (the readiness probe's); every other path goes to the metrics app."""
-    routes = {"/healthz": health, **({"/readyz": ready} if ready is not None else {})}
+    """``/metrics``: the metrics ``app``; ``/healthz``: 200 while the loop completes
+    ticks, 503 once it is stuck (the liveness probe's question); ``/readyz``: 200 once
+    the rules are loaded and evaluated, 503 before (the readiness probe's); any other
+    path 404, naming the paths served (a mistyped probe path fails, never passes on the
+    metrics page)."""
+    routes = {**({"/healthz": health} if health is not None else {}),
+              **({"/readyz": ready} if ready is not None else {})}
+    served = ", ".join(["/metrics", *routes])
 
     def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-        answer = routes.get(environ.get("PATH_INFO", ""))
-        if answer is None:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
             return app(environ, start_response)
+        answer = routes.get(path)
+        if answer is None:
+            return _text(start_response, "404 Not Found",
+                         f"not found: {path[:100]}; guardian serves {served}")
         ok, text = answer()
-        body = (text + "\n").encode()
-        start_response("200 OK" if ok else "503 Service Unavailable",
-                       [("Content-Type", "text/plain; charset=utf-8"),
-                        ("Content-Length", str(len(body)))])
-        return [body]
+        return _text(start_response, "200 OK" if ok else "503 Service Unavailable", text)
     return wsgi
+
+
+def _text(start_response: Any, status: str, text: str) -> list[bytes]:
+    body = (text + "\n").encode()
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                            ("Content-Length", str(len(body)))])
+    return [body]

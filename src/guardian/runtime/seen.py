@@ -122,9 +122,7 @@ def read(path: Path) -> Seen:
     try:
         return Seen(int(raw["pid"]), float(raw["wall"]), float(raw["now"]), int(raw["rules"]),
                     [Link.from_dict(d) for d in raw["chain"]],
-                    [Blind(d["rule"], d["severity"], tuple(d["missing"]),
-                           tuple(d["sources"]), tuple(d["reasons"]), tuple(d["causes_of"]))
-                     for d in raw["blind"]],
+                    [Blind.from_dict(d) for d in raw["blind"]],
                     list(raw.get("actions", [])))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path}: damaged report ({exc!r})") from None

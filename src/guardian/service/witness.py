@@ -19,7 +19,7 @@ from guardian.plugin.registry import Registry
 from guardian.runtime import seen as seen_file
 from guardian.runtime import why as why_chain
 from guardian.runtime.collector import Collector
-from guardian.runtime.coverage import Blind, Sight, blind_rules, summary
+from guardian.runtime.coverage import CHOSEN, Blind, Sight, blind_rules, summary
 from guardian.runtime.executor import Executed
 from guardian.runtime.metrics import STATES, Metrics
 from guardian.runtime.tick import TickResult, TickTransaction
@@ -147,13 +147,17 @@ class Witness:
             **dict.fromkeys(self.collector.unavailable, False)}
         self.metrics.persistence_ok.set(0 if self.transaction.persistence_fault() else 1)
         self.metrics.rules_blind.set(len(self.blind))
+        self.metrics.rule_blind.causes = {b.rule: b.cause for b in self.blind}
 
     # -- asked ---------------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
         """Whether the loop is alive: a tick completed within three intervals (at least
         30 s), as the systemd watchdog would judge it; with the age of the last one.
         Alive with sources that cannot be read (their rules stay unknown) is "degraded",
-        naming them: still alive, since restarting would not bring a device back."""
+        naming them: still alive, since restarting would not bring a device back. Rules
+        blind only by the operator's choice (their sources have nothing configured, or
+        are disabled: node-problem-detector runs no monitor it was not given) leave it
+        "ok", and are named with that cause: blind, never counted healthy."""
         limit = max(3 * self.opts.interval, 30.0)
         last = self.last_tick_done
         if last is None:
@@ -169,12 +173,13 @@ class Witness:
                                f"(limit {limit:.0f}s)")
             text = f"the last tick completed {age:.1f}s ago"
         degraded = self.degraded()
-        if degraded or self.blind:
-            return True, "; ".join([f"degraded: {text}",
-                                    *([summary(self.blind, limit=10)] if self.blind else []),
-                                    *(f"source {name} {reason}"
-                                      for name, reason in sorted(degraded.items()))])
-        return True, f"ok: {text}"
+        word = "degraded" if degraded or any(not b.chosen for b in self.blind) else "ok"
+        return True, "; ".join([f"{word}: {text}",
+                                *([summary(self.blind, limit=10)] if self.blind else []),
+                                *(f"source {name} {reason}"
+                                  for name, reason in sorted(degraded.items())),
+                                *(f"source {name} {reason}"
+                                  for name, reason in sorted(self.chosen().items()))])
 
     def ready(self, evaluated: bool) -> tuple[bool, str]:
         """Whether the service is ready (a readiness probe's question, a rolling update's
@@ -190,12 +195,23 @@ class Witness:
     def degraded(self) -> dict[str, str]:
         """Sources some rule reads whose signals have no value now: unavailable since
         start (a host without systemd, /dev/kmsg not readable) or failing at the last
-        tick; with why. The rules over them stay unknown."""
+        tick; with why (not one with nothing configured: :meth:`chosen`). The rules over
+        them stay unknown."""
         used = self._used_sources()
+        lacks = self.collector.unconfigured if self.collector else {}
         out = {n: f"unavailable: {why}" for n, why in
-               (self.collector.unavailable.items() if self.collector else ()) if n in used}
+               (self.collector.unavailable.items() if self.collector else ())
+               if n in used and n not in lacks}
         out.update({n: f"failing: {why}" for n, why in self.failing.items() if n in used})
         return out
+
+    def chosen(self) -> dict[str, str]:
+        """Sources some blind rule lacks that the operator chose to leave out: nothing
+        configured for them, or disabled; with why (``not configured: no probes in
+        [sources.probe]``)."""
+        lacking = {s for b in self.blind for s, c in zip(b.sources, b.causes, strict=False)
+                   if c in CHOSEN}
+        return {n: self.sight.off[n] for n in lacking if n in self.sight.off}
 
     def _used_sources(self) -> set[str]:
         if self.ruleset is None:

@@ -14,7 +14,7 @@ from guardian.core.snapshot import Snapshot, labels_of
 from guardian.engine.engine import Engine
 from guardian.runtime import seen as seen_file
 from guardian.runtime import why
-from guardian.runtime.coverage import Sight, blind_rules, summary
+from guardian.runtime.coverage import Blind, Sight, blind_rules, sight_of, summary
 from guardian.service.instancelock import InstanceLock, holder
 
 # the incident's chain in small: a unit's crash loop causes the dying memcgs
@@ -63,8 +63,60 @@ def test_a_rule_without_value_is_blind_with_its_source_and_why() -> None:
     assert crash.causes_of == ("dying-memcgs",) and crash.root_cause
     assert blind[1].reasons == (
         "source exposition failing: textfile dcgm.prom: older than max_age",)
-    assert summary(blind) == "2 blind (unit-crashloop, gpu-gone)"
+    assert (crash.causes, crash.cause, crash.chosen) == (("unavailable",), "unavailable",
+                                                        False)
+    assert blind[1].cause == "failing"
+    assert summary(blind) == ("2 blind (unit-crashloop, gpu-gone): exposition failing, "
+                              "systemd unavailable")
     assert summary([]) == ""
+
+
+def test_a_source_with_nothing_configured_is_the_operators_choice_and_named() -> None:
+    """Before: the DCGM rules on a node with no exporter configured were blind exactly as
+    a broken source's are ("unavailable"), and GuardianRuleBlind fired for each, forever.
+    They stay blind and named, with their cause: not configured."""
+    sight = Sight.of({"systemd": ["systemd.unit_restarts_recent"],
+                      "cgroups": ["memcg.dying"], "exposition": ["prom.sample"]},
+                     running={"cgroups"},
+                     unavailable={"systemd": "no systemd to talk to",
+                                  "exposition": "no endpoints or textfile directories in "
+                                                "[sources.exposition]"},
+                     unconfigured={"exposition": "no endpoints or textfile directories in "
+                                                 "[sources.exposition]"})
+    engine, snap = _evaluated({"memcg.dying": 3.0})
+    blind = {b.rule: b for b in blind_rules(engine.ruleset, engine.states, snap, sight)}
+    gpu = blind["gpu-gone"]
+    assert (gpu.causes, gpu.cause, gpu.chosen) == (("unconfigured",), "unconfigured", True)
+    assert gpu.reasons == ("source exposition not configured: no endpoints or textfile "
+                           "directories in [sources.exposition]",)
+    assert (blind["unit-crashloop"].cause, blind["unit-crashloop"].chosen) == \
+        ("unavailable", False)
+    assert summary(list(blind.values())) == (
+        "2 blind (unit-crashloop, gpu-gone): systemd unavailable, exposition not configured")
+    # the cause travels in what the service writes for `guardian why`
+    assert Blind.from_dict(gpu.to_dict()) == gpu
+    # a rule lacking one chosen and one broken source is blind for the broken one
+    both = Blind("r", "warning", ("a", "b"), ("exposition", "systemd"), ("", ""), (),
+                 ("unconfigured", "unavailable"))
+    assert (both.cause, both.chosen) == ("unavailable", False)
+
+
+def test_the_collector_tells_a_source_with_nothing_configured_apart() -> None:
+    from guardian.hostio.host import Host
+    from guardian.plugin.registry import default_registry
+    from guardian.runtime.collector import Collector
+    from guardian.sources.exposition import ExpositionSource
+    from guardian.sources.probe import ProbeSource
+    coll = Collector(Host(), [ExpositionSource(Host()), ProbeSource(Host())])
+    assert coll.sources == []
+    assert coll.unconfigured == {
+        "exposition": "no endpoints or textfile directories in [sources.exposition]",
+        "probe": "no probes in [sources.probe]"}
+    assert coll.unavailable == coll.unconfigured  # still listed among those that do not run
+    sight = sight_of(coll, default_registry())
+    assert sight.off_cause["probe"] == "unconfigured"
+    assert sight.off["probe"] == "not configured: no probes in [sources.probe]"
+    assert sight.off_cause["systemd"] == "disabled"  # not among those built
 
 
 def test_the_blind_cause_of_a_rule_that_is_seen_comes_first() -> None:
@@ -80,7 +132,11 @@ def test_a_source_left_out_by_the_config_is_named_as_such() -> None:
                      unavailable={})
     engine, snap = _evaluated({"memcg.dying": 3.0})
     blind = blind_rules(engine.ruleset, engine.states, snap, sight)
-    assert blind[0].reasons == ("source systemd disabled in the config ([sources] disabled)",)
+    # blind by the operator's choice: after gpu-gone (whose source is not known here)
+    assert [b.rule for b in blind] == ["gpu-gone", "unit-crashloop"]
+    assert blind[1].reasons == ("source systemd disabled in the config ([sources] disabled)",)
+    assert (blind[1].cause, blind[1].chosen) == ("disabled", True)
+    assert (blind[0].cause, blind[0].chosen) == ("absent", False)
 
 
 def test_why_never_says_nothing_is_wrong_while_a_rule_is_blind() -> None:

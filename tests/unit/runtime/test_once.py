@@ -166,7 +166,8 @@ when = 'prom.sample{metric="x"} > 0'
         coll.close()
     [gpu] = done.rules
     assert gpu.condition == "unknown"
-    assert gpu.blind.startswith("source exposition unavailable: no endpoints or textfile")
+    assert gpu.blind.startswith("source exposition not configured: no endpoints or "
+                                "textfile directories in [sources.exposition]")
 
 
 def test_plans_say_their_result_and_previews_are_not_counted_as_acting(
