@@ -24,8 +24,9 @@ validate = 'script.problem{check="diag"} == 0'
 
 def test_a_failing_family_validation_says_the_members_values() -> None:
     e = Engine(load_text(GATED))
-    problem: dict[object, float] = {(("check", "diag"), ("message", "diag failed")): 1.0,
-                                    (("check", "other"), ("message", "")): 0.0}
+    problem: dict[tuple[tuple[str, str], ...], float] = {
+        (("check", "diag"), ("message", "diag failed")): 1.0,
+        (("check", "other"), ("message", "")): 0.0}
     values: dict[str, Value] = {"memcg.dying": 50.0, "script.problem": problem}
     assert [d.kind for d in e.evaluate(Snapshot(0.0, values))] == ["firing"]
     values["memcg.dying"] = 1.0
