@@ -33,6 +33,9 @@ PROMETHEUS_RULE = REPO / "deploy" / "kubernetes" / "components" / "alerts" / "pr
 # `<namespace>/guardian` for the PodMonitor.
 JOB = '(.+/)?guardian'
 NODE = "instance"  # the label that tells guardian's nodes apart: the scrape target
+# the causes of a blind rule that are the operator's choice (no alert, not counted blind
+# on the fleet's big number): guardian.runtime.coverage.CHOSEN
+CHOSEN = "unconfigured|disabled"
 
 
 # -- the PrometheusRule -------------------------------------------------------------------
@@ -135,8 +138,10 @@ def dashboard_model() -> dict[str, Any]:
             'sum(guardian_rule_state{state="firing"}) or vector(0)', (1, "orange")),
         big_number(
             "Rules blind", "Rules without a value now (state unknown: what they "
-            "watch is not seen), summed over every node.",
-            "sum(guardian_rules_blind) or vector(0)", (1, "yellow")),
+            "watch is not seen) because their source cannot work or fails, summed over "
+            "every node. Rules blind by the operator's choice (their source has nothing "
+            "configured, or is disabled) are left out: 'Blind rules by cause' shows them.",
+            f'sum(guardian_rule_blind{{cause!~"{CHOSEN}"}}) or vector(0)', (1, "yellow")),
         big_number(
             "Needs a human", "Rules that still fire after their actions ran their "
             "limit (escalated), summed over every node.",
@@ -153,6 +158,12 @@ def dashboard_model() -> dict[str, Any]:
             (f'sum by ({NODE}) (guardian_rule_state{{state="pending"}})',
              f"{who} pending"),
             (f"sum by ({NODE}) (guardian_rules_blind)", f"{who} blind")),
+        graph(
+            "Blind rules by cause, fleet",
+            "Blind rules over every node by cause: unconfigured (a source with nothing "
+            "configured to read) and disabled are the operator's choice; unavailable, "
+            "failing and absent are not (GuardianRuleBlind alerts on them).",
+            ("sum by (cause) (guardian_rule_blind)", "{{cause}}"), stacked=True),
         graph(
             "Actions by result, fleet",
             "Action runs over every node, by outcome: ok, unverified, failed, error, "
@@ -176,6 +187,11 @@ def dashboard_model() -> dict[str, Any]:
         listing(
             "Rules not inactive", "The node's rules pending, firing or unknown now.",
             f'guardian_rule_state{{{node}, state!="inactive"}} == 1'),
+        listing(
+            "Blind rules and why", "The node's blind rules and their cause: unconfigured "
+            "or disabled (the operator's choice), unavailable, failing or absent. "
+            "`guardian health` on the node says why in words.",
+            f"guardian_rule_blind{{{node}}} == 1"),
         graph(
             "Tick duration", "How long one tick (collect, evaluate, act) takes: the "
             "99th and 50th percentiles.",

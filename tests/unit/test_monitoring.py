@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from guardian.runtime.metrics import OUTCOMES, STATES, Metrics
+from guardian.runtime.coverage import CHOSEN
+from guardian.runtime.metrics import BLIND_CAUSES, OUTCOMES, STATES, Metrics
 from tests.support.checkout import REPO
 
 MONITORING = REPO / "deploy" / "monitoring"
@@ -144,15 +145,16 @@ def _expressions() -> list[tuple[str, str]]:
 
 
 def unknown_reads(exprs: list[tuple[str, str]], exported: set[str]) -> list[str]:
-    """Metric names (guardian's and process_*) and values of `state` and `outcome` that
-    the expressions read and guardian does not export."""
+    """Metric names (guardian's and process_*) and values of `state`, `outcome` and
+    `cause` that the expressions read and guardian does not export."""
     wrong = []
     for where, expr in exprs:
         for name in re.findall(r"\b((?:guardian|process)_\w+)", expr):
             if name not in exported:
                 wrong.append(f"{where}: {name}")
-        for label, allowed in (("state", STATES), ("outcome", OUTCOMES)):
-            for m in re.finditer(rf'\b{label}\s*(?:!?=~?)\s*"([^"]*)"', expr):
+        for label, allowed in (("state", STATES), ("outcome", OUTCOMES),
+                               ("cause", BLIND_CAUSES)):
+            for m in re.finditer(rf'\b{label}\s*(?:=~|!~|!=|=)\s*"([^"]*)"', expr):
                 wrong += [f"{where}: {label}={v}" for v in m[1].split("|")
                           if v not in allowed]
     return wrong
@@ -166,6 +168,24 @@ def test_every_metric_and_label_value_read_is_exported() -> None:
     # the check finds a misspelt metric and a state guardian has no word for
     assert unknown_reads([("x", 'guardian_rule_sate{state="blind"} == 1')], exported) == [
         "x: guardian_rule_sate", "x: state=blind"]
+    assert unknown_reads([("x", 'guardian_rule_blind{cause!~"unconfgured"}')], exported) == [
+        "x: cause=unconfgured"]
+
+
+def test_the_blind_alert_leaves_out_exactly_the_operators_choices() -> None:
+    """Before: GuardianRuleBlind read guardian_rule_state{state="unknown"} and fired for
+    each of the 11 rules whose source a default DaemonSet configures nothing for (8 DCGM
+    rules, script-check-problem, health-probe-down, kubelet-unhealthy), on every node,
+    forever. Its promtool tests show an unconfigured and a disabled rule staying quiet."""
+    alert = next(a for a in _alerts() if a["alert"] == "GuardianRuleBlind")
+    [left_out] = re.findall(r'guardian_rule_blind\{cause!~"([^"]+)"\}', alert["expr"])
+    assert set(left_out.split("|")) == CHOSEN
+    assert "guardian_rule_state" not in alert["expr"]
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    quiet_causes = {m for t in tests for s in t.get("input_series", [])
+                    if "guardian_rule_blind{" in s["series"]
+                    for m in re.findall(r'cause="([^"]+)"', s["series"])}
+    assert quiet_causes >= CHOSEN
 
 
 def test_the_fleet_budget_alert_names_the_action_the_executor_counts() -> None:
