@@ -17,6 +17,7 @@ from guardian.cli.common import (
 )
 from guardian.cli.table import NO_VALUE, natural, width, wrap
 from guardian.core.diagnostics import RuleError
+from guardian.core.evidence import member
 from guardian.core.exitcodes import ExitCode
 from guardian.core.numbers import readable
 from guardian.core.snapshot import Value, format_labels
@@ -64,8 +65,9 @@ def signal_rows(reg: Registry, values: Mapping[str, Value],
 def table(rows: Sequence[Mapping[str, Any]], room: int | None = None) -> list[str]:
     """The rows for people: a header, then a line per signal with its value rounded
     (:func:`~guardian.core.numbers.readable`; ``-`` for no value), unit, source and
-    help, a family's members on indented lines under it (``MEMBERS`` of them, the
-    largest first, when there are more). Columns are as wide as their widest cell; help
+    help, a family's members on indented lines under it by their labels (``cpu=0``,
+    ``ecs.service``), their values under VALUE (``MEMBERS`` of them, the largest
+    first, when there are more). Columns are as wide as their widest cell; help
     is wrapped to ``room`` columns (None: one line each, for grep)."""
     body: list[tuple[list[str], list[tuple[str, str]], str]] = []
     for row in rows:
@@ -95,11 +97,29 @@ def table(rows: Sequence[Mapping[str, Any]], room: int | None = None) -> list[st
     out = line(HEADER[:4], HEADER[4])
     for c, shown, help_text in body:
         out.extend(line(c, help_text))
-        if shown:
-            lw = max(w[0], 2 + max(len(label) for label, _ in shown))
-            out.extend(f"{'  ' + label:<{lw}}  {val:>{w[1]}}".rstrip() if label else
-                       f"  {val}" for label, val in shown)
+        for label, val in shown:
+            out.extend(_member_lines(label, val, w[0], w[1]))
     return out
+
+
+def _member_lines(label: str, value: str, name_w: int, value_w: int) -> list[str]:
+    """A member under its family: its labels (:func:`~guardian.core.evidence.member`)
+    indented in the SIGNAL column, its value right-aligned under VALUE; labels that do
+    not fit before the value are cut between labels into lines the SIGNAL column holds
+    (the rest further indented), the value on the last, or on a line of its own where a
+    label alone is too wide; the ``… N more`` line as it is."""
+    if not label:
+        return [f"  {value}"]
+    end = name_w + 2 + value_w - len(value)  # where the value starts
+    room = end - 2  # a label's line may run into VALUE, two blanks before the value
+    lines = ["  " + label]
+    if len(lines[0]) > room:
+        first, *rest = wrap(label, name_w - 2)
+        lines = ["  " + first] + (["    " + t for t in wrap(" ".join(rest), name_w - 4)]
+                                  if rest else [])
+        if len(lines[-1]) > room:
+            lines.append("")
+    return [*lines[:-1], f"{lines[-1]:<{end}}{value}"]
 
 
 def _members(v: Mapping[str, Any], unit: str) -> list[tuple[str, str]]:
@@ -107,12 +127,12 @@ def _members(v: Mapping[str, Any], unit: str) -> list[tuple[str, str]]:
     past ``MEMBERS`` (and two), the largest ``MEMBERS`` and a line counting the rest."""
     items = sorted(v.items(), key=lambda kv: natural(kv[0]))
     if len(items) <= MEMBERS + 2:
-        return [(k[1:-1], readable(x, unit)) for k, x in items]
+        return [(member(k), readable(x, unit)) for k, x in items]
     items.sort(key=lambda kv: -_num(kv[1]))  # stable: ties stay in label order
     top, rest = items[:MEMBERS], [_num(x) for _, x in items[MEMBERS:]]
     lo, hi = readable(min(rest), unit), readable(max(rest), unit)
     span = f"all {lo}" if lo == hi else f"{lo} to {hi}"
-    return [(k[1:-1], readable(x, unit)) for k, x in top] + \
+    return [(member(k), readable(x, unit)) for k, x in top] + \
         [("", f"… {len(rest)} more ({span})")]
 
 

@@ -99,8 +99,16 @@ def test_signals_at_6m15s_of_the_chain_is_the_golden_file() -> None:
     for line in lines[1:]:
         if not line.startswith(" "):  # a signal's row: its value ends under VALUE
             assert line[value_end] == " " and line[value_end - 1] != " ", line
+    # a member's value under VALUE too, however long its labels (before: nic.stat's and
+    # processes.top_system_cpu_pct's ended at column 67), its labels as run --once,
+    # replay and why say them (`cpu=0`, before `cpu="0"`)
+    for line, after in zip(lines[1:], [*lines[2:], ""], strict=True):
+        if line.startswith("  ") and not line.startswith("  …"):  # or labels cut: more
+            assert len(line) == value_end or after.startswith("    "), line
+    cores = lines.index(next(x for x in lines if x.startswith("cpu.core.sys_pct ")))
+    assert lines[cores + 1].split() == ["cpu=0", "44.1"]
     units = next(i for i, x in enumerate(lines) if x.startswith("systemd.unit_restarts "))
-    assert lines[units + 1].startswith('  unit="ecs.service" ')  # the largest first
+    assert lines[units + 1].startswith("  ecs.service ")  # the largest first
     assert lines[units + 9].strip() == "… 58 more (all 0)"
 
 
