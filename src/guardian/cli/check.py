@@ -4,6 +4,7 @@ path:line:col."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -54,13 +55,16 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
     if errors:
         return _failed(args, errors, warnings)
     unit = getattr(args, "unit", None)
+    elsewhere = None if unit else _not_under_the_unit(args.config)
     try:
-        box = preflight.sandbox(rs, config, Path(unit) if unit else None)
+        box = None if elsewhere else preflight.sandbox(rs, config, Path(unit) if unit else None)
     except OSError as exc:
         return _failed(args, [Diagnostic(unit or "guardian.service", 0, 0,
                                          f"cannot read the unit: {exc.strerror or exc}")],
                        warnings)
-    warnings += box.warnings
+    if box is not None:
+        warnings += box.warnings
+    said_unit = box.unit if box else f"not compared ({elsewhere}; --unit FILE compares)"
     dropins = f" with {len(config.dropins)} drop-in(s) in {dropin_dir(args.config)}" \
         if config.dropins else ""
     files = f"{len(rs.files)} file(s)" + (f" and the config {args.config}{dropins}"
@@ -69,17 +73,44 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
         rs.files[:0] = [args.config, *config.dropins]
     if args.json:
         json_out("check", {"files": rs.files, "rules": [r.name for r in rs.rules],
-                           "unit": box.unit, "dropin": box.dropin()}, warnings=warnings)
+                           "unit": box.unit if box else None,
+                           "unit_not_compared": elsewhere,
+                           "dropin": box.dropin() if box else ""}, warnings=warnings)
     else:
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         if getattr(args, "dropin", False):
-            print(box.dropin(), end="")
-            print(f"ok: {len(rs.rules)} rule(s) in {files}; unit: {box.unit}",
+            print(box.dropin() if box else "", end="")
+            print(f"ok: {len(rs.rules)} rule(s) in {files}; unit: {said_unit}",
                   file=sys.stderr)
         else:
-            print(f"ok: {len(rs.rules)} rule(s) in {files}")
+            print(f"ok: {len(rs.rules)} rule(s) in {files}"
+                  + (f"; unit: {said_unit}" if box is None else ""))
     return ExitCode.OK
+
+
+def _not_under_the_unit(config: str | None) -> str | None:
+    """Why the configuration checked does not run under guardian.service, whose sandbox
+    is then not compared with what its actions need; None where it does. In a Kubernetes
+    pod (the DaemonSet) guardian runs under no unit; on a host, the unit runs the config
+    its ExecStart= names (``--config``, else /etc/guardian/guardian.toml), so another
+    config file (a DaemonSet's, rendered to be checked here) is not the unit's. Rule files
+    checked alone are compared: the unit runs the rules it is given."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "in a Kubernetes pod guardian runs under no systemd unit"
+    if config is None:
+        return None
+    from guardian.core.unitsandbox import parse, service_config
+    from guardian.hostio.sandbox import unit_sources
+
+    try:
+        sources = unit_sources()
+    except OSError:
+        return None  # the comparison says what cannot be read
+    runs = service_config(parse(sources), str(DEFAULT_CONFIG))
+    if Path(config).resolve() == Path(runs).resolve():
+        return None
+    return f"{sources[0][0]} runs {runs}, not {config}"
 
 
 def _failed(args: argparse.Namespace, errors: list[Diagnostic], warnings: list[str]

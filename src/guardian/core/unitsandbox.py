@@ -11,6 +11,7 @@ assignment wins, ``IPAddressAllow=`` wins over ``IPAddressDeny=`` where both mat
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
@@ -236,3 +237,19 @@ def _capabilities(caps: set[str] | None, dropped: set[str], value: str
     if caps is None:  # the first list sets it; after ~ lines, it adds back
         return (None, dropped - names) if dropped else (names, set())
     return caps | names, set()
+
+
+def service_config(box: UnitSandbox, default: str) -> str:
+    """The config file the unit's service reads: its ``ExecStart=``'s ``--config``
+    (``--config=FILE`` or ``--config FILE``), else ``default`` (what ``guardian run``
+    reads without one)."""
+    try:
+        words = shlex.split(box.get("ExecStart").lstrip("@-:+!"))
+    except ValueError:  # unbalanced quotes: systemd would refuse the unit
+        return default
+    for i, word in enumerate(words):
+        if word.startswith("--config="):
+            return word.split("=", 1)[1]
+        if word == "--config" and i + 1 < len(words):
+            return words[i + 1]
+    return default

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,14 +53,28 @@ def _drain_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
     return check(rs.rules, config.service.apply_timeout)
 
 
+@dataclass(frozen=True)
+class _Denial:
+    """One need the unit denies one action (or one config table)."""
+
+    kind: str  # egress, writes, devices, capabilities
+    who: str  # the action's name (kube.event), or the config table ([fleet])
+    where: str  # path:line: rule 'x': use, or path: [table]
+    what: str  # the address, path, device or capability
+    warning: str  # the whole warning, as said when it is the only one of its kind
+    fix: tuple[str, ...]  # the drop-in's [Service] lines that grant it
+
+
 @dataclass
 class SandboxReport:
-    """What the unit's sandbox denies the configured actions: one warning per need
-    denied, and the [Service] lines of the drop-in that grants them all."""
+    """What the unit's sandbox denies the configured actions: one warning per kind of need
+    denied (egress, writes, devices, capabilities; the actions named in it when more than
+    one is denied), and the [Service] lines of the drop-in that grants them all."""
 
     unit: str
     warnings: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    denials: list[_Denial] = field(default_factory=list)
 
     def dropin(self) -> str:
         """The drop-in's text (empty when nothing is denied)."""
@@ -70,13 +85,54 @@ class SandboxReport:
                 f"# {DROPIN}, then: systemctl daemon-reload && systemctl restart guardian\n"
                 "[Service]\n" + "".join(f"{line}\n" for line in self.lines))
 
-    def _add(self, where: str, denied: str, lines: list[str], note: str = "") -> None:
+    def _add(self, where: str, denied: str, lines: list[str], note: str = "",
+             kind: str = "", what: str = "") -> None:
         for line in lines:
             if line not in self.lines:
                 self.lines.append(line)
         fix = " ".join(lines)
-        self.warnings.append(f"{where}: {denied}{note}; fix: a drop-in {DROPIN} with "
-                             f"[Service] {fix} (`guardian check --dropin` prints it)")
+        self._deny(kind, where, what, f"{where}: {denied}{note}; fix: a drop-in {DROPIN} "
+                   f"with [Service] {fix} (`guardian check --dropin` prints it)", lines)
+
+    def _deny(self, kind: str, where: str, what: str, warning: str,
+              fix: list[str] | tuple[str, ...] = ()) -> None:
+        who = where.rsplit(": ", 1)[-1]
+        self.denials.append(_Denial(kind, who, where, what, warning, tuple(fix)))
+
+    def _group(self, box: UnitSandbox) -> None:
+        """One warning per kind of need denied: the single denial's own, or one that
+        names the actions, each with its count."""
+        kinds: dict[str, list[_Denial]] = {}
+        for d in self.denials:
+            kinds.setdefault(d.kind, []).append(d)
+        for kind, found in kinds.items():
+            if len(found) == 1:
+                self.warnings.append(found[0].warning)
+                continue
+            tables = sorted({d.who for d in found if d.who.startswith("[")})
+            uses = Counter(d.who for d in found if not d.who.startswith("["))
+            count = sum(uses.values())
+            times = ", ".join(u + (f" \N{MULTIPLICATION SIGN}{n}" if n > 1 else "")
+                              for u, n in sorted(uses.items()))
+            named = f"{count} action{'s' if count != 1 else ''} ({times})" if uses else ""
+            who = " and ".join(x for x in (named, ", ".join(tables)) if x)
+            whats = list(dict.fromkeys(d.what for d in found if d.what))
+            fix = list(dict.fromkeys(line for d in found for line in d.fix))
+            unknown = [d for d in found if not d.fix]  # an address not known here
+            deny = "may deny" if len(unknown) == len(found) else "denies"
+            need = {"egress": f"need network egress the unit's {box.ip_rules()} {deny}",
+                    "writes": "write paths the unit makes read-only",
+                    "devices": "open devices the unit denies",
+                    "capabilities": "use capabilities the unit's bounding set lacks",
+                    }.get(kind, "need what the unit denies")
+            grant = ([f"[Service] {' '.join(fix)} (`guardian check --dropin` prints it)"]
+                     if fix else [])
+            if unknown:
+                grant.append(("" if fix else "[Service] ")
+                             + "IPAddressAllow=ADDRESS for each address not known here")
+            fix_said = f"fix once: a drop-in {DROPIN} with {', and '.join(grant)}"
+            self.warnings.append(f"{who} {need} ({'; '.join(whats)}): {fix_said}; "
+                                 f"first: {found[0].where}")
 
 
 def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
@@ -101,6 +157,7 @@ def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
 
         where = f"{config.path if config else ''}: [{key}]"
         _compare(report, box, where, SandboxNeeds(egress=(api_server(params),)), root)
+    report._group(box)
     return report
 
 
@@ -134,19 +191,20 @@ def _compare(report: SandboxReport, box: UnitSandbox, where: str, needs: Sandbox
                 [f"ReadWritePaths=-{path}"]  # "-": a missing path does not fail the unit
             report._add(where, f"writes {path}, which the unit makes read-only ({why}): "
                         "it fails with \"Read-only file system\" when the service runs it",
-                        fix)
+                        fix, kind="writes", what=path)
     for device in needs.devices:
         why = box.device_denied(device)
         if why:
             fix = [f"DeviceAllow={device} rw"]
             if why == "PrivateDevices=yes":
                 fix.insert(0, "PrivateDevices=no")
-            report._add(where, f"opens {device}, which the unit denies ({why})", fix)
+            report._add(where, f"opens {device}, which the unit denies ({why})", fix,
+                        kind="devices", what=device)
     for cap in needs.capabilities:
         why = box.capability_denied(cap)
         if why:
             report._add(where, f"uses {cap}, which the unit's bounding set lacks ({why})",
-                        [f"CapabilityBoundingSet={cap}"])
+                        [f"CapabilityBoundingSet={cap}"], kind="capabilities", what=cap)
 
 
 def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,
@@ -161,7 +219,7 @@ def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,
     if egress.host is None:
         if box.ip_allowed(_SOME_ADDRESS):
             return
-        report.warnings.append(
+        report._deny("egress", where, egress.what,
             f"{where}: connects to {egress.what}, which the unit's {rules} may deny: "
             f"allow its address in a drop-in {DROPIN} with [Service] "
             f"IPAddressAllow=ADDRESS{enforced}")
@@ -172,7 +230,7 @@ def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,
     if not found:
         if box.ip_allowed(_SOME_ADDRESS):
             return
-        report.warnings.append(
+        report._deny("egress", where, egress.what,
             f"{where}: connects to {egress.what}, whose name does not resolve here, and "
             f"the unit's {rules} denies what it does not allow: allow its addresses in a "
             f"drop-in {DROPIN} with [Service] IPAddressAllow=ADDRESS…{enforced}")
@@ -190,10 +248,10 @@ def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,
         note += (f"; IPAddressAllow= takes addresses, not names: these are {egress.host}'s "
                  "now" + (" and the name servers' of /etc/resolv.conf" if servers else "") +
                  " (a host whose addresses change needs its network, or IPAddressAllow=any)")
-    report._add(where, f"connects to {egress.what} "
-                f"({', '.join(str(a) for a in denied)}), which the unit's {rules} denies: "
+    said = f"{egress.what} ({', '.join(str(a) for a in denied)})"
+    report._add(where, f"connects to {said}, which the unit's {rules} denies: "
                 "its packets are dropped when the service runs it (the connection times "
-                "out)", lines, note)
+                "out)", lines, note, kind="egress", what=said)
 
 
 def _literal(host: str) -> Any:
