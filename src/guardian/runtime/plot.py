@@ -141,6 +141,26 @@ def panels(rec: Recording, ruleset: Ruleset, r: Replay) -> tuple[list[Panel], li
     return out, empty
 
 
+def no_panel(empty: list[str], r: Replay) -> str:
+    """The rules without a panel, and why, as the note above the panels says it: those
+    blind the whole time (no value in any snapshot, as ``replay`` says them) apart from
+    those that had a value but nothing to draw (what they select matched no member)."""
+    blind = [n for n in empty if r.ticks and r.blind.get(n, 0) == r.ticks]
+    nothing = [n for n in empty if n not in blind]
+    parts = []
+    if nothing:
+        parts.append(f"{_rules(nothing)} with nothing to draw (what they select matched no "
+                     f"member in any snapshot): {', '.join(nothing)}")
+    if blind:
+        parts.append(f"{_rules(blind) if not nothing else len(blind)} blind the whole time "
+                     f"(no value in any snapshot): {', '.join(blind)}")
+    return f"no panel for {'; '.join(parts)}" if parts else ""
+
+
+def _rules(names: list[str]) -> str:
+    return f"{len(names)} rule{'s' if len(names) != 1 else ''}"
+
+
 def plot(rec: Recording, ruleset: Ruleset, r: Replay, out: Path) -> None:
     """The replay's figure (see :func:`figure`) as a PNG at ``out``."""
     plt = _pyplot()
@@ -153,14 +173,12 @@ def figure(rec: Recording, ruleset: Ruleset, r: Replay) -> Any:
     """A panel per rule with data: its members (those that made it fire always drawn and
     labelled "matched", the others by largest value, up to MAX_LINES), its thresholds, its
     firing windows shaded.
-    The rules with no value the whole recording are named in one line above the panels."""
+    The rules without a panel are named in a line above the panels (:func:`no_panel`)."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
     shown, empty = panels(rec, ruleset, r)
-    had = f"{len(empty)} rules had" if len(empty) != 1 else "1 rule had"
-    note = (textwrap.fill(f"{had} no value the whole recording and no panel: "
-                          f"{', '.join(empty)}", width=170, break_on_hyphens=False,
-                          break_long_words=False) if empty else "")
+    note = textwrap.fill(no_panel(empty, r), width=170, break_on_hyphens=False,
+                         break_long_words=False)
     note_in = 0.16 * (note.count("\n") + 1) + 0.1 if note else 0.0
     fig, axes = plt.subplots(max(len(shown), 1), 1, squeeze=False, sharex=True,
                              figsize=(11, PANEL_IN * max(len(shown), 1) + 0.5 + note_in),

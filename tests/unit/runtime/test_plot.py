@@ -78,15 +78,29 @@ def test_a_panel_per_rule_with_data_and_the_height_follows_the_panels(tmp_path: 
                                                           "crashloop"])):
         fig = figure(rec, rules, replay(rec, rules))
         assert [ax.get_title(loc="left").split(":")[0] for ax in fig.axes] == names
-        # the rules with no value the whole recording are named, in one line of text
-        note = fig._suptitle.get_text()
-        assert note.startswith(f"{4 - len(names)} rule") and "zombies" in note
+        # the rules without a panel are named, in one line of text: here the blind ones
+        note = fig._suptitle.get_text().replace("\n", " ")
+        assert note.startswith(f"no panel for {4 - len(names)} rule") and "zombies" in note
+        assert "blind the whole time (no value in any snapshot): " in note
         assert not any(n in note for n in names)
         out = tmp_path / f"{len(names)}.png"
         fig.savefig(out, dpi=DPI)
         plt.close(fig)
         heights.append(_png_height(out))
     assert heights[1] - heights[0] == pytest.approx(2 * PANEL_IN * DPI, abs=2)
+
+
+def test_no_panel_tells_a_rule_with_nothing_to_draw_from_a_blind_one() -> None:
+    """Before: "3 rules had no value the whole recording and no panel", a rule whose
+    family had no member (its condition false, never unknown) said to have no value."""
+    rules = load_text(SMALL_RULES)
+    rec = _recording({"memcg.dying": 5.0, "systemd.unit_restarts_recent": {}},
+                     {"memcg.dying": 7.0, "systemd.unit_restarts_recent": {}})
+    r = replay(rec, rules)
+    assert figure(rec, rules, r)._suptitle.get_text().replace("\n", " ") == (
+        "no panel for 1 rule with nothing to draw (what they select matched no member in "
+        "any snapshot): crashloop; 2 blind the whole time (no value in any snapshot): "
+        "memcg-live, zombies")
 
 
 def test_the_members_that_fired_are_drawn_then_the_largest(tmp_path: Path) -> None:
