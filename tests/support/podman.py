@@ -13,6 +13,8 @@ RUNTIME_REFUSED = ("OCI runtime",)
 
 
 def podman_argv(*args: str) -> list[str]:
-    """podman with cgroupfs, and runc where it is installed (.ci/run installs it)."""
+    """podman with cgroupfs, and runc where it is installed (.ci/run installs it whenever
+    it is missing, a podman that came with crun alone included); else podman's default
+    runtime, whose refusal the image tests skip on (RUNTIME_REFUSED)."""
     runtime = ["--runtime=runc"] if shutil.which("runc") else []
     return ["podman", "--cgroup-manager=cgroupfs", *runtime, *args]
