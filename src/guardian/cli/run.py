@@ -165,8 +165,8 @@ def report_lines(rules: Ruleset, engine: Engine, done: once.Pass,
     yield summary
 
 
-_SOURCE_CAUSE = re.compile(r"source (\S+) (unavailable|disabled|failing|reports no such "
-                           r"value now|gave no such value)")
+_SOURCE_CAUSE = re.compile(r"source (\S+) (unavailable|not configured|disabled|failing|"
+                           r"reports no such value now|gave no such value)")
 
 
 def _cause(why: str) -> str:
