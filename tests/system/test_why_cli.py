@@ -11,6 +11,9 @@ from pathlib import Path
 
 from tests.support.checkout import DATA, RULES
 from tests.support.cli import guardian
+from tests.support.golden import matches_golden
+
+GOLDEN = DATA / "golden" / "why-chain-9m30s.txt"
 
 
 def _why(*args: str) -> subprocess.CompletedProcess[str]:
@@ -29,6 +32,17 @@ def test_why_names_the_crash_looping_unit_as_the_root_cause() -> None:
     assert text.startswith("Root cause: unit-crashloop")
     assert "└─ dying-memcgs [FIRING, critical" in text and "← caused by unit-crashloop" in text
     assert re.search(r"unit-crashloop began \S+ before dying-memcgs", text)
+
+
+def test_why_at_9m30s_of_the_chain_is_the_golden_file() -> None:
+    """A golden output per command (issue 40): `why` at a point of a recording says
+    durations relative to that point ("began 9m25s ago"), so it is the same every run."""
+    proc = _why("--rules", str(RULES), "--recording", str(DATA / "chain.rec"), "--at",
+                "9m30s")
+    assert proc.returncode == 0, proc.stderr
+    matches_golden(GOLDEN, proc.stdout)
+    assert proc.stdout.startswith("Root cause: unit-crashloop")
+    assert "unit-crashloop [FIRING, warning, began 9m25s ago]" in proc.stdout
 
 
 def test_nothing_active_on_a_healthy_node_and_what_its_recording_cannot_show() -> None:
