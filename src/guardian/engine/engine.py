@@ -21,9 +21,14 @@ A rule with steps climbs them (:meth:`Engine._climb`): the first when it fires, 
 one once the previous one's ``verify`` passed with the rule still firing, never two at
 once; a step runs whole or waits whole (a hold, a cause, a shut window), counts against
 the limit and the budget, and the cooldown only spaces climbs. Past the top it needs a
-human. A rule with ``validate`` keeps its clean-up (and the episode) open once it stops
-firing until the validation holds (:meth:`Engine._validate`). Each episode's outcome goes
-into the rule's record (:mod:`~guardian.engine.outcomes`).
+human. A step with ``recurs`` applies only once the rule fired in that many boots (the
+engine's ``boot`` is the boot id its caller read; "" counts none): a climb then starts at
+it, skipping the steps before, and before then it is skipped. A rule with ``validate``
+keeps its clean-up (and the episode) open once it stops firing until the validation holds
+(:meth:`Engine._validate`). Each episode's outcome goes into the rule's record
+(:mod:`~guardian.engine.outcomes`); a rule with ``demote`` whose remedy does not work (too
+few of its attempts resolved without a human) is demoted to shadow mode from its next
+episode, until the rule changes (its fingerprint; a reload or a restart).
 """
 
 from __future__ import annotations
@@ -129,8 +134,10 @@ class Engine:
 
     decision_values = staticmethod(decision_values)
 
-    def __init__(self, ruleset: Ruleset, budget: Budget | None = None) -> None:
+    def __init__(self, ruleset: Ruleset, budget: Budget | None = None, *,
+                 boot: str = "") -> None:
         self.budget = budget or Budget()
+        self.boot = boot  # the kernel's boot id ("": unknown; no boot is counted)
         self.global_runs: deque[float] = deque()
         self.states: dict[str, RuleState] = {}
         self.ruleset = Ruleset()
@@ -174,7 +181,8 @@ class Engine:
                     st.changed = st.changed or (
                         prev.spec.when, prev.spec.for_, prev.spec.keep_firing_for) != (
                         rule.spec.when, rule.spec.for_, rule.spec.keep_firing_for)
-            states[rule.name] = st or RuleState()
+            states[rule.name] = st = st or RuleState()
+            outcomes.rejudged(st, rule.fingerprint)
         self.states = states
         self.ruleset = ruleset
         self._activate()
@@ -245,11 +253,14 @@ class Engine:
                 elif st.phase == "firing" and st.keep_firing_since is None and (
                         not acting or (not rule.steps and not st.held
                         and st.last_run is not None
-                        and now - st.last_run < rule.spec.cooldown)):
+                        and now - st.last_run < rule.spec.cooldown)) and (
+                        not self.boot or (st.boots and st.boots[-1] == self.boot)):
                     continue  # a retry that would not act (none to run, or cooling down)
             new[name] = st = st.copy()
             st.unknown, st.paused = False, paused
             step = advance(rule, st, bool(result), now)
+            if st.phase == "firing":
+                outcomes.in_boot(st, self.boot, now)
             if step is None:
                 if st.validating is not None and st.phase == "inactive":
                     self._validate(tick, rule, st, result)
@@ -273,6 +284,10 @@ class Engine:
                     self._resolve(tick, rule, st, result, "")
             else:
                 out.append(self._decision(rule, kind, now, values, result, reason=reason))
+        for d in out:  # a demoted rule's episode runs in shadow mode
+            ds = new.get(d.rule) or self.states.get(d.rule)
+            if ds is not None and ds.shadow:
+                d.mode = "observe"
         proposal = Proposal(self.generation, new, tick.global_runs, bool(self.ending),
                             Operating(operating.holds, tick.wall, window))
         return Evaluation(out, proposal)
@@ -362,19 +377,23 @@ class Engine:
                 return False  # verifying
         elif not st.held and bounds.cooling_down(rule, st, now):
             return False
-        if n >= len(steps):
-            self._escalate(tick, rule, st, result, f"needs a human: its {n} steps ran and it "
-                           f"still fires {format_duration(steps[-1].verify)} after the last")
+        i = next_step(rule, st, now)
+        if i is None:
+            ran = f"its {n} steps ran" if n == len(steps) else \
+                f"step {n} of {len(steps)} ran (the rest wait for it to recur in more boots)"
+            self._escalate(tick, rule, st, result, f"needs a human: {ran} and it "
+                           f"still fires {format_duration(steps[n - 1].verify)} after the "
+                           f"last")
             return False
-        step = steps[n]
-        of = f"step {n + 1} of {len(steps)}"
+        step = steps[i]
+        of = f"step {i + 1} of {len(steps)}"
         held, why_held, planned = self._held(tick, rule, step.actions)
         if held:
             if not st.held:  # said once, until it runs
                 st.held = True
                 d = self._decision(rule, "held", now, values, result,
                                    reason=f"{of} ({step.uses}) waits: {why_held}")
-                d.would, d.step = planned, n + 1
+                d.would, d.step = planned, i + 1
                 out.append(d)
             return False
         global_runs = tick.runs()
@@ -391,6 +410,12 @@ class Engine:
             return False
         bounds.record_run(rule, st, global_runs, now)
         words = [f"{of}: {step.uses}, verify {format_duration(step.verify)}"]
+        if step.recurs is not None:
+            boots = outcomes.boots_within(st, step.recurs.within, now)
+            words.append(f"it fired in {boots} boots within "
+                         f"{format_duration(step.recurs.within)}: the fix that holds across "
+                         f"boots" + (f" (steps {n + 1}-{i} skipped)" if i - n > 1 else
+                                     f" (step {n + 1} skipped)" if i > n else ""))
         if n:
             words.append(f"step {n} did not resolve it within "
                          f"{format_duration(steps[n - 1].verify)}")
@@ -398,10 +423,10 @@ class Engine:
             words.append("what was held runs now")
         st.held = st.said_suppressed = False
         st.last_run = st.step_at = now
-        st.step = n + 1
+        st.step = i + 1
         d = self._decision(rule, kind, now, values, result, actions=step.actions,
                            reason="; ".join(words))
-        d.step = n + 1
+        d.step = i + 1
         out.append(d)
         return True
 
@@ -453,6 +478,8 @@ class Engine:
         limits; the escalate ones too when it escalated) run, and its outcome is
         recorded."""
         cleanup = [a for a in rule.actions if a.spec.on != "fire"]
+        if st.step and not st.escalated and not rule.observe:
+            outcomes.ended(st, worked=True)  # (one that escalated ended as it did)
         if st.escalated:  # a page that fired resolves too
             cleanup += [a for a in rule.escalate if a.spec.on != "fire"]
             st.escalated = False
@@ -461,6 +488,18 @@ class Engine:
                            reason=reason)
         d.step, d.lasted = step, lasted
         tick.out.append(d)
+        self._judge(tick, rule, st, result)
+
+    def _judge(self, tick: _Tick, rule: CompiledRule, st: RuleState,
+               result: object) -> None:
+        """Learning (``demote``): an attempt of its remedy ended; one that does not work
+        here is demoted to shadow mode from the rule's next episode, said once."""
+        why = outcomes.judge(st, rule.spec.demote)
+        if why:
+            st.demoted = why
+            d = self._decision(rule, "demoted", tick.now, tick.values, result, reason=why)
+            d.step = st.step
+            tick.out.append(d)
 
     def _held(self, tick: _Tick, rule: CompiledRule, acting: list[BoundAction]
               ) -> tuple[list[BoundAction], str, list[BoundAction]]:
@@ -497,6 +536,9 @@ class Engine:
             return
         st.escalated = True
         st.needs_human += 1
+        if not rule.observe:
+            outcomes.ended(st, worked=False)
+            self._judge(tick, rule, st, result)
         if steps:
             d = self._decision(
                 rule, "escalated", tick.now, tick.values, result, actions=steps,
@@ -533,8 +575,10 @@ class Engine:
         names. Whatever was proposed before is stale."""
         restored = []
         for name, saved in state.rules.items():
-            if name in self.states:
-                self.states[name] = saved.copy()
+            rule = self.ruleset.by_name(name)
+            if name in self.states and rule is not None:
+                self.states[name] = st = saved.copy()
+                outcomes.rejudged(st, rule.fingerprint)
                 restored.append(name)
         self.global_runs = deque(sorted(state.global_runs))
         self._activate()
@@ -548,3 +592,20 @@ class Engine:
 
     def pending(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "pending"]
+
+
+def next_step(rule: CompiledRule, st: RuleState, now: float) -> int | None:
+    """The index of the step a ladder climbs to next (None: past its top). A climb starts
+    at the highest step whose ``recurs`` the rule's boots meet, else at the first; each
+    next step is the first after the last one run whose ``recurs`` (if any) is met."""
+    steps = rule.steps
+    if not st.step:
+        met = [i for i, s in enumerate(steps)
+               if s.recurs is not None and outcomes.recurred(st, s.recurs, now)]
+        if met:
+            return met[-1]
+    for i in range(st.step, len(steps)):
+        recurs = steps[i].recurs
+        if recurs is None or outcomes.recurred(st, recurs, now):
+            return i
+    return None

@@ -61,6 +61,17 @@ class RuleState:
     resolve_times: list[Span] = field(default_factory=list)  # the last ones, seconds
     resolved_at: list[Count] = field(default_factory=list)  # per steps run: resolutions
     needs_human: Count = 0  # times it escalated
+    # the boots it fired in (their ids, the last few) and when it first fired in each
+    boots: list[StrictStr] = field(default_factory=list)
+    boot_times: list[Time] = field(default_factory=list)
+    # learning (`demote`): the episodes its remedy acted in since the rule last changed
+    # (``remedy``: its fingerprint then), those of them it resolved without a human, why
+    # it was demoted ("" when it was not) and whether this episode runs in shadow mode
+    tried: Count = 0
+    worked: Count = 0
+    demoted: StrictStr = ""
+    shadow: StrictBool = False
+    remedy: StrictStr = ""
 
     def copy(self) -> RuleState:
         """An independent copy (what an evaluation changes, while the engine's stays)."""
@@ -70,7 +81,8 @@ class RuleState:
                          self.step, self.step_at, self.fired_at, self.validating,
                          self.valid_since, self.validation, self.fires, self.resolutions,
                          list(self.resolve_times), list(self.resolved_at),
-                         self.needs_human)
+                         self.needs_human, list(self.boots), list(self.boot_times),
+                         self.tried, self.worked, self.demoted, self.shadow, self.remedy)
 
     def shifted(self, t: Callable[[float], float]) -> RuleState:
         """A copy with every time mapped through ``t`` (from one clock to another)."""
@@ -82,6 +94,7 @@ class RuleState:
         out.runs = [t(x) for x in self.runs]
         out.step_at, out.fired_at = opt(self.step_at), opt(self.fired_at)
         out.validating, out.valid_since = opt(self.validating), opt(self.valid_since)
+        out.boot_times = [t(x) for x in self.boot_times]
         return out
 
     def problem(self) -> str:
@@ -90,6 +103,8 @@ class RuleState:
             return f"{self.phase} without `since`"
         if self.step and self.step_at is None:
             return f"step {self.step} of a climb without `step_at`"
+        if len(self.boots) != len(self.boot_times):
+            return "`boots` and `boot_times` of different lengths"
         return ""
 
 

@@ -1,17 +1,70 @@
 """A rule's record, kept in its state (so across restarts and reboots): how often it
 fired, how often it resolved and after which step of its remedy, how long that took (the
-last :data:`KEPT` times, for a median) and how often it needed a human. Bounded: a few
-counts and at most :data:`KEPT` times per rule."""
+last :data:`KEPT` times, for a median), how often it needed a human, and the boots it
+fired in (the last :data:`KEPT_BOOTS`: what a step's ``recurs`` counts). For learning
+(``demote``), the episodes its remedy acted in since the rule last changed and how many
+of them it resolved without a human. Bounded: a few counts, at most :data:`KEPT` times
+and :data:`KEPT_BOOTS` boots per rule."""
 
 from __future__ import annotations
 
 import statistics
 
 from guardian.core import numbers
+from guardian.core.durations import format_duration
 from guardian.engine.lifecycle import RuleState
+from guardian.model.schema import Demote, Recurs
 
 KEPT = 20  # resolve times kept per rule
+KEPT_BOOTS = 8  # boots kept per rule (a step's `recurs` counts at most this many)
 MOST_STEPS = 16  # resolutions counted per steps run, up to this many
+
+
+def in_boot(st: RuleState, boot: str, now: float) -> None:
+    """The rule fires in ``boot`` (its id; "" when unknown: not counted) at ``now``: the
+    boot joins its record the first time."""
+    if boot and (not st.boots or st.boots[-1] != boot):
+        st.boots = [*st.boots, boot][-KEPT_BOOTS:]
+        st.boot_times = [*st.boot_times, now][-KEPT_BOOTS:]
+
+
+def boots_within(st: RuleState, within: float, now: float) -> int:
+    """The boots it fired in (first) within ``within`` before ``now``, this one included."""
+    return sum(1 for t in st.boot_times if round((now - t) * 1000) <= round(within * 1000))
+
+
+def recurred(st: RuleState, recurs: Recurs, now: float) -> bool:
+    """Whether it fired in ``recurs.boots`` boots within ``recurs.within``."""
+    return boots_within(st, recurs.within, now) >= recurs.boots
+
+
+def ended(st: RuleState, worked: bool) -> None:
+    """An episode its remedy acted in ended: resolved without a human (``worked``), or
+    it needed one. A shadow episode (demoted) is no attempt of the remedy."""
+    if not st.shadow:
+        st.tried += 1
+        st.worked += worked
+
+
+def judge(st: RuleState, demote: Demote | None) -> str:
+    """Why the rule is to be demoted to shadow mode now ("" when it is not, or is
+    already): its remedy acted ``demote.after`` times or more and resolved it less than
+    ``demote.below`` of them."""
+    if demote is None or st.demoted or st.tried < demote.after \
+            or st.worked >= demote.fraction * st.tried:
+        return ""
+    return (f"demoted to observe: its remedy resolved it {st.worked} of {st.tried} times "
+            f"it acted (below {demote.below}); a reload or restart with the rule changed "
+            f"puts it back to act")
+
+
+def rejudged(st: RuleState, fingerprint: str) -> None:
+    """The rule as it is now (its ``fingerprint``): one that changed starts its learning
+    afresh, and a demotion is lifted (the episode under way stays as it began)."""
+    if st.remedy != fingerprint:
+        st.remedy = fingerprint
+        st.tried = st.worked = 0
+        st.demoted = ""
 
 
 def fired(st: RuleState, now: float) -> None:
@@ -20,6 +73,7 @@ def fired(st: RuleState, now: float) -> None:
     if st.fired_at is None:
         st.fired_at = now
         st.fires += 1
+        st.shadow = bool(st.demoted)
 
 
 def resolved(st: RuleState, now: float) -> tuple[int, float | None]:
@@ -39,11 +93,14 @@ def resolved(st: RuleState, now: float) -> tuple[int, float | None]:
 
 
 def keep(st: RuleState) -> RuleState:
-    """A fresh state that keeps ``st``'s record and its action bounds (a rule disabled
-    by a reload)."""
+    """A fresh state that keeps ``st``'s record, its learning and its action bounds (a
+    rule disabled by a reload)."""
     return RuleState(last_run=st.last_run, runs=list(st.runs), fires=st.fires,
                      resolutions=st.resolutions, resolve_times=list(st.resolve_times),
-                     resolved_at=list(st.resolved_at), needs_human=st.needs_human)
+                     resolved_at=list(st.resolved_at), needs_human=st.needs_human,
+                     boots=list(st.boots), boot_times=list(st.boot_times),
+                     tried=st.tried, worked=st.worked, demoted=st.demoted,
+                     remedy=st.remedy)
 
 
 def words(st: RuleState, ladder: bool) -> str:
@@ -65,7 +122,17 @@ def words(st: RuleState, ladder: bool) -> str:
         out += f", median {median} to resolve (of the last {len(st.resolve_times)})"
     if st.needs_human:
         out += f"; needed a human {_times(st.needs_human)}"
+    if len(st.boots) > 1:
+        out += f"; fired in {len(st.boots)} boots" + (
+            f" (the last {KEPT_BOOTS} kept)" if len(st.boots) >= KEPT_BOOTS else "")
+    if st.demoted:
+        out += f"; {st.demoted}"
     return out
+
+
+def recurs_words(recurs: Recurs) -> str:
+    """``once it fired in 2 boots within 7d``."""
+    return f"once it fired in {recurs.boots} boots within {format_duration(recurs.within)}"
 
 
 def _times(n: int) -> str:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from guardian.core.snapshot import SignalSpec
 from guardian.model.condition import Condition
 from guardian.model.runtime import Lookback
-from guardian.model.schema import ActionSpec, Rule
+from guardian.model.schema import ActionSpec, Recurs, Rule
 from guardian.plugin.contract import Action
 from guardian.plugin.secrets import redact
 
@@ -47,10 +49,12 @@ class BoundAction:
 
 @dataclass
 class CompiledStep:
-    """A ladder's step: its bound actions and its ``verify`` in seconds."""
+    """A ladder's step: its bound actions, its ``verify`` in seconds and, for a step of
+    a problem that recurs boot after boot, the boots it needs (``recurs``)."""
 
     actions: list[BoundAction]
     verify: float
+    recurs: Recurs | None = None
 
     @property
     def uses(self) -> str:
@@ -79,6 +83,16 @@ class CompiledRule:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """What the rule does, in 16 hex digits: a change of its condition, timing,
+        actions, steps or limits changes it (its name, summary, description and labels
+        do not). A demotion, and the outcomes it was judged by, belong to one
+        fingerprint."""
+        said = self.spec.model_dump_json(exclude={"name", "summary", "description",
+                                                  "labels"})
+        return hashlib.sha256(said.encode()).hexdigest()[:16]
 
     @property
     def observe(self) -> bool:

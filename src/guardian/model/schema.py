@@ -48,6 +48,18 @@ class Limit(BaseModel):
     within: PositiveDuration
 
 
+class Recurs(BaseModel):
+    """A step for a problem that comes back boot after boot: the boots it must have fired
+    in (this one included), within a span of time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    boots: int = Field(ge=2, le=8, description="the boots the rule fired in (this one "
+                       "included), at least")
+    within: PositiveDuration = Field(7 * 86400.0, description="counting boots in which it "
+                                     "fired within this long (default 7d)")
+
+
 class Step(BaseModel):
     """One rung of a ladder: its actions, and how long the rule has to resolve after they
     ran before the next step runs."""
@@ -57,7 +69,28 @@ class Step(BaseModel):
     verify: PositiveDuration = Field(
         description="how long the rule has to resolve after this step's actions ran; "
         "still firing then, the next step runs (past the last: it needs a human)")
+    recurs: Recurs | None = Field(
+        None, description="the step applies only once the rule fired in this many boots "
+        "within `within`: then a climb starts at it (the steps before are skipped); before, "
+        "it is skipped. The durable fix for what recurs boot after boot (disable or mask a "
+        "unit)")
     action: list[ActionSpec] = Field(min_length=1)
+
+
+class Demote(BaseModel):
+    """Learning: a remedy that does not work here goes to shadow mode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    after: PositiveInt = Field(description="judged once its remedy acted in this many "
+                               "episodes (since the rule last changed)")
+    below: str = Field(pattern=r"^(100|[0-9]{1,2}(\.[0-9]+)?)%$", description="demoted "
+                       "when it resolved fewer than this share of them without a human, "
+                       "e.g. \"20%\"")
+
+    @property
+    def fraction(self) -> float:
+        return float(self.below[:-1]) / 100
 
 
 class Rule(BaseModel):
@@ -113,6 +146,11 @@ class Rule(BaseModel):
         "runs once it stops firing; until then the node stays as its remedy left it")
     validate_for: Duration = Field(
         0.0, description="how long `validate` must hold before the clean-up runs")
+    demote: Demote | None = Field(
+        None, description="learning, opt-in: once its remedy acted `after` times and "
+        "resolved it (without a human) less than `below` of them, the rule is demoted to "
+        "shadow mode (as mode = \"observe\") from its next episode, saved across restarts; "
+        "a reload or restart with the rule changed puts it back to act")
     validate_within: PositiveDuration = Field(
         3600.0, description="validation not passed this long after the rule stopped "
         "firing: it needs a human (its escalate actions run once); the clean-up still "

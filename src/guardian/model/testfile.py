@@ -57,6 +57,10 @@ class RuleTest(BaseModel):
     series: dict[str, StrictStr | StrictInt | StrictFloat] = Field(
         default_factory=dict, description="signal (with labels) -> series notation, e.g. "
                                           "'cpu.core.sys_pct{cpu=\"0\"}' = \"5x3 100x8\"")
+    reboots: list[Duration] = Field(
+        default_factory=list, description="times since the test's start at which the node "
+        "reboots: the engine starts anew in a new boot with the state it saved (as the "
+        "service's state file carries it), so a step's `recurs` counts the boots")
     expect: list[Expectation] = Field(min_length=1)
 
 

@@ -236,12 +236,24 @@ def _run_one(test: RuleTest, tname: str, interval: float, ruleset: Any,
     for name, labels, samples in series.values():
         if labels:
             family_len[name] = max(family_len.get(name, 0), len(samples))
-    engine = Engine(ruleset)
+    reboots: set[int] = set()
+    for j, when in enumerate(test.reboots):
+        step = when / interval
+        if abs(step - round(step)) > 1e-9 or round(step) > MAX_STEPS:
+            raise _TestInputError(f"reboots: {format_duration(when)} is not a multiple of "
+                                  f"the interval {format_duration(interval)} within "
+                                  f"{MAX_STEPS} evaluations", "reboots", j)
+        reboots.add(round(step))
+    engine = Engine(ruleset, boot="boot-0")
     last = max(t for t, _ in times)
     by_step: dict[int, list[Expectation]] = {}
     for t, exp in times:
         by_step.setdefault(t, []).append(exp)
     for step in range(last + 1):
+        if step in reboots:  # a new boot: a new engine, with the state the last one saved
+            saved = engine.state()
+            engine = Engine(ruleset, boot=f"boot-{len([r for r in reboots if r <= step])}")
+            engine.restore(saved)
         snap = Snapshot(step * interval)
         for name, length in family_len.items():
             if step < length:

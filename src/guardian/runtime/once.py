@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardian.core.snapshot import Snapshot
+from guardian.engine import outcomes
 from guardian.engine.bounds import Budget
 from guardian.engine.decision import Decision, decision_values, render_values, signal_units
-from guardian.engine.engine import Engine, Operating
-from guardian.model.ruleset import Ruleset
+from guardian.engine.engine import Engine, Operating, next_step
+from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
 from guardian.model.schema import Severity
 from guardian.plugin.registry import default_registry
 from guardian.runtime import coverage
@@ -54,7 +55,7 @@ def engine_for(rules: Ruleset, config: Config, state_path: Path | None,
     maintenance window the pass is evaluated under are :func:`operating`'s (an argument
     of each evaluation, not the engine's); ``holds_state`` is kept for callers."""
     budget = config.engine.budget
-    engine = Engine(rules, Budget(budget.runs, budget.within))
+    engine = Engine(rules, Budget(budget.runs, budget.within), boot=state_file.SYSTEM.boot())
     if state_path is not None:
         state_file.load(engine, state_path)
     return engine
@@ -150,10 +151,20 @@ def run_once(rules: Ruleset, coll: Collector, engine: Engine, executor: Executor
                 "no value for a computed value (a rate needs two samples)")
         if rule.spec.enabled and result and not entry.plans and executor.dry_run:
             d = Decision(snap.time, rule.name, "would-fire", rule.spec.severity,
-                         rule.spec.summary, evidence,
-                         [a for a in rule.actions if a.spec.on != "resolve"],
+                         rule.spec.summary, evidence, _would_run(engine, rule, snap.time),
                          units=signal_units(rule, rules.signals))  # as the engine's
             entry.plans = [{**ex.to_dict(), "result": "preview"}
                            for ex in preview.run([d], snap)]
         report.append(entry)
     return Pass(snap, decisions, executed, report)
+
+
+def _would_run(engine: Engine, rule: CompiledRule, now: float) -> list[BoundAction]:
+    """What ``rule`` would run if it fired now: its fire actions, or the step of its
+    ladder a climb would start at (a step's ``recurs`` counting this boot)."""
+    if not rule.steps:
+        return [a for a in rule.actions if a.spec.on != "resolve"]
+    st = engine.states[rule.name].copy()
+    outcomes.in_boot(st, engine.boot, now)
+    i = next_step(rule, st, now) if not st.step else None
+    return rule.steps[i].actions if i is not None else []

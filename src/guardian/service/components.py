@@ -24,6 +24,7 @@ from guardian.runtime.config import Config
 from guardian.runtime.coverage import Sight, sight_of
 from guardian.runtime.executor import Executor
 from guardian.runtime.metrics import Metrics
+from guardian.runtime.state import SYSTEM
 
 log = logging.getLogger("guardian.service")
 
@@ -60,8 +61,10 @@ class Components:
 
 
 def build_engine(ruleset: Ruleset, config: Config) -> Engine:
+    """The engine, with the config's budget and this boot's id (a step's ``recurs``
+    counts the boots a rule fired in)."""
     budget = config.engine.budget
-    return Engine(ruleset, Budget(budget.runs, budget.within))
+    return Engine(ruleset, Budget(budget.runs, budget.within), boot=SYSTEM.boot())
 
 
 def build_components(opts: ServiceOptions, config: Config, registry: Registry,

@@ -17,7 +17,8 @@ from guardian.runtime.state import rule_state
 
 
 def test_every_kind_the_engine_emits_is_an_engine_kind() -> None:
-    """One rule goes through every kind (a second, paused, is held; a third validates);
+    """One rule goes through every kind (a second, paused, is held; a third validates;
+    the first, escalated, is demoted);
     the metrics count
     each kind, and the decision, context and state fields are typed with these types."""
     rules = load_text('''version = 1
@@ -28,6 +29,7 @@ when = "memcg.dying > 10"
 for = "30s"
 cooldown = "0s"
 limit = { runs = 2, within = "1h" }
+demote = { after = 1, below = "50%" }
   [[rule.action]]
   use = "log"
   [[rule.escalate]]

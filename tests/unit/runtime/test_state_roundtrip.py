@@ -34,6 +34,7 @@ def rule_states(draw: st.DrawFn) -> RuleState:
     since = draw(times) if phase != "inactive" else draw(st.none() | times)
     step = draw(st.integers(0, 4))
     counts = st.integers(0, 10**6)
+    boots = draw(st.integers(0, 8))
     # issue 42: a ladder's climb, a validation's gate and the rule's record
     return RuleState(phase, since, draw(st.none() | times), draw(st.none() | times),
                      draw(st.none() | times), draw(st.lists(times, max_size=5)),
@@ -43,7 +44,13 @@ def rule_states(draw: st.DrawFn) -> RuleState:
                      draw(st.none() | times), draw(st.none() | times),
                      draw(st.none() | times), draw(st.text(max_size=20)), draw(counts),
                      draw(counts), draw(st.lists(times, max_size=20)),
-                     draw(st.lists(counts, max_size=5)), draw(counts))
+                     draw(st.lists(counts, max_size=5)), draw(counts),
+                     # boots it fired in, and learning (its remedy: the rules' fingerprint,
+                     # which a restore keeps)
+                     [f"boot-{i}" for i in range(boots)],
+                     draw(st.lists(times, min_size=boots, max_size=boots)),
+                     draw(counts), draw(counts), draw(st.text(max_size=20)),
+                     draw(st.booleans()), TWO.rules[0].fingerprint)
 
 
 TWO = load_text(RULE.format(name="a") + RULE.format(name="b").replace("version = 1\n", ""))
