@@ -183,6 +183,7 @@ class Operations(PromCollector):
         self.observe: dict[str, bool] = {}
         self.needs_human: dict[str, bool] = {}
         self.validating: dict[str, bool] = {}
+        self.demoted: dict[str, bool] = {}
 
     def collect(self) -> Iterator[Metric]:
         fam = GaugeMetricFamily("guardian_hold_expiry_timestamp_seconds", "holds in force "
@@ -198,7 +199,10 @@ class Operations(PromCollector):
                 ("guardian_rule_needs_human", "1 while the rule still fires after its actions "
                  "ran their limit (it escalated)", self.needs_human),
                 ("guardian_rule_validating", "1 while the rule stopped firing and its clean-up "
-                 "(uncordon, untaint) waits for its validation", self.validating)):
+                 "(uncordon, untaint) waits for its validation", self.validating),
+                ("guardian_rule_demoted", "1 while the rule is demoted to shadow mode: its "
+                 "remedy did not work here (demote: too few of its attempts resolved "
+                 "without a human)", self.demoted)):
             g = GaugeMetricFamily(name, doc, labels=["rule"])
             for rule, on in sorted(values.items()):
                 g.add_metric([rule], 1.0 if on else 0.0)

@@ -78,4 +78,5 @@ class Operations:
         ops.paused = {n: bool(st.paused) for n, st in engine.states.items()}
         ops.needs_human = {n: st.escalated for n, st in engine.states.items()}
         ops.validating = {n: st.validating is not None for n, st in engine.states.items()}
+        ops.demoted = {n: bool(st.demoted) for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}
