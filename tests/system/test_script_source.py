@@ -347,7 +347,7 @@ def test_run_once_shows_an_imported_npd_check_whose_program_is_missing_as_unknow
     script(plugin.parent, "gone.sh", "echo gone is down; exit 1\n")
     got = guardian(*run)
     line = next(x for x in got.stdout.splitlines() if "npd-mon-goneisdown" in x)
-    assert line.startswith("FIRING") and 'message="gone is down"' in line, got.stdout
+    assert line.startswith("FIRING") and line.endswith(': gone is down 1'), got.stdout
 
 
 def test_check_warns_of_a_program_that_is_missing_or_not_executable() -> None:
