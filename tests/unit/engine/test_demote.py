@@ -10,6 +10,9 @@ from pathlib import Path
 from guardian import Engine, Snapshot, load_text
 from guardian.engine import outcomes
 from guardian.runtime import state as state_file
+from guardian.runtime.metrics import Metrics
+from guardian.runtime.operate import Operations
+from guardian.runtime.why import links
 
 RULE = '''version = 1
 
@@ -40,7 +43,7 @@ def engine(message: str = "fix") -> Engine:
 def episode(e: Engine, t: int, fixed: bool) -> list[tuple[int, str, str, str]]:
     """Fires at ``t``; resolves a minute later (``fixed``), or after its step's verify
     (it escalated: needs a human). (time, kind, mode, actions) of every decision."""
-    out = []
+    out: list[tuple[int, str, str, str]] = []
     xs = [(t, 50.0), (t + 60, 1.0)] if fixed else [(t, 50.0), (t + 300, 50.0),
                                                      (t + 360, 1.0)]
     for when, x in xs:
@@ -90,3 +93,17 @@ def test_the_demotion_survives_a_restart_and_a_changed_rule_lifts_it() -> None:
     again.replace_rules(changed.ruleset)  # a reload with the rule changed
     assert again.states["useless"].demoted == ""
     assert (again.states["useless"].tried, again.states["useless"].worked) == (0, 0)
+
+
+def test_why_shows_a_demoted_rule_in_shadow_mode_and_the_metric_says_it(tmp_path: Path
+                                                                        ) -> None:
+    e = engine()
+    episode(e, 0, fixed=False)
+    episode(e, 1000, fixed=False)
+    decisions = e.evaluate(Snapshot(2000.0, {"memcg.dying": 50.0}))
+    (link,) = links(e, Snapshot(2000.0, {"memcg.dying": 50.0}), decisions)
+    assert link.mode == "observe" and "demoted to observe" in link.record
+    metrics = Metrics()
+    Operations.after(None, e, metrics)  # type: ignore[arg-type]
+    assert metrics.registry.get_sample_value("guardian_rule_demoted",
+                                             {"rule": "useless"}) == 1.0

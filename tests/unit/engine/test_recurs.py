@@ -43,7 +43,7 @@ def rules(within: str = "1d") -> Ruleset:
 
 def run(e: Engine, times: list[int], x: float = 50.0) -> list[tuple[int, str, str, str]]:
     """(time, kind, its actions' messages, reason) of every decision at ``times``."""
-    out = []
+    out: list[tuple[int, str, str, str]] = []
     for t in times:
         for d in e.evaluate(Snapshot(float(t), {"memcg.dying": x})):
             out.append((t, d.kind, ",".join(a.params["message"] for a in d.actions),
