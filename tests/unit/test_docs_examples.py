@@ -64,3 +64,12 @@ def test_the_readmes_values_are_a_log_lines_values() -> None:
     said = re.search(r'\$values: "([^"]+)"', (REPO / "README.md").read_text())
     assert said is not None
     assert f"dying memcgs: {said.group(1)}" in _goldens()
+
+
+def test_the_causes_doc_shows_whys_golden_output_whole() -> None:
+    """docs/causes.md's `guardian why --at 9m30s` is that command's golden output, byte for
+    byte (it once showed raw signals where `why` now says what each condition compared)."""
+    doc = (REPO / "docs" / "causes.md").read_text()
+    command = "$ guardian why --rules rules/ --recording tests/data/chain.rec --at 9m30s\n"
+    shown = doc[doc.index(command) + len(command):]
+    assert shown[:shown.index("```")] == (GOLDEN / "why-chain-9m30s.txt").read_text()

@@ -21,6 +21,7 @@ from guardian.model.kinds import Phase
 from guardian.model.ruleset import CompiledRule
 from guardian.model.schema import Mode, Severity
 from guardian.runtime.coverage import Blind
+from guardian.runtime.evidence import compared
 from guardian.runtime.status import at, climb_words, record_line
 
 ACTIVE: tuple[Phase, ...] = ("pending", "firing")
@@ -49,6 +50,7 @@ class Link:
     climb: str = ""  # a ladder's: where the climb is (step 2 of 3, verifying for 4m more)
     validating: str = ""  # stopped firing, its clean-up waits: where the validation is
     record: str = ""  # its record: fired, resolved, after which step, how fast
+    compared: list[str] = field(default_factory=list)  # what its condition compared, said
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "summary": self.summary, "phase": self.phase,
@@ -57,7 +59,7 @@ class Link:
                 "held": self.held, "mode": self.mode, "needs_human": self.needs_human,
                 "paused": self.paused, "unseen_causes": self.unseen_causes,
                 "units": self.units, "climb": self.climb, "validating": self.validating,
-                "record": self.record}
+                "record": self.record, "compared": self.compared}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Link:
@@ -88,7 +90,10 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
                          climb=climb_words(engine, rule, st, snapshot.time)
                          if rule.steps and st.phase == "firing" else "",
                          validating=st.validation if st.validating is not None else "",
-                         record=record_line(rule, st))
+                         record=record_line(rule, st),
+                         compared=compared(rule, engine.ruleset.signals, snapshot.values,
+                                           engine.history,
+                                           holds=bool(_result(engine, rule, snapshot))))
     for link in out.values():
         for cause in link.causes:
             out[cause].effects.append(link.rule)
@@ -109,11 +114,15 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
     return _root_first(out)
 
 
-def _evidence(engine: Engine, rule: CompiledRule, snapshot: Snapshot) -> dict[str, Any]:
+def _result(engine: Engine, rule: CompiledRule, snapshot: Snapshot) -> object:
     try:
-        result = rule.condition.fn(snapshot.values, engine.history)
+        return rule.condition.fn(snapshot.values, engine.history)
     except Exception:  # a compiled condition should not raise; evidence is best effort
-        result = None
+        return None
+
+
+def _evidence(engine: Engine, rule: CompiledRule, snapshot: Snapshot) -> dict[str, Any]:
+    result = _result(engine, rule, snapshot)
     return render_values(decision_values(rule, snapshot.values, result))
 
 
@@ -207,8 +216,11 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
                          f"fires (escalated)")
         if link.paused:
             lines.append(f"{pad}   held: {link.paused}")
-        for said in evidence_said(link.evidence, link.units):
-            lines.append(f"{pad}   evidence: {said.line()}")
+        if link.compared:  # what the condition compared (delta(x, "30m"), not x)
+            lines.append(f"{pad}   evidence: {' '.join(link.compared)}")
+        else:  # a report from before it was kept
+            lines.extend(f"{pad}   evidence: {said.line()}"
+                         for said in evidence_said(link.evidence, link.units))
         if link.unseen_causes:
             lines.append(f"{pad}   its cause {', '.join(link.unseen_causes)} is BLIND: "
                          "whether it is active is not seen")
