@@ -21,14 +21,16 @@ from guardian.cli.common import (
 )
 from guardian.core.durations import parse_duration
 from guardian.core.exitcodes import ExitCode
+from guardian.core.numbers import seconds
 from guardian.engine.decision import Decision, decision_values
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
-from guardian.model.ruleset import CompiledRule
+from guardian.model.ruleset import BoundAction, CompiledRule
 from guardian.plugin.registry import default_registry
 from guardian.runtime.config import Config
 from guardian.runtime.coverage import blind_rules, recorded_sight, sight_of
 from guardian.runtime.executor import Executor
+from guardian.runtime.replay import params_text
 from guardian.runtime.status import (
     acted_line,
     at,
@@ -121,10 +123,21 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         print("it would run:")
         for p in plans:
             print_plan(p)
-    elif rule.actions:
-        print("its actions: " + "; ".join(f"{a.use} {json.dumps(a.public_params)}"
-                                          for a in rule.actions))
+    else:
+        for n, step in enumerate(rule.steps, 1):
+            recurs = f", once it fired in {step.recurs.boots} boots within " \
+                f"{seconds(step.recurs.within)}" if step.recurs else ""
+            print(f"its step {n} of {len(rule.steps)} (verify {seconds(step.verify)}"
+                  f"{recurs}): " + _actions_text(step.actions))
+        if rule.actions:
+            print(("its clean-up: " if rule.steps else "its actions: ")
+                  + _actions_text(rule.actions))
     return ExitCode.OK
+
+
+def _actions_text(actions: list[BoundAction]) -> str:
+    """``log message="…"; irq.move driver=ena``: each action and its parameters."""
+    return "; ".join(f"{a.use} {params_text(a.public_params)}".rstrip() for a in actions)
 
 
 def _service_record(rule: CompiledRule, config: Config) -> str:
