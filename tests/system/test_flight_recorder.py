@@ -1,0 +1,155 @@
+"""The flight recorder with the real perf on this host: what a process did in the kernel is
+in the dump although it ended before the dump was asked for (the minutes before a rule
+fired, as the incident needed); perf's files do not pile up; a perf that cannot profile is
+said once and never raises; the service starts it once ready and stops it when it stops."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardian.hostio import flight
+from guardian.hostio.flight import FlightRecorder
+from tests.support.daemon import daemon
+from tests.support.wait import wait_until
+
+PERF = shutil.which("perf")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _paranoid() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    except (OSError, ValueError):
+        return 99
+
+
+pytestmark = [
+    pytest.mark.skipif(PERF is None, reason="perf is not installed (Debian: linux-perf)"),
+    pytest.mark.skipif(os.geteuid() != 0 and _paranoid() > -1,
+                       reason="perf_event_paranoid forbids a CPU-wide profile to non-root"),
+]
+
+
+def _stime(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / CLK_TCK
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> Iterator[FlightRecorder]:
+    rec = FlightRecorder(frequency=49, ring_mb=8, workdir=tmp_path / "flight")
+    try:
+        yield rec
+    finally:
+        rec.stop()
+
+
+def test_a_process_that_ended_before_the_dump_is_in_it_with_kernel_frames(
+        recorder: FlightRecorder, tmp_path: Path) -> None:
+    """Before: no flight recorder (guardian.hostio.flight did not exist)."""
+    recorder.start()
+    assert recorder.running and flight.current() is recorder
+    busy = tmp_path / "gflt-busy"  # its name is its comm
+    shutil.copy(shutil.which("dd") or "/bin/dd", busy)
+    # a tight syscall loop: a read and a write of one byte, over and over
+    proc = subprocess.Popen([str(busy), "if=/dev/zero", "of=/dev/null", "bs=1"],
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _stime(proc.pid) >= 0.5, "the busy loop burns 0.5 s in the kernel")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not Path(f"/proc/{proc.pid}").exists()  # gone before the dump is asked for
+
+    got = recorder.dump(tmp_path / "bundle")
+    assert got == tmp_path / "bundle" / "flight.folded"
+    lines = got.read_text().splitlines()
+    mine = [ln for ln in lines if ln.startswith("gflt-busy;")]
+    assert mine, f"no stack of gflt-busy among {len(lines)}: {lines[:5]}"
+    kernel = [ln for ln in mine if "_[k];" in ln or ln.rsplit(" ", 1)[0].endswith("_[k]")]
+    assert kernel, f"gflt-busy's stacks have no kernel frame: {mine[:5]}"
+    assert any("do_syscall_64_[k]" in ln for ln in kernel), kernel[:5]
+    assert all(ln.rsplit(" ", 1)[1].isdigit() for ln in lines)  # folded: stack count
+    assert recorder.last is not None and recorder.last.samples >= len(mine)
+    # perf's switched file is read and removed; perf still records
+    assert sorted(p.name for p in (tmp_path / "flight").iterdir()) == \
+        ["flight.data", "perf.log"]
+    assert recorder.running
+
+    # a second dump holds what came since the first, and leaves nothing behind either
+    again = recorder.dump(tmp_path / "bundle2")
+    assert again is not None and not any(
+        ln.startswith("gflt-busy;") for ln in again.read_text().splitlines())
+    assert sorted(p.name for p in (tmp_path / "flight").iterdir()) == \
+        ["flight.data", "perf.log"]
+
+    recorder.stop()
+    assert not recorder.running and flight.current() is None
+    assert recorder.dump(tmp_path / "bundle3") is None
+    assert not list((tmp_path / "flight").glob("flight.data.*"))
+
+
+def test_a_perf_that_may_not_profile_is_said_once_and_never_raises(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """perf run as nobody (perf_event_paranoid 2 here): its own words are logged, once."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or _paranoid() < 1:
+        pytest.skip("needs root, setpriv and perf_event_paranoid >= 1")
+    wrapper = tmp_path / "perf-as-nobody"
+    wrapper.write_text(f'#!/bin/sh\nexec setpriv --reuid 65534 --regid 65534 '
+                       f'--clear-groups {PERF} "$@"\n')
+    wrapper.chmod(0o755)
+    work = Path(tempfile.mkdtemp(prefix="gflt-"))  # nobody writes perf's files there
+    work.chmod(0o777)
+    rec = FlightRecorder(perf=str(wrapper), workdir=work)
+    try:
+        with caplog.at_level(logging.WARNING, logger="guardian.flight"):
+            rec.start()
+            rec.start()
+            assert rec.dump(tmp_path / "bundle") is None
+        assert not rec.running and flight.current() is None
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1, said
+        assert said[0].startswith("flight recorder not started: perf exited"), said
+        assert "perf_event_paranoid" in said[0], said
+    finally:
+        rec.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_the_service_runs_perf_once_ready_and_ends_it_when_it_stops(tmp_path: Path) -> None:
+    config = tmp_path / "guardian.toml"
+    config.write_text("[evidence.flight]\nenabled = true\nring_mb = 1\n")
+    with daemon(tmp_path, "--dry-run", "--config", str(config)) as (proc, notify):
+        notify.wait_for("READY", timeout=60)
+        perf = wait_until(lambda: [c for c in _children(proc.pid) if _comm(c) == "perf"],
+                          "the service starts perf once it is ready")[0]
+        assert b"--overwrite" in Path(f"/proc/{perf}/cmdline").read_bytes().split(b"\0")
+        assert (tmp_path / "flight" / "flight.data").exists()  # beside the state file
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert not Path(f"/proc/{perf}").exists() or _comm(perf) != "perf"

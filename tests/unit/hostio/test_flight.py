@@ -1,0 +1,85 @@
+"""The flight recorder's parts that need no perf: folding ``perf script`` output (as this
+host's perf 6.1 printed it, ``-F comm,tid,time,ip,sym,dso``), the ring's size, and what
+it does when it is not running. tests/system/test_flight_recorder.py runs the real one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardian.hostio import flight
+from guardian.hostio.flight import FlightRecorder, fold_perf_script, ring_pages
+
+SCRIPT = """\
+zzbusyzz 24967 13855.856958:
+\tffffffff8170da91 fdget_pos ([kernel.kallsyms])
+\tffffffff816dbf68 ksys_write ([kernel.kallsyms])
+\tffffffff8223b5d1 do_syscall_64 ([kernel.kallsyms])
+\tffffffff81000130 entry_SYSCALL_64_after_hwframe ([kernel.kallsyms])
+\t           f8350 __GI___libc_write (/usr/lib/x86_64-linux-gnu/libc.so.6)
+
+Web Content 311 13855.866958:
+\t    560d0e67c0b0 [unknown] (/usr/lib/firefox/libxul.so)
+\t    7f5a58658ea0 [unknown] ([unknown])
+
+zzbusyzz 24967 13855.877358:
+\tffffffff816dbf68 ksys_write ([kernel.kallsyms])
+\tffffffff8223b5d1 do_syscall_64 ([kernel.kallsyms])
+\tffffffff81000130 entry_SYSCALL_64_after_hwframe ([kernel.kallsyms])
+\t           f8350 __GI___libc_write (/usr/lib/x86_64-linux-gnu/libc.so.6)
+
+ena;odd 7 13856.856958:
+\tffffffffc0a01234 ena_io_poll ([ena])
+\tffffffff8223b5d1 net_rx_action ([kernel.kallsyms])
+
+zzbusyzz 24967 13856.877358:
+\tffffffff816dbf68 ksys_write ([kernel.kallsyms])
+\tffffffff8223b5d1 do_syscall_64 ([kernel.kallsyms])
+\tffffffff81000130 entry_SYSCALL_64_after_hwframe ([kernel.kallsyms])
+\t           f8350 __GI___libc_write (/usr/lib/x86_64-linux-gnu/libc.so.6)
+""".replace(":\n", ": \n")  # perf ends a sample's first line with a space
+
+
+def test_perf_script_folds_root_first_with_kernel_frames_marked() -> None:
+    stacks, span = fold_perf_script(SCRIPT.splitlines())
+    assert stacks == {
+        "zzbusyzz;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
+        "ksys_write_[k];fdget_pos_[k]": 1,
+        "zzbusyzz;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
+        "ksys_write_[k]": 2,
+        # a comm with a space; an unnamed frame is its object's name
+        "Web Content;[unknown];[libxul.so]": 1,
+        # ';' separates frames: a comm's own becomes ':'; a module's frame is a kernel one
+        "ena:odd;net_rx_action_[k];ena_io_poll_[k]": 1,
+    }
+    assert span == pytest.approx(1.0204)
+
+
+def test_ring_is_split_over_the_cpus_in_powers_of_two_of_pages() -> None:
+    assert ring_pages(8, 2) == 1024  # 4 MiB each
+    assert ring_pages(8, 3) == 512  # 2.67 MiB each: the power of two below
+    assert ring_pages(8, 96) == 16
+    assert ring_pages(1, 4096) == 4  # never below 4 pages
+    for cpus in (1, 2, 3, 7, 64, 96, 192):
+        assert ring_pages(8, cpus) * cpus * 4096 <= 8 << 20 or ring_pages(8, cpus) == 4
+
+
+def test_the_command_is_bounded_and_overwrites(tmp_path: Path) -> None:
+    rec = FlightRecorder(frequency=19, ring_mb=8, perf="/usr/bin/perf", workdir=tmp_path)
+    argv = rec.argv(cpus=2)
+    assert argv[:2] == ["/usr/bin/perf", "record"]
+    assert {"--overwrite", "--switch-output=signal", "--switch-max-files=2", "-a",
+            "-g"} <= set(argv)
+    assert argv[argv.index("-F") + 1] == "19" and argv[argv.index("-m") + 1] == "1024"
+    assert argv[argv.index("-o") + 1] == str(tmp_path / "flight.data")
+
+
+def test_not_running_dumps_nothing_and_is_not_current(tmp_path: Path) -> None:
+    rec = FlightRecorder(workdir=tmp_path)
+    assert not rec.running
+    assert rec.dump(tmp_path / "bundle") is None
+    assert not (tmp_path / "bundle").exists()
+    assert flight.current() is None
+    rec.stop()  # a stop without a start is nothing
+
