@@ -91,6 +91,29 @@ class ServiceConfig(BaseModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
 
+class FlightConfig(BaseModel):
+    """The flight recorder (guardian.hostio.flight): a continuous low-rate profile of every
+    CPU in perf's overwritable ring, dumped into a rule's evidence when it fires."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(False, description="run `perf record` for as long as the "
+                          "service runs (opt-in)")
+    frequency: int = Field(19, ge=1, le=1000, description="samples a second on each CPU")
+    ring_mb: float = Field(8.0, gt=0, le=1024, description="perf's ring buffers, all CPUs "
+                           "together (MiB): how far back a dump reaches")
+    perf: str = Field("perf", min_length=1, description="the perf program (a name on "
+                      "PATH or an absolute path)")
+    dump_timeout: PositiveDuration = Field(30.0, description="one dump, perf script "
+                                           "included; then it is abandoned")
+
+
+class EvidenceConfig(BaseModel):
+    """What guardian captures when a rule fires."""
+
+    model_config = ConfigDict(extra="forbid")
+    flight: FlightConfig = Field(default_factory=FlightConfig)
+
+
 class Config(BaseModel):
     """The validated configuration; ``sources`` holds each source's validated model."""
 
@@ -101,6 +124,7 @@ class Config(BaseModel):
     sources: dict[str, BaseModel] = Field(default_factory=dict)
     fleet: BaseModel | None = None  # guardian.kube.fleet.FleetParams, when [fleet] is set
     holds: HoldsConfig = Field(default_factory=HoldsConfig)
+    evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
     path: str = ""
     dropins: list[str] = Field(default_factory=list, description="the drop-in files "
                                "merged onto the file at ``path``, in order")
@@ -202,7 +226,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if diags:
         raise RuleError(diags)
     report = _Layered(files, origin, str(path), diags)
-    keys = ["engine", "service", "sources", "fleet", "holds"]
+    keys = ["engine", "service", "sources", "fleet", "holds", "evidence"]
     for key in data:
         if key not in keys:
             report((key,), unknown_key(key, keys))
@@ -228,6 +252,11 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
         service = ServiceConfig.model_validate(data.get("service", {}))
     except ValidationError as exc:
         report.validation(exc, ("service",), ServiceConfig)
+    evidence = EvidenceConfig()
+    try:
+        evidence = EvidenceConfig.model_validate(data.get("evidence", {}))
+    except ValidationError as exc:
+        report.validation(exc, ("evidence",), EvidenceConfig)
     raw_sources: dict[str, Any] = dict(data.get("sources", {}))
     disabled = raw_sources.pop("disabled", [])
     if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
@@ -252,7 +281,8 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if diags:
         raise RuleError(diags)
     return Config(engine=engine, service=service, disabled_sources=disabled,
-                  sources=validated, fleet=fleet, holds=holds, path=str(path),
+                  sources=validated, fleet=fleet, holds=holds, evidence=evidence,
+                  path=str(path),
                   dropins=[str(f) for f in dropins])
 
 

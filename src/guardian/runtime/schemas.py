@@ -14,7 +14,7 @@ from guardian.core.audit import audit_schema
 from guardian.model.schema import ActionSpec, RuleFile
 from guardian.model.testfile import test_file_schema
 from guardian.plugin.registry import Registry, default_registry
-from guardian.runtime.config import EngineConfig, HoldsConfig, ServiceConfig
+from guardian.runtime.config import EngineConfig, EvidenceConfig, HoldsConfig, ServiceConfig
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 KINDS = ("rules", "tests", "config", "audit")
@@ -85,6 +85,7 @@ def config_schema(registry: Registry | None = None) -> dict[str, Any]:
         "service": _inline(ServiceConfig, defs),
         "sources": {"type": "object", "properties": sources, "additionalProperties": False},
         "holds": _inline(HoldsConfig, defs),
+        "evidence": _inline(EvidenceConfig, defs),
     }
     try:
         from guardian.kube.fleet import FleetParams

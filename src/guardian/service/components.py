@@ -1,7 +1,8 @@
 """The service's options (:class:`ServiceOptions`), and what its loop drives, built once
 at start from them and the config: the engine, the collector (and which source gives
 which signal), the audit log and the executor (with the fleet budget), the metrics (and
-their endpoint). A part that cannot be built is :class:`NotBuilt`, with the exit code
+their endpoint), the flight recorder when [evidence.flight] enables it. A part that cannot
+be built is :class:`NotBuilt`, with the exit code
 and why, and what was built before it is released."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from guardian.core.errors import GuardianError
 from guardian.core.exitcodes import ExitCode
 from guardian.engine.bounds import Budget
 from guardian.engine.engine import Engine
+from guardian.hostio.flight import FlightRecorder
 from guardian.hostio.host import Host
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import Registry
@@ -58,6 +60,7 @@ class Components:
     collector: Collector
     sight: Sight  # which source gives which signal, and why some give none
     executor: Executor
+    flight: FlightRecorder | None = None  # built here, started once the service is ready
 
 
 def build_engine(ruleset: Ruleset, config: Config) -> Engine:
@@ -93,7 +96,20 @@ def build_components(opts: ServiceOptions, config: Config, registry: Registry,
     except BaseException:
         collector.close()
         raise
-    return Components(collector, sight_of(collector, registry), executor)
+    return Components(collector, sight_of(collector, registry), executor,
+                      flight_recorder(opts, config))
+
+
+def flight_recorder(opts: ServiceOptions, config: Config) -> FlightRecorder | None:
+    """The flight recorder [evidence.flight] asks for (not started), perf's files kept
+    beside the state file (the unit's StateDirectory; /tmp is private there)."""
+    flight = config.evidence.flight
+    if not flight.enabled:
+        return None
+    return FlightRecorder(frequency=flight.frequency, ring_mb=flight.ring_mb,
+                          perf=flight.perf, dump_timeout=flight.dump_timeout,
+                          workdir=opts.state_path.parent / "flight" if opts.state_path
+                          else None)
 
 
 def _executor(opts: ServiceOptions, config: Config, host: Host) -> Executor:

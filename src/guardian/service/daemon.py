@@ -12,6 +12,7 @@ from types import FrameType
 
 from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
+from guardian.hostio.flight import FlightRecorder
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import Registry, default_registry
 from guardian.policy.loader import load_rules
@@ -51,6 +52,7 @@ class Daemon:
         self.reload_reason = ""
         self.reload_at = 0.0
         self.collector: Collector | None = None
+        self.flight: FlightRecorder | None = None  # [evidence.flight], started when ready
         self.transaction: TickTransaction | None = None  # engine, executor, state file
         self.rule_watch = RuleWatcher(opts.rules, self.request_reload)
         self.ready = False
@@ -102,6 +104,8 @@ class Daemon:
 
     def _abandon(self) -> None:
         """Release what a start took (also what one that failed part-way took)."""
+        if self.flight is not None:
+            self.flight.stop()
         if self.collector is not None:
             self.collector.close()
         self.metrics.close()
@@ -148,7 +152,7 @@ class Daemon:
         except NotBuilt as exc:
             self._not_started(str(exc))
             return exc.code
-        self.collector = parts.collector
+        self.collector, self.flight = parts.collector, parts.flight
         self.transaction = TickTransaction(
             engine, parts.executor, self.opts.state_path, act_deadline=self.opts.act_deadline,
             lock=self.lock.take if self.lock else None, lock_fault=lock_fault,
@@ -207,6 +211,8 @@ class Daemon:
         if not self.ready:  # ready once it evaluates: acting may wait on the outside world
             self.ready = True
             self.notifier.ready(self.status())
+            if self.flight is not None:  # perf's start is not the service's
+                self.flight.start()
         self.witness.decided(what.decisions)
 
     def health(self) -> tuple[bool, str]:

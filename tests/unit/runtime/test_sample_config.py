@@ -22,6 +22,7 @@ from guardian.plugin.registry import Registry
 from guardian.runtime.config import (
     Config,
     EngineConfig,
+    EvidenceConfig,
     HoldsConfig,
     ServiceConfig,
     load_config,
@@ -78,10 +79,11 @@ def config_keys(registry: Registry) -> set[Key]:
     from guardian.kube.holds import KubeHoldsParams
 
     placed = {"engine", "service", "holds", "disabled_sources", "sources", "fleet", "path",
-              "dropins"}  # path and dropins: where it was read, no key
+              "dropins", "evidence"}  # path and dropins: where it was read, no key
     assert set(Config.model_fields) == placed, (
         "a new field of Config: say here which key of guardian.toml it is")
     keys = model_keys(EngineConfig, ("engine",)) | model_keys(ServiceConfig, ("service",))
+    keys |= model_keys(EvidenceConfig, ("evidence",))
     keys |= {k for k in model_keys(HoldsConfig, ("holds",)) if k != ("holds", "kube")}
     keys |= model_keys(KubeHoldsParams, ("holds", "kube"))
     keys |= model_keys(FleetParams, ("fleet",))
