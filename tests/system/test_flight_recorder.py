@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 from guardian.hostio import flight
 from guardian.hostio.flight import FlightRecorder
 from tests.support.daemon import daemon
-from tests.support.wait import wait_until
+from tests.support.wait import BOUND, ends, wait_until
 
 PERF = shutil.which("perf")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -153,3 +154,46 @@ def test_the_service_runs_perf_once_ready_and_ends_it_when_it_stops(tmp_path: Pa
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     assert not Path(f"/proc/{perf}").exists() or _comm(perf) != "perf"
+
+
+def _hanging_script(tmp_path: Path) -> Path:
+    """perf, except that `perf script` never ends (a huge ring on a loaded node)."""
+    wrapper = tmp_path / "perf-slow-script"
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = script ] && exec sleep 3600\nexec {PERF} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_dump_past_its_timeout_is_abandoned_and_perf_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rec = FlightRecorder(perf=str(_hanging_script(tmp_path)), workdir=tmp_path / "w",
+                         dump_timeout=1.0)
+    try:
+        rec.start()
+        assert rec.running
+        with caplog.at_level(logging.WARNING, logger="guardian.flight"):
+            assert rec.dump(tmp_path / "bundle") is None
+        assert any("perf script ran past" in r.getMessage() for r in caplog.records)
+        assert not (tmp_path / "bundle" / "flight.folded").exists()
+        assert not list((tmp_path / "w").glob("flight.data.*"))  # its file removed too
+        assert rec.running  # the ring goes on
+    finally:
+        rec.stop()
+
+
+def test_stop_cuts_a_running_dump_short(tmp_path: Path) -> None:
+    """The service's stop (TimeoutStopSec=10s) does not wait out a dump's timeout."""
+    rec = FlightRecorder(perf=str(_hanging_script(tmp_path)), workdir=tmp_path / "w",
+                         dump_timeout=3600.0)
+    rec.start()
+    got: list[Path | None] = []
+    worker = threading.Thread(target=lambda: got.append(rec.dump(tmp_path / "bundle")))
+    worker.start()
+    try:
+        wait_until(lambda: list((tmp_path / "w").glob("flight.data.*")),
+                   "perf has written the dump's file")
+    finally:
+        ends(rec.stop, "stop, while a dump waits on perf script")
+    worker.join(BOUND)
+    assert not worker.is_alive() and got == [None]
+    assert not rec.running

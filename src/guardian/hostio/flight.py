@@ -110,6 +110,7 @@ class FlightRecorder:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctl: tuple[int, int] | None = None  # our ends: write commands, read acks
         self._lock = threading.Lock()  # one dump at a time; stop waits for it
+        self._stopping = threading.Event()  # cuts a dump short: stop waits no longer
         self._logged: set[str] = set()
         self.last: Dumped | None = None
 
@@ -176,7 +177,10 @@ class FlightRecorder:
         # perf reads its control pipe only once its events are open and its handlers set
         os.write(ctl_w, b"ping\n")
         if not self._acked(START_TIMEOUT):
-            status = self._proc.poll()
+            try:  # its end closes the pipe a moment before it can be waited for
+                status: int | None = self._proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                status = None
             raise ValueError(" ".join(filter(None, [
                 f"perf exited with status {status}" if status is not None
                 else f"perf did not answer within {START_TIMEOUT:g}s", self._perf_said()])))
@@ -197,8 +201,12 @@ class FlightRecorder:
     def stop(self) -> None:
         """Stop perf (SIGINT, then SIGKILL after a bound) and remove its files."""
         _register(None, only_if=self)
-        with self._lock:
-            self._end(STOP_TIMEOUT)
+        self._stopping.set()
+        try:
+            with self._lock:
+                self._end(STOP_TIMEOUT)
+        finally:
+            self._stopping.clear()
 
     def _end(self, grace: float) -> None:
         """perf ended (SIGINT, SIGKILL after ``grace`` seconds), its files removed."""
@@ -256,7 +264,10 @@ class FlightRecorder:
         self._proc.send_signal(signal.SIGUSR2)
         # perf renames the file to its timestamped name once it is written whole
         while not (new := sorted(set(self._switched()) - before)):
-            if time.monotonic() >= deadline or self._proc.poll() is not None:
+            if time.monotonic() >= deadline or self._proc.poll() is not None or \
+                    self._stopping.is_set():
+                if self._stopping.is_set():  # guardian is stopping: no dump, nothing wrong
+                    return None
                 self._once("switch", "flight recorder: perf wrote no dump within %gs%s",
                            self.dump_timeout, f": {self._perf_said()}"
                            if self._proc.poll() is not None else "")
@@ -264,6 +275,8 @@ class FlightRecorder:
             time.sleep(0.02)
         stacks, span = fold_perf_script(self._script(new[-1], deadline))
         if stacks is None:
+            if self._stopping.is_set():
+                return None
             self._once("script", "flight recorder: perf script ran past the dump's "
                        "%gs; none written", self.dump_timeout)
             return None
@@ -280,7 +293,7 @@ class FlightRecorder:
         """``perf script``'s lines over ``data``, read as they come until the deadline
         (then its process group is killed)."""
         return _Lines([self.perf, "script", "--no-inline", "-F", "comm,tid,time,ip,sym,dso",
-                       "-i", str(data)], deadline, self._workdir or Path("/"))
+                       "-i", str(data)], deadline, self._workdir or Path("/"), self._stopping)
 
     def _switched(self) -> list[Path]:
         if self._workdir is None:
@@ -318,11 +331,14 @@ def _why(exc: BaseException) -> str:
 
 
 class _Lines:
-    """A program's stdout as lines, bounded by a deadline; ``timed_out`` tells whether it
-    was cut short (its process group killed). Its stderr is dropped."""
+    """A program's stdout as lines, bounded by a deadline (and ended early when ``stop`` is
+    set); ``timed_out`` tells whether it was cut short (its process group killed). Its
+    stderr is dropped."""
 
-    def __init__(self, argv: list[str], deadline: float, cwd: Path) -> None:
+    def __init__(self, argv: list[str], deadline: float, cwd: Path,
+                 stop: threading.Event | None = None) -> None:
         self.argv, self.deadline, self.cwd = argv, deadline, cwd
+        self.stop = stop or threading.Event()
         self.timed_out = False
 
     def __iter__(self) -> Iterator[str]:
@@ -338,10 +354,10 @@ class _Lines:
                 sel.register(fd, selectors.EVENT_READ)
                 while True:
                     left = self.deadline - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 or self.stop.is_set():
                         self.timed_out = True
                         return
-                    if not sel.select(left):
+                    if not sel.select(min(left, 0.2)):
                         continue
                     try:
                         chunk = os.read(fd, 1 << 16)
