@@ -87,6 +87,10 @@ def cmd_act(args: argparse.Namespace) -> ExitCode:
         if audit is None:
             return ExitCode.USAGE
     executor = Executor(coll.host, dry_run=args.dry_run, audit=audit)
+    from guardian.runtime.evidencebundle import RecentSignals
+    signals = RecentSignals(coll, args.warmup)  # an evidence bundle's history: this moment
+    signals.add(snap)
+    executor.on_result.append(signals.on_result)
     rails = [] if args.dry_run else refusals(config, bool(cls.disruptive))
     if rails and not args.force:
         for why in rails:

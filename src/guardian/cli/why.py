@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from guardian.cli.common import (
     host_collector,
@@ -37,6 +38,7 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
     note = ""
     blind: list[Blind]
     seen: seen_file.Seen | None = None
+    evidence: tuple[Path, dict[str, Any]] | None = None
     if rec is not None:
         from guardian.runtime.replay import replay
         r = replay(rec, rules, parse_duration(args.at) if args.at else None)
@@ -51,6 +53,7 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
         from guardian.runtime.paths import service_paths
         state = Path(args.state) if args.state else service_paths(config).state
         seen, note = service_saw(state.parent)
+        evidence = _latest_evidence(state.parent)
         if seen is not None:
             # its `since` are on its clock at `now`; it is later by the report's age
             now = seen.now_at(time.time())
@@ -76,7 +79,9 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
         json_out("why", {"time": now, "recording": args.recording,
                          "service_pid": seen.pid if seen is not None else None,
                          "chain": [link.to_dict() for link in chain],
-                         "blind": [b.to_dict() for b in blind], "lately": lately})
+                         "blind": [b.to_dict() for b in blind], "lately": lately,
+                         "evidence": None if evidence is None else
+                         {"bundle": str(evidence[0]), **evidence[1]}})
     else:
         if note:
             print(note)
@@ -87,6 +92,8 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             print("Its last actions:")
             for entry in lately:
                 print(f"  {seen_file.action_line(entry)} (rule {entry['rule']})")
+        if evidence is not None:
+            print(_evidence_line(*evidence))
     if args.plot:
         from guardian.runtime.plot import plot_why
         try:
@@ -95,3 +102,18 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             print(f"guardian why: {exc}", file=sys.stderr)
             return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _latest_evidence(state_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest evidence bundle under the state directory (``evidence.profile``'s)."""
+    from guardian.actions.evidence import EVIDENCE_DIR, latest
+    return latest(state_dir / EVIDENCE_DIR)
+
+
+def _evidence_line(bundle: Path, summary: dict[str, Any]) -> str:
+    """``Evidence (rule, 10:42:07, perf, 2s, 380 samples): kubelet: 41% of sampled kernel
+    time in mem_cgroup_nr_lru_pages; in /var/lib/guardian/evidence/…``."""
+    at = summary.get("at")
+    when = seen_file.clock(float(at)) if isinstance(at, (int, float)) else "?"
+    return (f"Evidence ({summary.get('rule', '?')}, {when}, {summary.get('method', '?')}, "
+            f"{summary.get('samples', 0)} samples): {summary.get('line', '')}; in {bundle}")

@@ -33,8 +33,12 @@ class Recent:
         self.entries: deque[dict[str, Any]] = deque(maxlen=keep)
 
     def add(self, ex: Executed, wall: float) -> None:
-        self.entries.append({"at": wall, "rule": ex.decision.rule, "use": ex.use,
-                             "result": ex.result, "what": ex.describe()})
+        entry = {"at": wall, "rule": ex.decision.rule, "use": ex.use,
+                 "result": ex.result, "what": ex.describe()}
+        data = ex.outcome.data if ex.outcome is not None else {}
+        if isinstance(data.get("bundle"), str):  # evidence.profile's: where, and its gist
+            entry["bundle"], entry["hot"] = data["bundle"], str(data.get("hot", ""))
+        self.entries.append(entry)
 
     def of(self, rule: str) -> list[str]:
         """The rule's actions, as :func:`action_line` words them."""
@@ -42,8 +46,14 @@ class Recent:
 
 
 def action_line(entry: dict[str, Any]) -> str:
-    """``10:42:07 systemd.stop ok: systemctl stop ecs-agent.service``."""
-    return f"{clock(entry['at'])} {entry['what']}"
+    """``10:42:07 systemd.stop ok: systemctl stop ecs-agent.service``; an evidence
+    capture's adds its gist and bundle (``→ kubelet: 41% of sampled kernel time in
+    mem_cgroup_nr_lru_pages; evidence in /var/lib/guardian/evidence/…``)."""
+    line = f"{clock(entry['at'])} {entry['what']}"
+    if entry.get("bundle"):
+        line += f" → {entry.get('hot') or 'no kernel time sampled'}; evidence in " \
+                f"{entry['bundle']}"
+    return line
 
 
 def clock(wall: float) -> str:

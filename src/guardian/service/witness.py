@@ -20,6 +20,7 @@ from guardian.runtime import seen as seen_file
 from guardian.runtime import why as why_chain
 from guardian.runtime.collector import Collector
 from guardian.runtime.coverage import CHOSEN, Blind, Sight, blind_rules, summary
+from guardian.runtime.evidencebundle import RecentSignals
 from guardian.runtime.executor import Executed
 from guardian.runtime.metrics import STATES, Metrics
 from guardian.runtime.tick import TickResult, TickTransaction
@@ -49,12 +50,15 @@ class Witness:
         self.seen = seen_file.Keeper(opts.state_path.parent / seen_file.SEEN_NAME) \
             if opts.state_path else None
         self.seen_fault = ""  # why what the service saw cannot be written now
+        self.signals: RecentSignals | None = None  # recent snapshots, for evidence bundles
 
     def attach(self, ruleset: Ruleset, collector: Collector, sight: Sight,
                transaction: TickTransaction) -> None:
         self.ruleset, self.collector, self.sight = ruleset, collector, sight
         self.transaction = transaction
         transaction.executor.on_result.append(self._count)
+        self.signals = RecentSignals(collector, self.opts.interval)
+        transaction.executor.on_result.append(self.signals.on_result)
 
     def reloaded(self, ruleset: Ruleset) -> None:
         self.ruleset = ruleset
@@ -89,6 +93,8 @@ class Witness:
         status says it too)."""
         assert self.ruleset
         self.blind = blind_rules(self.ruleset, states, snap, self.sight)
+        if self.signals is not None:
+            self.signals.add(snap)
 
     def decided(self, decisions: list[Decision]) -> None:
         for d in decisions:

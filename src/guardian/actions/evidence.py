@@ -1,0 +1,468 @@
+"""The ``evidence.profile`` action: when a rule fires, capture *where in the kernel* the
+time goes, as the incident needed (kubelet in ``mem_cgroup_nr_lru_pages``).
+
+A bounded CPU profile with kernel and user stacks of the hot cores (the ``cpu`` members the
+rule's evidence matched) or of the whole node, through ``perf record -g`` and ``perf
+script``; without perf (or without the right to use it), by sampling
+``/proc/<pid>/task/<tid>/stack`` and ``wchan`` of the tasks burning system time. Each
+capture is a bundle, ``state_dir``/evidence/<time>-<rule>/: ``stacks.folded``,
+``flamegraph.svg``, ``profile.speedscope.json``, ``kmsg.txt`` (the kernel log near the
+moment), ``tasks.json`` (the top kernel-time tasks, their units and cgroups),
+``flight.folded`` (the minutes before, when a flight recorder runs) and ``summary.json``
+(method, duration, samples, the hottest kernel functions); the service adds
+``signals.rec.gz``, its recent history as a recording ``guardian replay`` reads.
+
+Rails: one capture at a time (a lock file), a cooldown and a budget of its own (recorded in
+``evidence/captures.json``; an unreadable record refuses, fail closed), the capture's
+time and rate bounded, every run of perf bounded by a timeout, the bundles bounded in
+count and bytes (oldest removed first). It changes nothing on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import stat
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
+
+from guardian.core import flamegraph
+from guardian.core.durations import Duration
+from guardian.hostio import profile
+from guardian.hostio.host import resolve_under
+from guardian.hostio.kmsg import RECORD_MAX, KmsgDevice, record_fields
+from guardian.hostio.procfs import CLK_TCK, cgroup_of, real_uid
+from guardian.plugin.contract import (
+    Action,
+    ActionContext,
+    Outcome,
+    Plan,
+    SandboxNeeds,
+    Step,
+)
+
+EVIDENCE_DIR = "evidence"
+RECORD = "captures.json"
+LOCK = ".capture.lock"
+SUMMARY = "summary.json"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNIT = re.compile(r"([^/]+\.(?:service|scope))$")
+
+
+class EvidenceParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: Duration = Field(2.0, gt=0, le=120, description="how long the profile runs")
+    frequency: int = Field(99, ge=1, le=999, description="samples a second per CPU "
+                           "(perf -F; the fallback samples each task at this rate)")
+    cores: list[int] | None = Field(None, description="the CPUs to profile; default: the "
+                                    "`cpu` members the rule's evidence matched (a hot core), "
+                                    "else every CPU")
+    method: Literal["auto", "perf", "proc"] = Field(
+        "auto", description="perf: perf record; proc: sample /proc/<pid>/stack and wchan "
+        "of the tasks burning system time; auto: perf where it can run, else proc")
+    perf: str = Field("perf", description="the perf program (a name on the minimal PATH, "
+                      "or an absolute path)")
+    top: int = Field(10, ge=1, le=100, description="tasks kept in tasks.json (and "
+                     "sampled by the fallback)")
+    state_dir: str = Field("/var/lib/guardian", description="bundles go to "
+                           "STATE_DIR/evidence/<time>-<rule>/")
+    keep: int = Field(10, ge=1, le=1000, description="bundles kept (oldest removed first)")
+    max_bytes: int = Field(64 << 20, ge=1 << 20, description="bytes all bundles may take "
+                           "(oldest removed first)")
+    max_script_bytes: int = Field(32 << 20, ge=1 << 16, description="bytes of perf "
+                                  "script's output read (the rest is dropped)")
+    cooldown: Duration = Field(300.0, ge=0, description="no capture sooner than this after "
+                               "the last one")
+    budget: int = Field(6, ge=1, le=1000, description="captures within `budget_window`")
+    budget_window: Duration = Field(3600.0, gt=0)
+    timeout: Duration = Field(30.0, gt=0, le=300, description="the longest perf may run "
+                              "past `seconds`, and perf script in all")
+    kmsg: str = Field("/dev/kmsg", description="the kernel log read for the lines near the "
+                      "moment")
+    kmsg_seconds: Duration = Field(300.0, ge=0, description="kernel-log lines this recent")
+    kmsg_lines: int = Field(200, ge=0, le=10000)
+    flight: bool = Field(True, description="add the flight recorder's minutes before, when "
+                         "one runs")
+
+
+class EvidencePayload(TypedDict):
+    method: str
+    cores: list[int] | None
+    bundle: str
+    perf: str
+    notes: list[str]
+
+
+def _cores_of(ctx: ActionContext) -> list[int] | None:
+    """The ``cpu`` members of the rule's matched family (a hot core), if any."""
+    matched = ctx.matched
+    if not matched:
+        return None
+    cores = set()
+    for labels in matched:
+        for k, v in labels:
+            if k == "cpu" and v.isdigit():
+                cores.add(int(v))
+    return sorted(cores) or None
+
+
+def unit_of_cgroup(cgroup: str) -> str:
+    """The systemd unit (service or scope: a pod's) of a cgroup path, or ""."""
+    for part in reversed(cgroup.rstrip("/").split("/")):
+        m = _UNIT.match(part)
+        if m:
+            return m[1]
+    return ""
+
+
+class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
+    """Capture a bounded CPU profile (kernel and user stacks) and the moment around it."""
+
+    name: ClassVar[str] = "evidence.profile"
+    Params = EvidenceParams
+    disruptive: ClassVar[bool] = False
+
+    def sandbox_needs(self) -> SandboxNeeds:
+        # perf: CAP_PERFMON (or CAP_SYS_ADMIN) for a CPU-wide profile, CAP_SYSLOG for
+        # kernel symbols; the fallback's /proc/<pid>/stack: CAP_SYS_ADMIN (and
+        # CAP_SYS_PTRACE for other users' tasks)
+        caps = ("CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_SYSLOG") \
+            if self.params.method == "proc" else ("CAP_PERFMON", "CAP_SYSLOG")
+        return SandboxNeeds(writes=(self.params.state_dir,), capabilities=caps)
+
+    # -- where ---------------------------------------------------------------------------
+    def _dir(self, ctx: ActionContext) -> Path:
+        return resolve_under(ctx.host.root, self.params.state_dir) / EVIDENCE_DIR
+
+    def _captures(self, ctx: ActionContext) -> list[float]:
+        """When the recorded captures were taken (Unix time); fail closed (ValueError) on
+        a record that exists but cannot be read."""
+        path = self._dir(ctx) / RECORD
+        try:
+            raw = json.loads(path.read_text())
+            got = [float(x) for x in raw["captures"]]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"the capture record {path} cannot be read: {exc!s}") from None
+        return got
+
+    # -- plan ----------------------------------------------------------------------------
+    def plan(self, ctx: ActionContext) -> Plan[EvidencePayload]:
+        p = self.params
+        proc = ctx.host.proc
+        cores = p.cores if p.cores else _cores_of(ctx)
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+        bundle = self._dir(ctx) / f"{stamp}-{_SAFE.sub('_', ctx.rule)[:60]}"
+        notes: list[str] = []
+        plan: Plan[EvidencePayload] = Plan(self.name, ctx.rule, data={
+            "method": "", "cores": cores, "bundle": str(bundle), "perf": p.perf,
+            "notes": notes})
+        perf_no = profile.perf_refusals(p.perf, proc) if p.method != "proc" else []
+        if p.method == "perf" and perf_no:
+            plan.refused += [f"cannot profile with perf on this host: {w}" for w in perf_no]
+        method = "perf" if p.method == "perf" or (p.method == "auto" and not perf_no) \
+            else "proc"
+        if p.method == "auto" and perf_no:
+            notes.append("perf cannot run here (" + "; ".join(perf_no) + "): sampling "
+                         "/proc/<pid>/stack instead")
+        hidden = profile.kernel_symbols_hidden(proc)
+        if hidden:
+            notes.append(hidden)
+        if method == "proc":
+            no_stack = profile.proc_stack_refusal(proc)
+            if no_stack:
+                notes.append(no_stack)
+        plan.data["method"] = method
+        try:
+            taken = self._captures(ctx)
+        except ValueError as exc:
+            plan.refused.append(f"{exc}: no capture until it is fixed or removed")
+            taken = []
+        last = max(taken, default=None)
+        if last is not None and now - last < p.cooldown:
+            plan.refused.append(f"cooldown: the last capture was {now - last:.0f}s ago, "
+                                f"the cooldown is {p.cooldown:g}s")
+        recent = [t for t in taken if now - t < p.budget_window]
+        if len(recent) >= p.budget:
+            plan.refused.append(f"budget: {len(recent)} captures within "
+                                f"{p.budget_window:g}s, at most {p.budget}")
+        if _locked(self._dir(ctx) / LOCK):
+            plan.refused.append("another capture is running (its lock is held)")
+        where = f"cpu {','.join(map(str, cores))}" if cores else "every cpu"
+        if method == "perf":
+            argv = profile.perf_record_argv(p.perf, cores, p.frequency, p.seconds,
+                                            bundle / "perf.data")
+            plan.steps.append(Step(where, " ".join(argv) + f" (timeout "
+                                   f"{p.seconds + p.timeout:g}s), then perf script → "
+                                   "stacks.folded"))
+        else:
+            plan.steps.append(Step(where, f"sample /proc/<pid>/task/<tid>/stack and wchan "
+                                   f"of the top {p.top} system-time tasks at "
+                                   f"{p.frequency} Hz for {p.seconds:g}s → stacks.folded"))
+        plan.steps.append(Step(str(bundle), "write stacks.folded, flamegraph.svg, "
+                               "profile.speedscope.json, kmsg.txt, tasks.json, "
+                               "summary.json" + (", flight.folded (when a flight recorder runs)"
+                                                  if p.flight else "")
+                               + f"; keep {p.keep} bundles, {p.max_bytes} bytes"))
+        plan.note = "; ".join(notes)
+        return plan
+
+    # -- apply ---------------------------------------------------------------------------
+    def apply(self, plan: Plan[EvidencePayload], ctx: ActionContext) -> Outcome:
+        base = self._dir(ctx)
+        try:
+            _private_dir(base.parent)
+            _private_dir(base)
+            lock = os.open(base / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           0o600)
+        except OSError as exc:
+            return Outcome(ok=False, error=f"cannot use {base}: {exc.strerror or exc}")
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return Outcome(ok=False, error="another capture is running")
+            try:
+                self._record(ctx, time.time())
+            except (OSError, ValueError) as exc:
+                return Outcome(ok=False, error=f"cannot record the capture: {exc}")
+            return self._capture(plan, ctx, Path(plan.data["bundle"]))
+        finally:
+            os.close(lock)  # releases the lock
+
+    def _record(self, ctx: ActionContext, now: float) -> None:
+        """Spend the budget before capturing (a crash mid-capture still counts)."""
+        p = self.params
+        kept = [t for t in self._captures(ctx)
+                if now - t < max(p.budget_window, p.cooldown)]
+        path = self._dir(ctx) / RECORD
+        tmp = path.with_name(f".{RECORD}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"captures": [*kept, now]}, f)
+        os.replace(tmp, path)
+
+    def _capture(self, plan: Plan[EvidencePayload], ctx: ActionContext,
+                 bundle: Path) -> Outcome:
+        p = self.params
+        proc = ctx.host.proc
+        cores = plan.data["cores"]
+        method = plan.data["method"]
+        notes = list(plan.data["notes"])
+        try:
+            os.mkdir(bundle, 0o700)
+        except OSError as exc:
+            return Outcome(ok=False, error=f"cannot make the bundle {bundle}: "
+                                           f"{exc.strerror or exc}")
+        started = time.time()
+        before = profile.task_times(proc)
+        if method == "perf":
+            prof = profile.perf_profile(p.perf, cores, p.frequency, p.seconds, bundle,
+                                        p.timeout, p.max_script_bytes)
+            if prof.error and p.method == "auto":
+                notes.append(f"perf failed ({prof.error}): sampled /proc/<pid>/stack "
+                             "instead")
+                prof = profile.proc_profile(proc, cores, p.frequency, p.seconds, p.top)
+        else:
+            prof = profile.proc_profile(proc, cores, p.frequency, p.seconds, p.top)
+        tasks = self._tasks(proc, before, profile.task_times(proc), ctx)
+        notes += prof.notes
+        files = []
+        if prof.folded:
+            profile.write_folded(bundle / "stacks.folded", prof.folded)
+            title = f"guardian evidence: {ctx.rule} ({prof.method}, {prof.samples} samples" \
+                    + (f", cpu {','.join(map(str, cores))})" if cores else ", every cpu)")
+            (bundle / "flamegraph.svg").write_text(flamegraph.svg(prof.folded, title))
+            (bundle / "profile.speedscope.json").write_text(
+                json.dumps(flamegraph.speedscope(prof.folded, title)))
+            files += ["stacks.folded", "flamegraph.svg", "profile.speedscope.json"]
+        (bundle / "tasks.json").write_text(json.dumps(tasks, indent=1))
+        files.append("tasks.json")
+        kmsg, kmsg_note = self._kmsg(ctx)
+        if kmsg_note:
+            notes.append(kmsg_note)
+        (bundle / "kmsg.txt").write_text("".join(line + "\n" for line in kmsg))
+        files.append("kmsg.txt")
+        flight = self._flight(bundle) if p.flight else None
+        if flight:
+            files.append(flight)
+        hot = flamegraph.hottest_kernel(prof.folded)
+        line = flamegraph.hot_line(hot)
+        summary = {
+            "rule": ctx.rule, "at": started, "method": prof.method,
+            "seconds": prof.seconds, "requested_seconds": p.seconds,
+            "frequency": p.frequency, "cores": cores, "samples": prof.samples,
+            "hottest": hot, "line": line, "error": prof.error, "notes": notes,
+            "files": [*files, SUMMARY], "flight": bool(flight),
+            "evidence": ctx.values,
+        }
+        (bundle / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
+        removed = prune(self._dir(ctx), p.keep, p.max_bytes, keep_newest=bundle)
+        data = {"bundle": str(bundle), "method": prof.method, "samples": prof.samples,
+                "hot": line, "removed": removed}
+        if not prof.folded:
+            return Outcome(ok=False, error=f"no stacks captured ({prof.method}): "
+                           f"{prof.error or 'no samples'}; bundle {bundle}", data=data)
+        return Outcome(ok=True, detail=f"{prof.method}, {prof.samples} samples in "
+                       f"{prof.seconds:g}s: {line}; bundle {bundle}", verified=True,
+                       data=data)
+
+    def _tasks(self, proc: Path, before: dict[tuple[int, int], profile.TaskTime],
+               after: dict[tuple[int, int], profile.TaskTime], ctx: ActionContext
+               ) -> dict[str, Any]:
+        """The top kernel-time tasks during the capture, with their units and cgroups,
+        and the processes source's view at the moment (``processes.top_system_cpu_pct``)."""
+        per_pid: Counter[int] = Counter()
+        comm: dict[int, str] = {}
+        for t, used in profile.hot_tasks(before, after, None, 10 * self.params.top):
+            per_pid[t.pid] += used
+            comm.setdefault(t.pid, t.comm)
+        rows = []
+        for pid, ticks in per_pid.most_common(self.params.top):
+            cgroup = cgroup_of(proc, pid)
+            rows.append({"pid": pid, "comm": comm[pid], "uid": real_uid(proc, pid),
+                         "system_seconds": round(ticks / CLK_TCK, 3),
+                         "cgroup": cgroup, "unit": unit_of_cgroup(cgroup)})
+        at_moment = ctx.snapshot.values.get("processes.top_system_cpu_pct")
+        moment = [{**dict(labels), "pct": v} for labels, v in sorted(
+            at_moment.items(), key=lambda kv: -kv[1])] if isinstance(at_moment, dict) else []
+        return {"during_capture": rows, "top_system_cpu_pct": moment}
+
+    def _kmsg(self, ctx: ActionContext) -> tuple[list[str], str]:
+        """The kernel-log records of the last ``kmsg_seconds`` (at most ``kmsg_lines``),
+        read without blocking from the oldest the kernel keeps."""
+        p = self.params
+        if not p.kmsg_lines:
+            return [], ""
+        path = resolve_under(ctx.host.root, p.kmsg)
+        try:
+            dev = KmsgDevice(path)
+        except OSError as exc:
+            return [], f"kernel log {path}: {exc.strerror or exc}"
+        lines: list[tuple[int, str]] = []
+        newest = None
+        try:
+            if not dev.is_file:
+                dev.to_start()
+            for _ in range(1 << 20):
+                try:
+                    raw = dev.read(RECORD_MAX)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:
+                        continue
+                    break
+                if not raw:
+                    break
+                for one in (raw.splitlines() if dev.is_file else [raw]):
+                    try:
+                        prio, _seq, _flag, text = record_fields(one)
+                        usec = int(one.split(b",", 3)[2])
+                    except (ValueError, IndexError):
+                        continue
+                    newest = usec
+                    lines.append((usec, f"[{usec / 1e6:12.6f}] <{prio & 7}> {text}"))
+                    if len(lines) > 4 * max(p.kmsg_lines, 1):
+                        del lines[:len(lines) - p.kmsg_lines]
+        finally:
+            dev.close()
+        if newest is not None and not dev.is_file:
+            horizon = (time.clock_gettime(time.CLOCK_MONOTONIC) - p.kmsg_seconds) * 1e6
+            lines = [ln for ln in lines if ln[0] >= horizon]
+        return [text for _, text in lines[-p.kmsg_lines:]], ""
+
+    def _flight(self, bundle: Path) -> str | None:
+        """The flight recorder's minutes before, when one runs in this process."""
+        try:
+            from guardian.hostio import flight
+        except ImportError:
+            return None
+        current = getattr(flight, "current", None)
+        rec = current() if callable(current) else None
+        if rec is None:
+            return None
+        got = rec.dump(bundle)
+        return got.name if isinstance(got, Path) else None
+
+
+def _locked(path: Path) -> bool:
+    """Whether a capture holds the lock file now."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _private_dir(path: Path) -> None:
+    """A directory of root's own, never through a symlink."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, f"{path} is not a directory")
+
+
+def bundles(base: Path) -> list[Path]:
+    """The bundles under ``base``, oldest first (their names begin with the time)."""
+    try:
+        return sorted(d for d in base.iterdir()
+                      if d.name[:1].isdigit() and d.is_dir() and not d.is_symlink())
+    except OSError:
+        return []
+
+
+def _size(d: Path) -> int:
+    total = 0
+    for f in d.rglob("*"):
+        with contextlib.suppress(OSError):
+            if f.is_file() and not f.is_symlink():
+                total += f.stat().st_size
+    return total
+
+
+def prune(base: Path, keep: int, max_bytes: int, keep_newest: Path | None = None
+          ) -> list[str]:
+    """Remove the oldest bundles until at most ``keep`` remain and they take at most
+    ``max_bytes`` (the newest is kept whatever its size); the names removed."""
+    found = bundles(base)
+    sizes = {d: _size(d) for d in found}
+    removed = []
+    while found and (len(found) > keep or sum(sizes[d] for d in found) > max_bytes):
+        oldest = found[0]
+        if oldest == keep_newest or len(found) == 1:
+            break
+        shutil.rmtree(oldest, ignore_errors=True)
+        removed.append(oldest.name)
+        found.pop(0)
+    return removed
+
+
+def latest(base: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest bundle and its summary, or None."""
+    for d in reversed(bundles(base)):
+        try:
+            return d, json.loads((d / SUMMARY).read_text())
+        except (OSError, ValueError):
+            continue
+    return None
