@@ -140,6 +140,9 @@ class Engine:
         self.boot = boot  # the kernel's boot id ("": unknown; no boot is counted)
         self.global_runs: deque[float] = deque()
         self.states: dict[str, RuleState] = {}
+        # the states the last commit replaced (each rule's before that evaluation, where
+        # it changed): what a command that evaluates once on its own had saved
+        self.before: dict[str, RuleState] = {}
         self.ruleset = Ruleset()
         self.history = History({})
         self.ending: list[tuple[CompiledRule, str]] = []  # firing rules a reload took away
@@ -183,7 +186,7 @@ class Engine:
                         rule.spec.when, rule.spec.for_, rule.spec.keep_firing_for)
             states[rule.name] = st = st or RuleState()
             outcomes.rejudged(st, rule.fingerprint)
-        self.states = states
+        self.states, self.before = states, {}
         self.ruleset = ruleset
         self._activate()
         self.history = History(ruleset.lookbacks, previous=self.history)
@@ -298,6 +301,7 @@ class Engine:
         if proposal.base != self.generation:
             raise StaleProposal(f"proposal of generation {proposal.base}, the engine is "
                                 f"at {self.generation}")
+        self.before = {n: self.states[n] for n in proposal.states if n in self.states}
         for name, st in proposal.states.items():
             self.states[name] = st
             i = self._slot.get(name)
@@ -333,7 +337,7 @@ class Engine:
         global_runs = tick.runs()
         reason, limited = bounds.refusal(rule, st, global_runs, self.budget, now)
         if limited:
-            self._escalate(tick, rule, st, result)
+            self._escalate(tick, rule, st, result, _ran_limit(rule, st))
         if reason:
             if kind == "firing":
                 out.append(self._decision(rule, "firing", now, values, result, reason=reason))
@@ -370,6 +374,8 @@ class Engine:
         the cooldown since the last step ran) and once the step before's ``verify``
         passed; past the top the rule needs a human. A step runs whole or waits whole."""
         now, values, out, steps = tick.now, tick.values, tick.out, rule.steps
+        if st.escalated:
+            return False  # it needs a human: the climb stops until the episode ends
         n = st.step
         if n:
             assert st.step_at is not None
@@ -381,9 +387,9 @@ class Engine:
         if i is None:
             ran = f"its {n} steps ran" if n == len(steps) else \
                 f"step {n} of {len(steps)} ran (the rest wait for it to recur in more boots)"
-            self._escalate(tick, rule, st, result, f"needs a human: {ran} and it "
-                           f"still fires {format_duration(steps[n - 1].verify)} after the "
-                           f"last")
+            self._escalate(tick, rule, st, result, f"{ran} and it still fires",
+                           f"needs a human: {ran} and it still fires "
+                           f"{format_duration(steps[n - 1].verify)} after the last")
             return False
         step = steps[i]
         of = f"step {i + 1} of {len(steps)}"
@@ -399,12 +405,21 @@ class Engine:
         global_runs = tick.runs()
         reason, limited = bounds.refusal(rule, st, global_runs, self.budget, now)
         if limited:
-            self._escalate(tick, rule, st, result)
+            # a climb that reaches its limit needs a human: it escalates once, and climbs
+            # no further until the episode ends (it does not wait for runs to age out)
+            why = f"{_ran_limit(rule, st)} before {of} ({step.uses})"
+            said = self._escalate(tick, rule, st, result, why,
+                                  f"needs a human: {why} without resolving it; the climb "
+                                  f"stops here")
+            if st.escalated:
+                reason = f"{reason.split(';')[0]}: it needs a human; the climb stops here"
+                st.said_suppressed = st.said_suppressed or said
         if reason:
             if kind == "firing" or not st.said_suppressed:
                 out.append(self._decision(rule, "firing" if kind == "firing" else
                                           "suppressed", now, values, result,
-                                          reason=f"{of} waits: {reason}"))
+                                          reason=f"{of} waits: {reason}"
+                                          if not st.escalated else f"{of}: {reason}"))
                 st.said_suppressed = True
                 return True
             return False
@@ -469,8 +484,10 @@ class Engine:
             tick.out.append(out)
         st.validation = said
         if now - st.validating >= spec.validate_within:
-            self._escalate(tick, rule, st, result, f"needs a human: not validated within "
-                           f"{format_duration(spec.validate_within)} of resolving; {said}")
+            within = (f"not validated within {format_duration(spec.validate_within)} "
+                      f"after it stopped firing")
+            self._escalate(tick, rule, st, result, within,
+                           f"needs a human: {within}; {said}")
 
     def _resolve(self, tick: _Tick, rule: CompiledRule, st: RuleState, result: object,
                  reason: str) -> None:
@@ -482,7 +499,7 @@ class Engine:
             outcomes.ended(st, worked=True)  # (one that escalated ended as it did)
         if st.escalated:  # a page that fired resolves too
             cleanup += [a for a in rule.escalate if a.spec.on != "fire"]
-            st.escalated = False
+            st.escalated, st.escalated_why = False, ""
         step, lasted = outcomes.resolved(st, tick.now)
         d = self._decision(rule, "resolved", tick.now, tick.values, result, actions=cleanup,
                            reason=reason)
@@ -523,18 +540,19 @@ class Engine:
         return [*causes.holders(rule, self.states)]
 
     def _escalate(self, tick: _Tick, rule: CompiledRule, st: RuleState,
-                  result: object, reason: str = "") -> None:
+                  result: object, why: str, reason: str = "") -> bool:
         """The remedy ran its limit (or a ladder its last step, or a validation its
-        time) and the rule still fires: it needs a human, and its ``escalate`` actions
-        run once (not while a hold pauses it; a disruptive one waits for the maintenance
-        window)."""
+        time) and the rule still fires: it needs a human (``why``, kept in its state),
+        and its ``escalate`` actions run once (not while a hold pauses it; a disruptive
+        one waits for the maintenance window). True when an ``escalated`` decision was
+        emitted."""
         if st.escalated:
-            return
+            return False
         steps = [a for a in rule.escalate if a.spec.on != "resolve"]
         _, _, waiting = self._held(tick, rule, steps) if steps else ([], "", [])
         if waits.pause(tick.operating.holds, rule, tick.wall) is not None or waiting:
-            return
-        st.escalated = True
+            return False
+        st.escalated, st.escalated_why = True, why
         st.needs_human += 1
         if not rule.observe:
             outcomes.ended(st, worked=False)
@@ -547,6 +565,8 @@ class Engine:
                                  f"resolve it")
             d.step = st.step
             tick.out.append(d)
+            return True
+        return False
 
     def _decision(self, rule: CompiledRule, kind: EngineKind, now: float, values: Any,
                   result: object, actions: list[BoundAction] | None = None,
@@ -581,6 +601,7 @@ class Engine:
                 outcomes.rejudged(st, rule.fingerprint)
                 restored.append(name)
         self.global_runs = deque(sorted(state.global_runs))
+        self.before = {}
         self._activate()
         return restored
 
@@ -590,8 +611,19 @@ class Engine:
         states = self.state(proposal).rules if proposal is not None else self.states
         return [n for n, s in states.items() if s.phase == "firing"]
 
+    def previous(self, name: str) -> RuleState:
+        """Rule ``name``'s state before the last committed evaluation (a restored one's,
+        for a command that evaluates once on its own)."""
+        return self.before.get(name) or self.states[name]
+
     def pending(self) -> list[str]:
         return [n for n, s in self.states.items() if s.phase == "pending"]
+
+
+def _ran_limit(rule: CompiledRule, st: RuleState) -> str:
+    """``ran its limit (5 runs in 1h)``."""
+    limit = rule.spec.limit
+    return f"ran its limit ({limit.runs} runs in {format_duration(limit.within)})"
 
 
 def next_step(rule: CompiledRule, st: RuleState, now: float) -> int | None:

@@ -45,7 +45,7 @@ class RuleState:
     held: StrictBool = False  # disruptive actions are owed: held while a cause was active
     unknown: StrictBool = False  # condition had no value at the last tick
     changed: StrictBool = False  # reloaded with another condition or timing; not yet evaluated
-    escalated: StrictBool = False  # ran its limit without resolving: needs a human
+    escalated: StrictBool = False  # needs a human (its limit, its top step, its validation)
     paused: StrictStr = ""  # the hold that pauses it now, described ("" when none)
     # a ladder's climb (guardian.engine.ladder): the steps run in it, when the last ran
     step: Count = 0
@@ -72,6 +72,8 @@ class RuleState:
     demoted: StrictStr = ""
     shadow: StrictBool = False
     remedy: StrictStr = ""
+    # why it needs a human, said ("its 3 steps ran and it still fires"; "" when it does not)
+    escalated_why: StrictStr = ""
 
     def copy(self) -> RuleState:
         """An independent copy (what an evaluation changes, while the engine's stays)."""
@@ -82,7 +84,8 @@ class RuleState:
                          self.valid_since, self.validation, self.fires, self.resolutions,
                          list(self.resolve_times), list(self.resolved_at),
                          self.needs_human, list(self.boots), list(self.boot_times),
-                         self.tried, self.worked, self.demoted, self.shadow, self.remedy)
+                         self.tried, self.worked, self.demoted, self.shadow, self.remedy,
+                         self.escalated_why)
 
     def shifted(self, t: Callable[[float], float]) -> RuleState:
         """A copy with every time mapped through ``t`` (from one clock to another)."""

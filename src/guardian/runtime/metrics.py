@@ -196,8 +196,9 @@ class Operations(PromCollector):
                 ("guardian_rule_paused", "1 while a hold pauses the rule", self.paused),
                 ("guardian_rule_observe", "1 for a rule in shadow mode (mode = \"observe\"): "
                  "its actions count as would_act", self.observe),
-                ("guardian_rule_needs_human", "1 while the rule still fires after its actions "
-                 "ran their limit (it escalated)", self.needs_human),
+                ("guardian_rule_needs_human", "1 while the rule needs a human (it escalated: "
+                 "its limit or its ladder's steps ran and it still fires, or it was not "
+                 "validated in time)", self.needs_human),
                 ("guardian_rule_validating", "1 while the rule stopped firing and its clean-up "
                  "(uncordon, untaint) waits for its validation", self.validating),
                 ("guardian_rule_demoted", "1 while the rule is demoted to shadow mode: its "

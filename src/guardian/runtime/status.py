@@ -164,23 +164,41 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
     return f"no action at this evaluation{paused}"
 
 
-def climb_words(engine: Engine, rule: CompiledRule, st: RuleState, now: float) -> str:
+def climb_words(engine: Engine, rule: CompiledRule, st: RuleState, now: float,
+                own: Sequence[Decision] | None = None) -> str:
     """Where a ladder's climb is: ``step 2 of 3 (systemd.unit), verifying for 4m more;
     then step 3 (node.reboot)``, what the next step waits for, or that it needs a
-    human."""
+    human. ``own``: the evaluation was this command's own, which applies nothing (its
+    decisions; ``st`` the state it started from, as saved): it says the step it would
+    run now, and never that one is verifying (none ran here)."""
     steps, n = rule.steps, st.step
+    if own is not None:
+        ran = next((d for d in own if d.rule == rule.name and d.time == now and d.step
+                    and d.actions and d.kind in ("firing", "retry")), None)
+        if ran is not None:
+            return (f"would run step {ran.step} of {len(steps)} "
+                    f"({steps[ran.step - 1].uses}) now")
+    if st.escalated:
+        last = f"; the last step run: {n} of {len(steps)} ({steps[n - 1].uses})" if n else ""
+        return f"it needs a human: {st.escalated_why or 'it escalated'}{last}"
     if n:
         assert st.step_at is not None
-        ran = steps[n - 1]
-        left = ran.verify - (now - st.step_at)
+        ran_step = steps[n - 1]
+        left = ran_step.verify - (now - st.step_at)
         nxt = f"step {n + 1} ({steps[n].uses})" if n < len(steps) else "it needs a human"
         if round(left * 1000) > 0:
-            return (f"step {n} of {len(steps)} ({ran.uses}), verifying for "
+            if own is not None:
+                then = f"step {n + 1} would run" if n < len(steps) else \
+                    "it would need a human"
+                return (f"step {n} of {len(steps)} ({ran_step.uses}) ran "
+                        f"{for_people(now - st.step_at)} ago (the saved state); {then} "
+                        f"in {for_people(left)} if it still fires")
+            return (f"step {n} of {len(steps)} ({ran_step.uses}), verifying for "
                     f"{for_people(left)} more; then {nxt}")
         if n >= len(steps):
-            return (f"step {n} of {len(steps)} ({ran.uses}) did not resolve it: it needs a "
-                    f"human" + ("" if st.escalated else " (its escalation waits)"))
-        head = f"step {n} of {len(steps)} ({ran.uses}) did not resolve it; {nxt}"
+            return (f"step {n} of {len(steps)} ({ran_step.uses}) did not resolve it: it "
+                    f"needs a human (its escalation waits)")
+        head = f"step {n} of {len(steps)} ({ran_step.uses}) did not resolve it; {nxt}"
     else:
         head = f"step 1 of {len(steps)} ({steps[0].uses})"
         if not st.held and bounds.cooling_down(rule, st, now):

@@ -43,7 +43,8 @@ class Link:
     held: list[str] = field(default_factory=list)  # what it holds back, and why
     held_at: list[float] = field(default_factory=list)  # when it held them
     mode: Mode = "act"  # "observe": shadow mode, it never applies
-    needs_human: bool = False  # its actions ran their limit and it still fires
+    needs_human: bool = False  # it escalated (its limit, its top step, its validation)
+    needs_human_why: str = ""  # why: "its 3 steps ran and it still fires"
     paused: str = ""  # the hold that pauses it now
     unseen_causes: list[str] = field(default_factory=list)  # its causes that are blind
     units: dict[str, str] = field(default_factory=dict)  # its signals' units, for people
@@ -57,6 +58,7 @@ class Link:
                 "severity": self.severity, "since": self.since, "evidence": self.evidence,
                 "causes": self.causes, "effects": self.effects, "did": self.did,
                 "held": self.held, "mode": self.mode, "needs_human": self.needs_human,
+                "needs_human_why": self.needs_human_why,
                 "paused": self.paused, "unseen_causes": self.unseen_causes,
                 "units": self.units, "climb": self.climb, "validating": self.validating,
                 "record": self.record, "compared": self.compared}
@@ -71,26 +73,32 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
           when: Callable[[float], str] = at) -> list[Link]:
     """The active rules (and those whose clean-up waits for validation), each chain root
     first (roots in order of when they began); each decision's time said by ``when`` (a
-    point of a recording by default; "now" for this host's evaluation)."""
+    point of a recording by default; "now" for this command's own evaluation of this
+    host, which applies nothing: its climbs say what it would run, and a rule's record
+    and whether it needs a human come from the state it started from, as saved)."""
+    own = when(snapshot.time) == "now"
     rules = {r.name: r for r in engine.ruleset.rules}
     active = {name for name, st in engine.states.items()
               if (st.phase in ACTIVE or st.validating is not None) and name in rules}
     out: dict[str, Link] = {}
     for name in active:
         rule, st = rules[name], engine.states[name]
+        saved = engine.previous(name) if own else st
         out[name] = Link(name, rule.spec.summary, st.phase, rule.spec.severity,
                          st.active_at if st.active_at is not None else st.since,
                          _evidence(engine, rule, snapshot),
                          [c for c in rule.spec.caused_by if c in active],
                          mode="observe" if st.shadow else rule.spec.mode,
-                         needs_human=st.escalated, paused=st.paused,
+                         needs_human=saved.escalated,
+                         needs_human_why=saved.escalated_why, paused=st.paused,
                          unseen_causes=[c for c in rule.spec.caused_by
                                         if c in engine.states and engine.states[c].unknown],
                          units=signal_units(rule, engine.ruleset.signals),
-                         climb=climb_words(engine, rule, st, snapshot.time)
+                         climb=climb_words(engine, rule, saved, snapshot.time,
+                                           decisions if own else None)
                          if rule.steps and st.phase == "firing" else "",
                          validating=st.validation if st.validating is not None else "",
-                         record=record_line(rule, st),
+                         record=record_line(rule, saved),
                          compared=compared(rule, engine.ruleset.signals, snapshot.values,
                                            engine.history,
                                            holds=bool(_result(engine, rule, snapshot))))
@@ -212,8 +220,7 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
         if link.validating:
             lines.append(f"{pad}   {link.validating}")
         if link.needs_human:
-            lines.append(f"{pad}   NEEDS A HUMAN: its actions ran their limit and it still "
-                         f"fires (escalated)")
+            lines.append(f"{pad}   NEEDS A HUMAN: {link.needs_human_why or 'it escalated'}")
         if link.paused:
             lines.append(f"{pad}   held: {link.paused}")
         if link.compared:  # what the condition compared (delta(x, "30m"), not x)

@@ -222,3 +222,70 @@ def test_replay_of_a_recording_shows_the_ladder() -> None:
                     "step 2 of 3: log, verify 10m; step 1 did not resolve it within 5m",
                     "step 3 of 3: log, verify 5m; step 2 did not resolve it within 10m",
                     "needs a human: its 3 steps ran and it still fires 5m after the last"]
+
+
+def test_a_second_climb_that_reaches_the_limit_escalates_once_and_climbs_no_further(
+) -> None:
+    e = Engine(load_text(LADDER.format(extra="").replace(
+        'runs = 5, within = "2h"', 'runs = 3, within = "1h"')))
+    run(e, range(0, 400, 30))  # steps 1 and 2
+    assert run(e, [420], x=1.0) == [(420, "resolved", "")]
+    # fires again 10m later: step 1 (the third run within 1h); step 2 would be the fourth:
+    # it needs a human, said once, and the climb stops (no step once runs age out)
+    said = []
+    for t in range(1020, 5000, 60):
+        said += [(int(d.time), d.kind, d.reason) for d in
+                 e.evaluate(Snapshot(float(t), {"memcg.dying": 50.0}))]
+    assert said == [
+        (1020, "firing", "step 1 of 3: log, verify 5m"),
+        (1320, "escalated", "needs a human: ran its limit (3 runs in 1h) before step 2 of "
+                            "3 (log) without resolving it; the climb stops here")]
+    st = e.states["stuck"]
+    assert (st.step, st.escalated, st.escalated_why, st.needs_human) == (
+        1, True, "ran its limit (3 runs in 1h) before step 2 of 3 (log)", 1)
+    assert run(e, [5000], x=1.0) == [(5000, "resolved", "")]
+    assert (e.states["stuck"].escalated, e.states["stuck"].escalated_why) == (False, "")
+
+
+def test_the_state_keeps_why_it_needs_a_human() -> None:
+    e = ladder()
+    run(e, range(0, 1300, 30))  # its three steps, then a human
+    assert e.states["stuck"].escalated_why == "its 3 steps ran and it still fires"
+
+
+def test_why_says_why_it_needs_a_human() -> None:
+    from guardian.runtime import why
+    e = Engine(load_text(LADDER.format(extra="").replace(
+        'runs = 5, within = "2h"', 'runs = 3, within = "1h"')))
+    run(e, range(0, 1320, 60))  # its three steps, then a human
+    snap = Snapshot(1320.0, {"memcg.dying": 50.0})
+    chain = why.links(e, snap, e.evaluate(snap))
+    assert "   NEEDS A HUMAN: its 3 steps ran and it still fires" in why.text(chain, 1320.0)
+    assert chain[0].climb == ("it needs a human: its 3 steps ran and it still fires; the "
+                              "last step run: 3 of 3 (log)")
+
+
+def test_a_standalone_why_says_what_it_would_run_never_that_a_step_verifies() -> None:
+    from guardian.runtime import why
+
+    def own(e: Engine, t: float) -> why.Link:
+        snap = Snapshot(t, {"memcg.dying": 50.0})
+        [link] = why.links(e, snap, e.evaluate(snap), when=lambda _: "now")
+        return link
+    # no saved state: it would run step 1 now; its record is nobody's (no saved state)
+    fresh = own(ladder(), 0.0)
+    assert (fresh.climb, fresh.record) == ("would run step 1 of 3 (log) now", "")
+    # the service stopped after step 2 ran (at 300): step 3 never ran, it would run now
+    e = ladder()
+    run(e, range(0, 400, 30))
+    saved = e.state()
+    alone = ladder()
+    alone.restore(saved)
+    link = own(alone, 900.0)
+    assert (link.climb, link.record, link.needs_human) == (
+        "would run step 3 of 3 (log) now", "record: fired 1 time, resolved 0", False)
+    # before step 2's verify passed: what the saved state says ran, and when the next is due
+    early = ladder()
+    early.restore(saved)
+    assert own(early, 420.0).climb == ("step 2 of 3 (log) ran 2m ago (the saved state); "
+                                       "step 3 would run in 8m if it still fires")

@@ -71,8 +71,8 @@ def test_not_validated_within_validate_within_needs_a_human() -> None:
     run(e, 60, 1, 500)
     assert run(e, 60 + 1799, 1, 500) == []
     assert run(e, 60 + 1800, 1, 500) == [(
-        "escalated", "human", "needs a human: not validated within 30m of resolving; "
-        "validation failing: `processes.total < 100` (processes.total 500 processes); "
+        "escalated", "human", "needs a human: not validated within 30m after it stopped "
+        "firing; validation failing: `processes.total < 100` (processes.total 500 processes); "
         "the clean-up waits")]
     assert e.states["bad-gpu"].escalated
 
