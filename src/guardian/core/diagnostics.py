@@ -8,7 +8,7 @@ import difflib
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -130,13 +130,22 @@ class Reporter:
         self.diagnostics.append(Diagnostic(self.path, line, col, message))
 
     def validation(self, exc: ValidationError, base: Loc, model: type[BaseModel],
-                   prefix: str = "", extra_known: Sequence[str] = ()) -> None:
+                   prefix: str = "", extra_known: Sequence[str] = (),
+                   words: Callable[[Loc, str], str | None] | None = None) -> None:
         """Report each pydantic error at the position of its key (or value); an unknown
-        key with the likely meant one among the keys of the table it is in."""
+        key with the likely meant one among the keys of the table it is in. ``words``
+        may say an error in plain words (given its key path and pydantic's error type;
+        None: the usual message)."""
         for err in exc.errors():
             loc = tuple(err["loc"])
             where = ".".join(str(p) for p in loc)
-            if err["type"] == "extra_forbidden":
+            said = words(loc, err["type"]) if words is not None else None
+            if said is not None:
+                if err["type"] == "missing":
+                    self(base + loc[:-1], prefix + said)
+                else:
+                    self((*base, *loc), prefix + said, value=True)
+            elif err["type"] == "extra_forbidden":
                 inner = _model_at(model, loc[:-1])
                 fields = [f.alias or name for name, f in inner.model_fields.items()] \
                     if inner is not None else []

@@ -8,6 +8,7 @@ returned only when there are none, so nothing is ever half-loaded.
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from guardian.core.diagnostics import (
     read_text,
     unknown_key,
 )
+from guardian.core.durations import format_duration
 from guardian.core.positions import Pos, value_position
 from guardian.core.snapshot import SignalSpec
 from guardian.model.condition import Condition
@@ -172,7 +174,7 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
         try:
             spec = Rule.model_validate(raw)
         except ValidationError as exc:
-            report.validation(exc, loc, Rule)
+            report.validation(exc, loc, Rule, words=_rule_words)
         # Check the condition and the actions even when other keys are wrong, so one run
         # reports every mistake.
         raw_dict = raw if isinstance(raw, dict) else {}
@@ -250,10 +252,47 @@ def _check_ladder(spec: Rule, loc: tuple[str | int, ...], report: Reporter) -> N
         report((*loc, "step", 0, "recurs"), f"rule {spec.name!r}: its first step runs in "
                f"the first boot it fires in; `recurs` goes on a later step (the one a climb "
                f"starts at once the rule recurred)")
+    boots = [(i, s.recurs.boots) for i, s in enumerate(spec.step) if s.recurs is not None]
+    for (i, low), (j, b) in itertools.pairwise(boots):
+        if b <= low:
+            report((*loc, "step", j, "recurs", "boots"), f"step {j + 1} recurs at {b} "
+                   f"boots, step {i + 1} at {low}: `recurs` boots must increase along the "
+                   f"ladder (a climb starts at the highest step whose boots are met, so "
+                   f"step {i + 1} would never run)", value=True)
     if spec.limit.runs < len(spec.step):
-        report((*loc, "limit"), f"rule {spec.name!r} has {len(spec.step)} steps and a limit "
-               f"of {spec.limit.runs} runs: its top would never run; give `limit = "
-               f"{{ runs = {len(spec.step)}, within = ... }}` or more")
+        if "limit" in spec.model_fields_set:
+            report((*loc, "limit"), f"rule {spec.name!r} has {len(spec.step)} steps and a "
+                   f"limit of {spec.limit.runs} runs: its top would never run; give `limit "
+                   f"= {{ runs = {len(spec.step)}, within = ... }}` or more")
+        else:
+            report(loc, f"rule {spec.name!r} has {len(spec.step)} steps and no `limit`: "
+                   f"the default, {spec.limit.runs} runs within "
+                   f"{format_duration(spec.limit.within)}, would never let its top run; add "
+                   f"`limit = {{ runs = {len(spec.step)}, within = \"1h\" }}` (or more) to "
+                   f"the rule")
+    if spec.validate_ is not None and spec.validate_for > spec.validate_within:
+        report((*loc, "validate_for"), f"`validate_for` "
+               f"({format_duration(spec.validate_for)}) is longer than `validate_within` "
+               f"({format_duration(spec.validate_within)}): the validation could never hold "
+               f"long enough before it needs a human; make `validate_within` longer",
+               value=True)
+
+
+def _rule_words(loc: tuple[str | int, ...], kind: str) -> str | None:
+    """A rule's ladder and learning mistakes in plain words (steps counted from 1)."""
+    match loc, kind:
+        case ("step", int(i), "verify"), "missing":
+            return (f"step {i + 1} has no `verify`: how long the rule has to resolve after "
+                    f"this step before the next (e.g. verify = \"10m\")")
+        case ("step", int(i), "action"), "missing":
+            return f"step {i + 1} has no actions: give it a [[rule.step.action]]"
+        case ("step", int(i), "recurs", "boots"), _:
+            return (f"step {i + 1}: recurs.boots is how many boots the rule must have fired "
+                    f"in (this one counted) for the step to apply: a whole number from 2 to "
+                    f"8")
+        case ("demote", "below"), _:
+            return "demote.below is a percentage such as \"20%\""
+    return None
 
 
 def _check_fleet(spec: Rule, actions: list[BoundAction], loc: tuple[str | int, ...],

@@ -154,7 +154,18 @@ def test_a_saved_climb_round_trips() -> None:
      "be; put clean-up in the rule's [[rule.action]] with on = \"resolve\"",
      id="a clean-up action in a step"),
     pytest.param('  [[rule.step]]\n  [[rule.step.action]]\n  use = "log"\n',
-     "r.toml:28:3: missing required key 'step.3.verify'", id="a step without verify"),
+     "r.toml:28:3: step 4 has no `verify`: how long the rule has to resolve after this "
+     "step before the next (e.g. verify = \"10m\")", id="a step without verify"),
+    pytest.param('  [[rule.step]]\n  verify = "1m"\n',
+     "r.toml:28:3: step 4 has no actions: give it a [[rule.step.action]]",
+     id="a step without actions"),
+    pytest.param('  [[rule.step]]\n  verify = "1m"\n  recurs = { boots = 1 }\n'
+     '  [[rule.step.action]]\n  use = "log"\n',
+     "r.toml:30:22: step 4: recurs.boots is how many boots the rule must have fired in "
+     "(this one counted) for the step to apply: a whole number from 2 to 8",
+     id="recurs boots below 2"),
+    pytest.param('  [rule.demote]\n  after = 3\n  below = "half"\n',
+     "r.toml:30:11: demote.below is a percentage such as \"20%\"", id="below in words"),
 ])
 def test_ladder_mistakes_are_located(tmp_path: Path, body: str, expected: str) -> None:
     text = LADDER.format(extra="").replace('  [[rule.escalate]]\n  use = "log"\n'
@@ -289,3 +300,32 @@ def test_a_standalone_why_says_what_it_would_run_never_that_a_step_verifies() ->
     early.restore(saved)
     assert own(early, 420.0).climb == ("step 2 of 3 (log) ran 2m ago (the saved state); "
                                        "step 3 would run in 8m if it still fires")
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    pytest.param(('  verify = "10m"\n', '  verify = "10m"\n  recurs = { boots = 3 }\n',
+                  '  verify = "5m"\n  [[rule.step.action]]\n  use = "log"\n  message = '
+                  '"three"', '  verify = "5m"\n  recurs = { boots = 2 }\n  '
+                  '[[rule.step.action]]\n  use = "log"\n  message = "three"'),
+                 r"<text>:\d+:\d+: step 3 recurs at 2 boots, step 2 at 3: `recurs` boots "
+                 r"must increase along the ladder .* step 2 would never run", id="recurs"),
+    pytest.param(('cooldown = "10m"\n', 'cooldown = "10m"\nvalidate = "memcg.dying < 5"\n'
+                  'validate_for = "2h"\nvalidate_within = "1h"\n', "", ""),
+                 r"<text>:9:16: `validate_for` \(2h\) is longer than `validate_within` "
+                 r"\(1h\): the validation could never hold", id="validate_for"),
+    pytest.param(('limit = { runs = 5, within = "2h" }\n', "",
+                  '  [[rule.escalate]]', '  [[rule.step]]\n  verify = "1m"\n'
+                  '  [[rule.step.action]]\n  use = "log"\n  [[rule.escalate]]'),
+                 r"<text>:3:1: rule 'stuck' has 4 steps and no `limit`: the default, 3 runs "
+                 r"within 1h, would never let its top run; add `limit = \{ runs = 4, within "
+                 r"= \"1h\" \}` \(or more\) to the rule", id="the default limit"),
+])
+def test_ladders_and_validations_that_cannot_work_are_errors(
+        change: tuple[str, str, str, str], expected: str) -> None:
+    text = LADDER.format(extra="")
+    a, b, c, d = change
+    text = text.replace(a, b, 1)
+    if c:
+        text = text.replace(c, d, 1)
+    with pytest.raises(RuleError, match=expected):
+        load_text(text)
