@@ -152,7 +152,9 @@ class SystemdClient:
                 self._call(MANAGER, "DisableUnitFiles", "asb", ([unit], False))
                 self._call(MANAGER, "Reload")
             elif verb == "mask":
-                self._call(MANAGER, "MaskUnitFiles", "asbb", ([unit], False, True))
+                # runtime=false, force=false, as `systemctl mask` without --force: a unit
+                # file in /etc/systemd/system is refused, never replaced by the symlink
+                self._call(MANAGER, "MaskUnitFiles", "asbb", ([unit], False, False))
                 self._call(MANAGER, "Reload")
             else:
                 return f"unknown verb {verb!r}"
