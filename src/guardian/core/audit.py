@@ -129,6 +129,9 @@ class DecisionRecord(_Record):
     actions: list[dict[str, Any]] = Field(description="each action's use and public "
                                                       "parameters")
     reason: str
+    step: int | None = Field(None, ge=1, description="a ladder's step its actions are (a "
+                             "rule without steps: 1); for resolved, the steps run when it "
+                             "resolved; for held, the step that waits")
     mode: str = Field("act", description="observe: a shadow rule")
     held_actions: list[dict[str, Any]] = Field(default_factory=list,
                                                description="actions a hold or window keeps")

@@ -85,6 +85,7 @@ class Decision:
             "severity": self.severity, "summary": self.summary, "values": self.values,
             "actions": [{"use": a.use, **a.public_params} for a in self.actions],
             "reason": self.reason,
+            **({"step": self.step} if self.step else {}),
             **({"mode": self.mode} if self.mode != "act" else {}),
             **({"held_actions": [{"use": a.use, **a.public_params} for a in self.would]}
                if self.would else {}),

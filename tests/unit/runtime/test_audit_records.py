@@ -121,6 +121,9 @@ def test_every_record_written_validates_against_the_shipped_schema(tmp_path: Pat
     assert {r["type"] for r in records} == kinds  # every kind written, each one checked
     assert any(r.get("would_act") for r in records if r["type"] == "plan")
     assert any(r.get("manual") for r in records if r["type"] == "decision")
+    # the step its actions are, structured (a rule without steps: one step), issue 42
+    assert {r.get("step") for r in records if r["type"] == "decision"
+            and r["kind"] == "firing" and not r.get("manual")} == {1}
 
 
 def test_a_record_guardian_does_not_write_is_refused_by_the_schema() -> None:
