@@ -304,6 +304,9 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="why a rule is inactive, pending, firing or unknown")
     ex.add_argument("rule", help="rule name")
     _at_a_point(ex, "explain at a point of a recording instead of on this host")
+    ex.add_argument("--state", metavar="FILE", help="live: the service's state file, for "
+                    "its climb and record, and this command's evaluation starts from it "
+                    "(default: the config's, read for the service's climb and record only)")
     ex.set_defaults(func=_command("explain", "cmd_explain"))
 
     w = sub.add_parser("why", help="what is wrong, as chains from root cause to symptoms")

@@ -25,15 +25,15 @@ from guardian.core.numbers import seconds
 from guardian.engine.decision import Decision, decision_values
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
-from guardian.model.ruleset import BoundAction, CompiledRule
+from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
 from guardian.plugin.registry import default_registry
-from guardian.runtime.config import Config
 from guardian.runtime.coverage import blind_rules, recorded_sight, sight_of
 from guardian.runtime.executor import Executor
 from guardian.runtime.replay import params_text
 from guardian.runtime.status import (
     acted_line,
     at,
+    climb_words,
     for_people,
     held_by,
     record_line,
@@ -71,20 +71,26 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
         if until is not None and snap is rec.snapshots[-1] and until > snap.time:
             where += f" (its last snapshot: it ends before --at {for_people(until)})"
     else:
+        from guardian.runtime import state as state_file
+        from guardian.runtime.paths import service_paths
+        saved = Path(args.state) if args.state else service_paths(config).state
+        if args.state:  # this command's evaluation starts where the service's state is
+            state_file.load(engine, saved)
         coll = host_collector(args.root, config)
         snap = warm_snapshot(coll, args.warmup, engine)
         decisions = engine.evaluate(snap)
-        where = _as_the_service_saw(rule.name, config)
+        where = _as_the_service_saw(rule, rules, saved, own=bool(args.state))
         sight = sight_of(coll, default_registry())
     st = engine.states[rule.name]
     tree = explain_condition(rule.spec.when, catalogue, snap.values, engine.history)
     missing = missing_signals(rule.condition.refs, snap.values)
     verb = "would act"  # over a recording nothing was applied, as `why` says
-    state = state_words(engine, rule, decisions, snap.time, missing, dry_run=True)
+    state = state_words(engine, rule, decisions, snap.time, missing, dry_run=True,
+                        own=rec is None)
     # live, explain's engine is new and acts on nothing: only a recording has a past
     last = acted_line(rule, st, decisions, verb) if rec is not None else ""
     # its record: the recording's, or live the service's (kept in its state file)
-    record = record_line(rule, st) if rec is not None else _service_record(rule, config)
+    record = record_line(rule, st) if rec is not None else _service_record(rule, saved)
     plans: list[dict[str, Any]] = []
     if rec is None and tree.value:
         executor = Executor(Host(Path(args.root)), dry_run=True)
@@ -140,40 +146,58 @@ def _actions_text(actions: list[BoundAction]) -> str:
     return "; ".join(f"{a.use} {params_text(a.public_params)}".rstrip() for a in actions)
 
 
-def _service_record(rule: CompiledRule, config: Config) -> str:
+def _service_record(rule: CompiledRule, saved: Path) -> str:
     """The rule's record as the running service keeps it in its state file ("" when
     there is none to read)."""
     from guardian.runtime import state as state_file
-    from guardian.runtime.paths import service_paths
     try:
-        raw = json.loads(service_paths(config).state.read_text())
+        raw = json.loads(saved.read_text())
         return record_line(rule, state_file.rule_state(raw["rules"][rule.name]))
     except (OSError, ValueError, KeyError, TypeError):
         return ""
 
 
-def _as_the_service_saw(rule: str, config: Config) -> str:
-    """Live: what the running service saw of ``rule`` at its last tick (this command's
-    engine is new: its `for` starts from now and it acted on nothing), or a line saying
-    no service runs."""
-    from guardian.runtime.paths import service_paths
+def _service_climb(rule: CompiledRule, rules: Ruleset, saved: Path) -> str:
+    """Where the service's climb of ``rule`` is, or that it needs a human, from its
+    saved state ("" when it says neither)."""
+    from guardian.runtime import state as state_file
+    engine = Engine(rules)
+    if rule.name not in state_file.load(engine, saved):
+        return ""
+    st = engine.states[rule.name]
+    if st.escalated or (rule.steps and st.phase == "firing" and st.step):
+        return climb_words(engine, rule, st, time.monotonic())
+    return ""
+
+
+def _as_the_service_saw(rule: CompiledRule, rules: Ruleset, saved: Path, *,
+                        own: bool) -> str:
+    """Live: what the running service saw of ``rule`` at its last tick, and where its
+    climb is (from its state file ``saved``), or a line saying no service runs. This
+    command's engine acts on nothing; it is new (its `for` starts from now) unless it
+    starts from the saved state (``own``)."""
     from guardian.runtime.seen import action_line
-    seen, note = service_saw(service_paths(config).state.parent)
+    seen, note = service_saw(saved.parent)
     if seen is None:
         return note
     lines = [note.rstrip(":")]
-    link = next((lk for lk in seen.chain if lk.rule == rule), None)
-    blind = next((b for b in seen.blind if b.rule == rule), None)
+    link = next((lk for lk in seen.chain if lk.rule == rule.name), None)
+    blind = next((b for b in seen.blind if b.rule == rule.name), None)
     if link is not None:
         now = seen.now_at(time.time())
         began = "" if link.since is None else \
             f", began {for_people(max(now - link.since, 0.0))} ago"
         lines.append(f"  the service: {link.phase.upper()}{began}")
+        climb = _service_climb(rule, rules, saved)
+        if climb:
+            lines.append(f"  the service: {climb}")
     elif blind is not None:
         lines.append(f"  the service: BLIND: {blind.line()}")
     else:
         lines.append("  the service: neither pending nor firing")
     lines += [f"  the service acted: {action_line(e)}" for e in seen.actions
-              if e["rule"] == rule][-3:]
-    lines.append("this command's own evaluation (a new engine: `for` starts from now):")
+              if e["rule"] == rule.name][-3:]
+    lines.append("this command's own evaluation, which applies nothing ("
+                 + ("from the saved state):" if own else "a new engine: `for` starts from "
+                    "now):"))
     return "\n".join(lines)

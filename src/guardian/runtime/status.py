@@ -108,7 +108,8 @@ def now_words(engine: Engine, rule: CompiledRule, decisions: Sequence[Decision],
 
 
 def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
-                mine: list[Decision], now: float, *, dry_run: bool) -> str:
+                mine: list[Decision], now: float, *, dry_run: bool, own: bool = False
+                ) -> str:
     spec = rule.spec
     acted = [d for d in mine if d.kind in ACTS and d.actions]
     held = next((d for d in mine if d.kind == "held"), None)
@@ -145,7 +146,8 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
         return "no action: it has none to run while firing"
     paused = f"; {st.paused}" if st.paused else ""
     if rule.steps:
-        return climb_words(engine, rule, st, now) + paused
+        return climb_words(engine, rule, engine.previous(rule.name) if own else st, now,
+                           mine if own else None) + paused
     if bounds.cooling_down(rule, st, now):
         assert st.last_run is not None
         left = spec.cooldown - (now - st.last_run)
@@ -236,11 +238,13 @@ def acted_line(rule: CompiledRule, st: RuleState, decisions: Sequence[Decision],
 
 
 def state_words(engine: Engine, rule: CompiledRule, decisions: Sequence[Decision],
-                now: float, missing: Sequence[str], *, dry_run: bool = True) -> str:
+                now: float, missing: Sequence[str], *, dry_run: bool = True,
+                own: bool = False) -> str:
     """The rule's state at ``now`` in one line: disabled, unknown (and what is missing),
     pending (and when it fires), firing (for how long, and what the engine does about
     it now: acts, waits out its cooldown, is held, is kept firing by keep_firing_for) or
-    inactive."""
+    inactive. ``own``: the evaluation was this command's own, which applies nothing (a
+    climb says what it would run, never that a step verifies: see :func:`climb_words`)."""
     spec = rule.spec
     st = engine.states[rule.name]
     if not spec.enabled:
@@ -258,7 +262,7 @@ def state_words(engine: Engine, rule: CompiledRule, decisions: Sequence[Decision
     if st.phase == "firing":
         words = _firing_now(engine, rule, st,
                             [d for d in decisions if d.rule == rule.name and d.time == now],
-                            now, dry_run=dry_run)
+                            now, dry_run=dry_run, own=own)
         began = ""
         if st.active_at is not None and st.active_at != st.since:
             began = f" (began {for_people(now - st.active_at)} ago, pending first)"

@@ -329,3 +329,25 @@ def test_ladders_and_validations_that_cannot_work_are_errors(
         text = text.replace(c, d, 1)
     with pytest.raises(RuleError, match=expected):
         load_text(text)
+
+
+def test_explain_says_where_the_services_climb_is_from_its_saved_state(
+        tmp_path: Path) -> None:
+    import re
+    import time
+
+    from guardian.cli.explain import _service_climb
+    e = ladder()
+    # the service ran step 1 and, 2 minutes ago, step 2 (its verify: 10m)
+    start = time.monotonic() - 420.0
+    run(e, [int(start) + t for t in (0, 300)])
+    saved = tmp_path / "state.json"
+    state_file.save(e, saved)
+    rule = e.ruleset.rules[0]
+    assert re.fullmatch(r"step 2 of 3 \(log\), verifying for \S+ more; then step 3 \(log\)",
+                        _service_climb(rule, e.ruleset, saved))
+    run(e, [int(start) + t for t in (900, 1200)])  # step 3, then a human
+    state_file.save(e, saved)
+    assert _service_climb(rule, e.ruleset, saved) == (
+        "it needs a human: its 3 steps ran and it still fires; the last step run: 3 of 3 "
+        "(log)")
