@@ -38,14 +38,34 @@ class Expectation(BaseModel):
     firing: list[StrictStr] | None = Field(None, description="exactly the rules firing")
     pending: list[StrictStr] | None = Field(None, description="exactly the rules pending")
     actions: list[ExpectedAction] | None = Field(
-        None, description="exactly the actions run at this evaluation")
+        None, description="exactly the actions applied at this evaluation (a shadow rule's, "
+        "mode = \"observe\" or demoted, are never applied: see `would`)")
+    would: list[ExpectedAction] | None = Field(
+        None, description="exactly the actions shadow rules (mode = \"observe\", or "
+        "demoted) planned at this evaluation, never applied")
+    needs_human: list[StrictStr] | None = Field(
+        None, description="exactly the rules that need a human (escalated) after this "
+        "evaluation")
+    validating: list[StrictStr] | None = Field(
+        None, description="exactly the rules that stopped firing and wait for their "
+        "`validate`")
+    demoted: list[StrictStr] | None = Field(
+        None, description="exactly the rules demoted to shadow mode (`demote`)")
+    step: dict[StrictStr, StrictInt] | None = Field(
+        None, description="for each rule named, the ladder step it ran at this evaluation "
+        "(0: none)")
 
     @model_validator(mode="after")
     def _checks_something(self) -> Expectation:
-        if self.firing is None and self.pending is None and self.actions is None:
-            raise ValueError("an expectation with nothing to check: give `firing`, "
-                             "`pending` or `actions`")
+        if all(getattr(self, k) is None for k in CHECKS):
+            raise ValueError("an expectation with nothing to check: give one of "
+                             + ", ".join(f"`{k}`" for k in CHECKS))
         return self
+
+
+# what an expectation may check, besides `at`
+CHECKS = ("firing", "pending", "actions", "would", "needs_human", "validating", "demoted",
+          "step")
 
 
 class RuleTest(BaseModel):

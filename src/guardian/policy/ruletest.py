@@ -158,14 +158,16 @@ def _run_file(path: Path, res: FileResult, reg: Registry,
 def _known_rules(test: RuleTest, names: list[str]) -> None:
     """Every rule an expectation names is one of the rule files' rules."""
     for j, exp in enumerate(test.expect):
-        for key in ("firing", "pending"):
+        for key in ("firing", "pending", "needs_human", "validating", "demoted", "step"):
             for k, name in enumerate(getattr(exp, key) or []):
                 if name not in names:
-                    raise _TestInputError(_no_such_rule(name, names), "expect", j, key, k)
-        for k, action in enumerate(exp.actions or []):
-            if action.rule not in names:
-                raise _TestInputError(_no_such_rule(action.rule, names),
-                                      "expect", j, "actions", k, "rule")
+                    raise _TestInputError(_no_such_rule(name, names), "expect", j, key,
+                                          name if key == "step" else k)
+        for key in ("actions", "would"):
+            for k, action in enumerate(getattr(exp, key) or []):
+                if action.rule not in names:
+                    raise _TestInputError(_no_such_rule(action.rule, names),
+                                          "expect", j, key, k, "rule")
 
 
 def _no_such_rule(name: str, names: list[str]) -> str:
@@ -277,22 +279,38 @@ def _check(exp: Expectation, tname: str, engine: Engine, decisions: list[Any],
            res: FileResult, values: dict[str, Value]) -> None:
     at = format_duration(exp.at)
     problems: list[str] = []
-    for key, want_names, got in (("firing", exp.firing, engine.firing()),
-                                 ("pending", exp.pending, engine.pending())):
+    states = engine.states
+    for key, want_names, got in (
+            ("firing", exp.firing, engine.firing()),
+            ("pending", exp.pending, engine.pending()),
+            ("needs_human", exp.needs_human, [n for n, s in states.items() if s.escalated]),
+            ("validating", exp.validating,
+             [n for n, s in states.items() if s.validating is not None]),
+            ("demoted", exp.demoted, [n for n, s in states.items() if s.demoted])):
         if want_names is not None:
             want = sorted(want_names)
             if want != sorted(got):
                 problems.append(_diff(key, want, sorted(got)))
-    if exp.actions is not None:
-        expected = [a.model_dump() for a in exp.actions]
+    for key, want_actions_of, shadow in (("actions", exp.actions, False),
+                                         ("would", exp.would, True)):
+        if want_actions_of is None:
+            continue
+        expected = [a.model_dump() for a in want_actions_of]
         want_actions = [_action_line(a) for a in expected]
         got_actions = []
         for d in decisions:
+            if (d.mode == "observe") != shadow:
+                continue  # a shadow rule's actions are planned, never applied
             for a in d.actions:
                 got_actions.append(_action_line({"rule": d.rule, "use": a.use, **a.params},
                                                 keys=expected))
         if sorted(want_actions) != sorted(got_actions):
-            problems.append(_diff("actions", sorted(want_actions), sorted(got_actions)))
+            problems.append(_diff(key, sorted(want_actions), sorted(got_actions)))
+    for name, want_step in sorted((exp.step or {}).items()):
+        ran = max((d.step for d in decisions if d.rule == name and d.actions
+                   and d.kind in ("firing", "retry")), default=0)
+        if ran != want_step:
+            problems.append(f"    step of {name}: expected {want_step}, got {ran}")
     if problems:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(values.items())
                           if not isinstance(v, dict)) or "(no scalar values)"

@@ -230,3 +230,66 @@ name = "huge"
     assert not res.ok and res.errors
     assert "big.test.toml:6:" in str(res.errors[0]) and "more than 2000000 samples" in \
         str(res.errors[0])
+
+
+LADDER_RULES = '''version = 1
+[[rule]]
+name = "stuck"
+summary = "zombies pile up"
+when = "processes.zombies > 10"
+cooldown = "0s"
+limit = { runs = 10, within = "1h" }
+demote = { after = 1, below = "50%" }
+  [[rule.step]]
+  verify = "2m"
+  [[rule.step.action]]
+  use = "log"
+  message = "one"
+  [[rule.step]]
+  verify = "2m"
+  [[rule.step.action]]
+  use = "log"
+  message = "two"
+'''
+
+
+def test_a_ladder_its_human_and_a_demoted_rules_shadow_actions_are_expected(
+        tmp_path: Path) -> None:
+    write(tmp_path, "l.toml", LADDER_RULES)
+    t = write(tmp_path, "l.test.toml", '''rule_files = ["l.toml"]
+interval = "1m"
+[[test]]
+name = "climbs, needs a human, is demoted; its next episode applies nothing"
+[test.series]
+"processes.zombies" = "50x5 1x1 50x4"
+  [[test.expect]]
+  at = "0m"
+  actions = [{ rule = "stuck", use = "log", message = "one" }]
+  step = { stuck = 1 }
+  [[test.expect]]
+  at = "2m"
+  step = { stuck = 2 }
+  needs_human = []
+  [[test.expect]]
+  at = "4m"
+  step = { stuck = 0 }
+  needs_human = ["stuck"]
+  demoted = ["stuck"]
+  [[test.expect]]
+  at = "8m"
+  actions = []
+  would = [{ rule = "stuck", use = "log", message = "one" }]
+  step = { stuck = 1 }
+  needs_human = []
+''')
+    res = run_test_file(t)
+    assert (res.errors, res.failures) == ([], [])
+    # a wrong step, a missing human, a demoted rule's action expected as applied: said
+    text = t.read_text().replace('step = { stuck = 2 }', 'step = { stuck = 3 }').replace(
+        'needs_human = ["stuck"]', 'needs_human = []').replace(
+        '  actions = []\n  would', '  actions = [{ rule = "stuck", use = "log" }]\n  would')
+    t.write_text(text)
+    said = "\n".join(f.message for f in run_test_file(t).failures)
+    assert "step of stuck: expected 3, got 2" in said
+    assert "needs_human: expected [] (nothing), got ['stuck']" in said
+    assert "actions: expected ['stuck: log'], got [] (nothing)" in said
