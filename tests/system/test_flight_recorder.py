@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -136,10 +137,13 @@ def _children(pid: int) -> list[int]:
 
 
 def _comm(pid: int) -> str:
+    """Process ``pid``'s name; "" once it has ended (a zombie has ended)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
+    return "" if stat[stat.rindex(")") + 2] == "Z" else stat[stat.index("(") + 1:
+                                                              stat.rindex(")")]
 
 
 def test_the_service_runs_perf_once_ready_and_ends_it_when_it_stops(tmp_path: Path) -> None:
@@ -153,7 +157,7 @@ def test_the_service_runs_perf_once_ready_and_ends_it_when_it_stops(tmp_path: Pa
         assert (tmp_path / "flight" / "flight.data").exists()  # beside the state file
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    assert not Path(f"/proc/{perf}").exists() or _comm(perf) != "perf"
+    assert _comm(perf) != "perf"
 
 
 def _hanging_script(tmp_path: Path) -> Path:
@@ -197,3 +201,30 @@ def test_stop_cuts_a_running_dump_short(tmp_path: Path) -> None:
     worker.join(BOUND)
     assert not worker.is_alive() and got == [None]
     assert not rec.running
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from guardian.hostio.flight import FlightRecorder
+rec = FlightRecorder(workdir=Path(sys.argv[1]))
+rec.start()
+print(rec._proc.pid if rec.running else 0, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_perf_dies_with_a_killed_guardian(tmp_path: Path) -> None:
+    """SIGKILL leaves no stop to run: perf must not go on profiling alone."""
+    if flight._setpriv_pdeathsig() is None:
+        pytest.skip("no setpriv with --pdeathsig (util-linux 2.33 or later)")
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "w")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        perf = int(proc.stdout.readline())
+        assert perf and _comm(perf) == "perf"
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: _comm(perf) != "perf", "perf ends with the process that ran it")

@@ -161,7 +161,7 @@ class FlightRecorder:
         ack_r, ack_w = os.pipe()
         self._ctl = (ctl_w, ack_r)
         argv = [*self.argv(), "--control", f"fd:{ctl_r},{ack_w}"]
-        setpriv = shutil.which("setpriv", path=_ENV["PATH"])
+        setpriv = _setpriv_pdeathsig()
         if setpriv is not None:  # dies with us, even by SIGKILL
             argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
         stderr = open(self._workdir / "perf.log", "wb")  # noqa: SIM115 (closed below)
@@ -323,6 +323,20 @@ class FlightRecorder:
         if kind not in self._logged:
             self._logged.add(kind)
             log.warning(msg, *args)
+
+
+def _setpriv_pdeathsig() -> str | None:
+    """util-linux's setpriv, where it has --pdeathsig (2.33 and later; not Amazon Linux 2's
+    or RHEL 8's)."""
+    setpriv = shutil.which("setpriv", path=_ENV["PATH"])
+    if setpriv is None:
+        return None
+    try:
+        usage = subprocess.run([setpriv, "--help"], capture_output=True, timeout=5,
+                               env=_ENV, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return setpriv if b"--pdeathsig" in usage else None
 
 
 def _why(exc: BaseException) -> str:
