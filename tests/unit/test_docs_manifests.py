@@ -22,6 +22,7 @@ import yaml
 
 from guardian.core.defaults import DEFAULT_CONFIG
 from guardian.core.diagnostics import parse_toml
+from guardian.hostio.bundles import EVIDENCE_DIR
 from guardian.runtime.config import (
     Config,
     HoldsConfig,
@@ -102,7 +103,7 @@ class Facts:
     rules_dir: str
     state_dir: str
     logs_dir: str
-    state_files: frozenset[str]  # what guardian keeps in its state directory
+    state_files: frozenset[str]  # what guardian keeps in its state directory (evidence/ too)
     logs_files: frozenset[str]
     dropin_dir: str
     daemonset_args: frozenset[str]
@@ -141,7 +142,8 @@ def facts() -> Facts:
         state_dir=str(defaults.state.parent),
         logs_dir=str(defaults.audit.parent),
         state_files=frozenset({defaults.state.name, LOCK_NAME, pause_file.name,
-                               state_file.name, audit_log.name} | _kept_files()),
+                               state_file.name, audit_log.name, EVIDENCE_DIR}
+                              | _kept_files()),
         logs_files=frozenset({defaults.audit.name}),
         dropin_dir=HoldsConfig().dropin,
         daemonset_args=frozenset(container["args"]),

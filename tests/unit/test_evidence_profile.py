@@ -11,9 +11,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from guardian.actions.evidence import EvidenceParams, EvidenceProfile, prune
+from guardian.actions.evidence import EvidenceParams, EvidenceProfile
 from guardian.core.flamegraph import hot_line, hottest_kernel, speedscope, svg
 from guardian.core.snapshot import Snapshot
+from guardian.hostio.bundles import prune
 from guardian.hostio.host import Host
 from guardian.hostio.profile import fold_perf_script, stack_frames
 from guardian.plugin.contract import ActionContext

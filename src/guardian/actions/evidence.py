@@ -15,19 +15,15 @@ moment), ``tasks.json`` (the top kernel-time tasks, their units and cgroups),
 Rails: one capture at a time (a lock file), a cooldown and a budget of its own (recorded in
 ``evidence/captures.json``; an unreadable record refuses, fail closed), the capture's
 time and rate bounded, every run of perf bounded by a timeout, the bundles bounded in
-count and bytes (oldest removed first). It changes nothing on the host.
+count and bytes (oldest removed first). It changes nothing on the host. The bundles' files,
+the lock and the record are handled by :mod:`guardian.hostio.bundles`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
-import os
 import re
-import shutil
-import stat
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,7 +34,9 @@ from typing_extensions import TypedDict
 
 from guardian.core import flamegraph
 from guardian.core.durations import Duration
+from guardian.hostio import bundles as store
 from guardian.hostio import profile
+from guardian.hostio.bundles import EVIDENCE_DIR, SUMMARY
 from guardian.hostio.host import resolve_under
 from guardian.hostio.kmsg import RECORD_MAX, KmsgDevice, record_fields
 from guardian.hostio.procfs import CLK_TCK, cgroup_of, real_uid
@@ -51,10 +49,6 @@ from guardian.plugin.contract import (
     Step,
 )
 
-EVIDENCE_DIR = "evidence"
-RECORD = "captures.json"
-LOCK = ".capture.lock"
-SUMMARY = "summary.json"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _UNIT = re.compile(r"([^/]+\.(?:service|scope))$")
 
@@ -148,15 +142,7 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
     def _captures(self, ctx: ActionContext) -> list[float]:
         """When the recorded captures were taken (Unix time); fail closed (ValueError) on
         a record that exists but cannot be read."""
-        path = self._dir(ctx) / RECORD
-        try:
-            raw = json.loads(path.read_text())
-            got = [float(x) for x in raw["captures"]]
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise ValueError(f"the capture record {path} cannot be read: {exc!s}") from None
-        return got
+        return store.read_captures(self._dir(ctx))
 
     # -- plan ----------------------------------------------------------------------------
     def plan(self, ctx: ActionContext) -> Plan[EvidencePayload]:
@@ -199,7 +185,7 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         if len(recent) >= p.budget:
             plan.refused.append(f"budget: {len(recent)} captures within "
                                 f"{p.budget_window:g}s, at most {p.budget}")
-        if _locked(self._dir(ctx) / LOCK):
+        if store.locked(self._dir(ctx)):
             plan.refused.append("another capture is running (its lock is held)")
         where = f"cpu {','.join(map(str, cores))}" if cores else "every cpu"
         if method == "perf":
@@ -224,16 +210,11 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
     def apply(self, plan: Plan[EvidencePayload], ctx: ActionContext) -> Outcome:
         base = self._dir(ctx)
         try:
-            _private_dir(base.parent)
-            _private_dir(base)
-            lock = os.open(base / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                           0o600)
+            lock = store.CaptureLock.open(base)
         except OSError as exc:
             return Outcome(ok=False, error=f"cannot use {base}: {exc.strerror or exc}")
         try:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            if not lock.take():
                 return Outcome(ok=False, error="another capture is running")
             try:
                 self._record(ctx, time.time())
@@ -241,19 +222,14 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
                 return Outcome(ok=False, error=f"cannot record the capture: {exc}")
             return self._capture(plan, ctx, Path(plan.data["bundle"]))
         finally:
-            os.close(lock)  # releases the lock
+            lock.close()  # releases the lock
 
     def _record(self, ctx: ActionContext, now: float) -> None:
         """Spend the budget before capturing (a crash mid-capture still counts)."""
         p = self.params
         kept = [t for t in self._captures(ctx)
                 if now - t < max(p.budget_window, p.cooldown)]
-        path = self._dir(ctx) / RECORD
-        tmp = path.with_name(f".{RECORD}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"captures": [*kept, now]}, f)
-        os.replace(tmp, path)
+        store.write_captures(self._dir(ctx), [*kept, now])
 
     def _capture(self, plan: Plan[EvidencePayload], ctx: ActionContext,
                  bundle: Path) -> Outcome:
@@ -263,7 +239,7 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         method = plan.data["method"]
         notes = list(plan.data["notes"])
         try:
-            os.mkdir(bundle, 0o700)
+            store.make_bundle(bundle)
         except OSError as exc:
             return Outcome(ok=False, error=f"cannot make the bundle {bundle}: "
                                            f"{exc.strerror or exc}")
@@ -285,16 +261,16 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
             profile.write_folded(bundle / "stacks.folded", prof.folded)
             title = f"guardian evidence: {ctx.rule} ({prof.method}, {prof.samples} samples" \
                     + (f", cpu {','.join(map(str, cores))})" if cores else ", every cpu)")
-            (bundle / "flamegraph.svg").write_text(flamegraph.svg(prof.folded, title))
-            (bundle / "profile.speedscope.json").write_text(
-                json.dumps(flamegraph.speedscope(prof.folded, title)))
+            store.write_file(bundle, "flamegraph.svg", flamegraph.svg(prof.folded, title))
+            store.write_file(bundle, "profile.speedscope.json",
+                             json.dumps(flamegraph.speedscope(prof.folded, title)))
             files += ["stacks.folded", "flamegraph.svg", "profile.speedscope.json"]
-        (bundle / "tasks.json").write_text(json.dumps(tasks, indent=1))
+        store.write_file(bundle, "tasks.json", json.dumps(tasks, indent=1))
         files.append("tasks.json")
         kmsg, kmsg_note = self._kmsg(ctx)
         if kmsg_note:
             notes.append(kmsg_note)
-        (bundle / "kmsg.txt").write_text("".join(line + "\n" for line in kmsg))
+        store.write_file(bundle, "kmsg.txt", "".join(line + "\n" for line in kmsg))
         files.append("kmsg.txt")
         flight = self._flight(bundle) if p.flight else None
         if flight:
@@ -309,8 +285,8 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
             "files": [*files, SUMMARY], "flight": bool(flight),
             "evidence": ctx.values,
         }
-        (bundle / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
-        removed = prune(self._dir(ctx), p.keep, p.max_bytes, keep_newest=bundle)
+        store.write_file(bundle, SUMMARY, json.dumps(summary, indent=1, default=str))
+        removed = store.prune(self._dir(ctx), p.keep, p.max_bytes, keep_newest=bundle)
         data = {"bundle": str(bundle), "method": prof.method, "samples": prof.samples,
                 "hot": line, "removed": removed}
         if not prof.folded:
@@ -398,71 +374,3 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         got = rec.dump(bundle)
         return got.name if isinstance(got, Path) else None
 
-
-def _locked(path: Path) -> bool:
-    """Whether a capture holds the lock file now."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def _private_dir(path: Path) -> None:
-    """A directory of root's own, never through a symlink."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(errno.ENOTDIR, f"{path} is not a directory")
-
-
-def bundles(base: Path) -> list[Path]:
-    """The bundles under ``base``, oldest first (their names begin with the time)."""
-    try:
-        return sorted(d for d in base.iterdir()
-                      if d.name[:1].isdigit() and d.is_dir() and not d.is_symlink())
-    except OSError:
-        return []
-
-
-def _size(d: Path) -> int:
-    total = 0
-    for f in d.rglob("*"):
-        with contextlib.suppress(OSError):
-            if f.is_file() and not f.is_symlink():
-                total += f.stat().st_size
-    return total
-
-
-def prune(base: Path, keep: int, max_bytes: int, keep_newest: Path | None = None
-          ) -> list[str]:
-    """Remove the oldest bundles until at most ``keep`` remain and they take at most
-    ``max_bytes`` (the newest is kept whatever its size); the names removed."""
-    found = bundles(base)
-    sizes = {d: _size(d) for d in found}
-    removed = []
-    while found and (len(found) > keep or sum(sizes[d] for d in found) > max_bytes):
-        oldest = found[0]
-        if oldest == keep_newest or len(found) == 1:
-            break
-        shutil.rmtree(oldest, ignore_errors=True)
-        removed.append(oldest.name)
-        found.pop(0)
-    return removed
-
-
-def latest(base: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest bundle and its summary, or None."""
-    for d in reversed(bundles(base)):
-        try:
-            return d, json.loads((d / SUMMARY).read_text())
-        except (OSError, ValueError):
-            continue
-    return None

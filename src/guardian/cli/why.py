@@ -106,7 +106,7 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
 
 def _latest_evidence(state_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest evidence bundle under the state directory (``evidence.profile``'s)."""
-    from guardian.actions.evidence import EVIDENCE_DIR, latest
+    from guardian.hostio.bundles import EVIDENCE_DIR, latest
     return latest(state_dir / EVIDENCE_DIR)
 
 
