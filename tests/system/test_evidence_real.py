@@ -47,6 +47,24 @@ def burner() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
+@pytest.fixture
+def burners() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Twice as many burners as cores: the kernel gives no stack of a task that is on a
+    CPU (/proc/<pid>/stack is empty while it runs), so at any moment some of them wait,
+    preempted, with their kernel stack readable, as a hot task on a busy node does."""
+    procs = [subprocess.Popen([sys.executable, "-c", _BURNER])
+             for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        for proc in procs:
+            wait_until(lambda p=proc: Path(f"/proc/{p.pid}/comm").read_text().strip() == BURN,
+                       "the burner to name itself")
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def _guardian(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "guardian", *args], capture_output=True,
                           text=True, timeout=timeout)
@@ -125,7 +143,7 @@ severity = "warning"
 
 @needs_root
 def test_fallback_without_perf_names_the_burner_with_kernel_frames(
-        tmp_path: Path, burner: subprocess.Popen[bytes]) -> None:
+        tmp_path: Path, burners: list[subprocess.Popen[bytes]]) -> None:
     got = _guardian("act", "evidence.profile", "--set", "perf=/nonexistent/perf",
                     "--set", "seconds=1", "--set", f"state_dir={tmp_path}", "--set",
                     "kmsg_lines=0", "--json")
