@@ -7,6 +7,7 @@ from /proc/<pid>/stack. Captures are 1 s at 99 Hz."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -56,13 +57,16 @@ def burners() -> Iterator[list[subprocess.Popen[bytes]]]:
              for _ in range(2 * (os.cpu_count() or 1))]
     try:
         for proc in procs:
-            wait_until(lambda p=proc: Path(f"/proc/{p.pid}/comm").read_text().strip() == BURN,
-                       "the burner to name itself")
+            wait_until(functools.partial(_named, proc.pid), "the burner to name itself")
         yield procs
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def _named(pid: int) -> bool:
+    return Path(f"/proc/{pid}/comm").read_text().strip() == BURN
 
 
 def _guardian(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

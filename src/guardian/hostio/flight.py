@@ -37,22 +37,20 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from guardian.hostio.perfscript import fold_perf_script
+
 log = logging.getLogger("guardian.flight")
 
-KERNEL_SUFFIX = "_[k]"  # FlameGraph's mark of a kernel frame (stackcollapse-perf --kernel)
 FOLDED_NAME = "flight.folded"
 DATA_NAME = "flight.data"  # perf's output; switched files are flight.data.<timestamp>
 START_TIMEOUT = 10.0  # perf answers its control pipe once its events are open
 STOP_TIMEOUT = 10.0  # then SIGKILL
 MAX_FILES = 2  # perf's own bound on switched files, should a dump not remove its own
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C", "LC_ALL": "C"}
-# the DSOs perf gives a user-space address it cannot place
-_USER_BRACKETS = ("[unknown]", "[vdso]", "[vsyscall]", "[stack]", "[heap]", "[anon]",
-                  "[uprobes]", "[vectors]", "[sigpage]")
 
 _current: FlightRecorder | None = None
 _current_lock = threading.Lock()
@@ -389,77 +387,3 @@ class _Lines:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             proc.stdout.close()
-
-
-def fold_perf_script(lines: Iterable[str]) -> tuple[dict[str, int] | None, float]:
-    """``perf script -F comm,tid,time,ip,sym,dso`` output folded: each stack (``comm``,
-    then its frames from the root, kernel frames ending in ``_[k]``) with its count, and the
-    seconds between the first and last sample. None for the stacks when ``lines`` was cut
-    short (a :class:`_Lines` that timed out)."""
-    stacks: dict[str, int] = {}
-    comm = ""
-    frames: list[str] = []
-    first = last = None
-
-    def flush() -> None:
-        if comm:
-            key = ";".join([comm, *reversed(frames)])
-            stacks[key] = stacks.get(key, 0) + 1
-
-    for raw in lines:
-        line = raw.rstrip()
-        if not line:
-            flush()
-            comm, frames = "", []
-            continue
-        if raw[0] not in " \t":  # a sample's header: comm tid time:
-            flush()
-            frames = []
-            comm, stamp = _header(line)
-            if stamp is not None:
-                first = stamp if first is None else first
-                last = stamp
-            continue
-        frame = _frame(line)
-        if frame:
-            frames.append(frame)
-    flush()
-    if getattr(lines, "timed_out", False):
-        return None, 0.0
-    return stacks, (last - first) if first is not None and last is not None else 0.0
-
-
-def _header(line: str) -> tuple[str, float | None]:
-    """(comm, time) of ``comm tid time:``; comm may hold spaces, and ';' is a separator
-    in the folded format (so it becomes ':')."""
-    parts = line.split()
-    stamp = None
-    if parts and parts[-1].endswith(":"):
-        with contextlib.suppress(ValueError):
-            stamp = float(parts[-1][:-1])
-        parts = parts[:-1]
-    if len(parts) >= 2 and parts[-1].replace("/", "").isdigit():
-        parts = parts[:-1]
-    comm = " ".join(parts) if parts else "[unknown]"
-    return comm.replace(";", ":"), stamp
-
-
-def _frame(line: str) -> str:
-    """One ``addr sym (dso)`` line as a frame name: the symbol (or ``[dso]`` where there is
-    none), ``_[k]`` after a kernel one."""
-    text = line.strip()
-    addr, _, rest = text.partition(" ")
-    dso = ""
-    if rest.endswith(")") and " (" in rest:
-        rest, _, dso = rest[:-1].rpartition(" (")
-    sym = rest.strip() or "[unknown]"
-    try:
-        kernel = int(addr, 16) >= 1 << 63
-    except ValueError:
-        kernel = False
-    kernel = kernel or dso.endswith("kernel.kallsyms]") or \
-        (dso.startswith("[") and dso not in _USER_BRACKETS)
-    if sym == "[unknown]" and dso and dso != "[unknown]":
-        sym = dso if dso.startswith("[") else f"[{os.path.basename(dso)}]"
-    sym = sym.replace(";", ":")
-    return sym + KERNEL_SUFFIX if kernel else sym

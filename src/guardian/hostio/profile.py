@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guardian.hostio.perfscript import KERNEL_SUFFIX, fold_perf_script
 from guardian.hostio.procfs import parse_proc_stat
 from guardian.hostio.programs import MINIMAL_ENV, cannot_run, find_program, run_bounded
 
-KERNEL = "_[k]"  # the suffix of a kernel frame (stackcollapse-perf.pl --kernel)
+KERNEL = KERNEL_SUFFIX
 CAP_SYS_ADMIN, CAP_SYSLOG, CAP_PERFMON = 21, 34, 38
 SCRIPT_FIELDS = "comm,pid,tid,ip,sym,dso"
-_HEADER = re.compile(r"^(?P<comm>.*?)\s+(?P<pid>-?\d+)/(?P<tid>-?\d+)\s*$")
-_FRAME = re.compile(r"^\s*(?P<ip>[0-9a-fA-F]+)\s+(?P<sym>.*?)\s+\((?P<dso>[^()]*)\)\s*$")
 
 
 def effective_caps(proc: Path) -> int:
@@ -103,46 +101,6 @@ def proc_stack_refusal(proc: Path, caps: int | None = None) -> str | None:
 
 
 # -- folding ------------------------------------------------------------------------------
-def _frame_name(ip: str, sym: str, dso: str) -> str:
-    kernel = dso.startswith("[kernel") or dso.endswith(".ko") or (
-        dso == "[unknown]" and len(ip) == 16 and ip.lower().startswith("ffff"))
-    if sym in ("", "[unknown]"):
-        base = os.path.basename(dso) if dso and dso != "[unknown]" else "unknown"
-        name = f"[{base.strip('[]')}]"
-    else:
-        name = sym
-    name = name.replace(";", ":").replace("\n", " ")
-    return name + KERNEL if kernel else name
-
-
-def fold_perf_script(lines: Iterable[str]) -> Counter[str]:
-    """``perf script -F comm,pid,tid,ip,sym,dso`` output as folded stacks:
-    ``comm;outermost;…;innermost`` → samples."""
-    folded: Counter[str] = Counter()
-    comm: str | None = None
-    frames: list[str] = []
-
-    def flush() -> None:
-        if comm is not None:
-            folded[";".join([comm.replace(";", ":") or "?", *reversed(frames)])] += 1
-
-    for line in lines:
-        if not line.strip():
-            flush()
-            comm, frames = None, []
-            continue
-        if not line[0].isspace():
-            flush()
-            m = _HEADER.match(line)
-            comm, frames = (m["comm"].strip() if m else line.strip().split(" ")[0]), []
-            continue
-        f = _FRAME.match(line)
-        if f and comm is not None:
-            frames.append(_frame_name(f["ip"], f["sym"], f["dso"]))
-    flush()
-    return folded
-
-
 def write_folded(path: Path, folded: Counter[str]) -> None:
     path.write_text("".join(f"{stack} {n}\n" for stack, n in sorted(folded.items())))
 
@@ -210,7 +168,8 @@ def perf_profile(perf: str, cores: list[int] | None, frequency: int, seconds: fl
         if len(script.stdout) >= max_script_bytes:
             prof.notes.append(f"perf script said more than {max_script_bytes} bytes: "
                               "the rest was dropped")
-        prof.folded = fold_perf_script(script.stdout.decode(errors="replace").splitlines())
+        prof.folded = fold_perf_script(script.stdout.decode(errors="replace").splitlines())[0] \
+            or Counter()
     finally:
         for leftover in (data, workdir / "perf.data.old"):
             with contextlib.suppress(FileNotFoundError):

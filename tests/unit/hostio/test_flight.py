@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from guardian.hostio import flight
-from guardian.hostio.flight import FlightRecorder, fold_perf_script, ring_pages
+from guardian.hostio.flight import FlightRecorder, ring_pages
+from guardian.hostio.perfscript import fold_perf_script
 
 SCRIPT = """\
 zzbusyzz 24967 13855.856958:
