@@ -1,12 +1,15 @@
 """A systemd unit's sandbox, read from its text and its drop-ins' as systemd applies them,
 and the questions an action's needs ask of it: may it connect to this address, write this
-path, open this device, use this capability. Pure parsing: the files are read in
-``hostio.sandbox``; the comparison with what actions need is ``runtime.preflight``'s.
+path, open this device, use this capability, make this system call. Pure parsing: the
+files are read in ``hostio.sandbox``; the comparison with what actions need is
+``runtime.preflight``'s.
 
-Only the [Service] settings that decide those four things are read, with systemd's
+Only the [Service] settings that decide those five things are read, with systemd's
 rules: a list setting accumulates and an empty assignment resets it, a scalar's last
-assignment wins, ``IPAddressAllow=`` wins over ``IPAddressDeny=`` where both match, and
-``CapabilityBoundingSet=`` lines are merged (OR, or AND NOT with ``~``)."""
+assignment wins, ``IPAddressAllow=`` wins over ``IPAddressDeny=`` where both match,
+``CapabilityBoundingSet=`` lines are merged (OR, or AND NOT with ``~``), and
+``SystemCallFilter=`` lines are applied in order (the first one's kind, allow-list or
+``~`` deny-list, sets the mode; later ones add to or take from its set)."""
 
 from __future__ import annotations
 
@@ -32,6 +35,29 @@ _YES = {"yes", "true", "on", "1"}
 # the devices DevicePolicy=closed always allows (and PrivateDevices=yes provides)
 PSEUDO_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
                   "/dev/tty", "/dev/ptmx", "/dev/pts/*")
+#: For each system call guardian's actions name (``SandboxNeeds.syscalls``), every
+#: ``SystemCallFilter=`` group that holds it, from systemd's own table, the
+#: ``syscall_filter_sets[]`` of src/shared/seccomp-util.c:
+#:
+#:     [SYSCALL_FILTER_SET_DEBUG] = {
+#:             .name = "@debug",
+#:             .help = "Debugging, performance monitoring and tracing functionality",
+#:             .value =
+#:             "lookup_dcookie\0"
+#:             "perf_event_open\0"
+#:             "pidfd_getfd\0"
+#:             "ptrace\0"
+#:             ...
+#:
+#: and no other set there lists perf_event_open (neither @system-service nor any set it
+#: includes: @default @aio @basic-io @chown @file-system @io-event @ipc @keyring @memlock
+#: @network-io @process @resources @setuid @signal @sync @timer) but @known, every system
+#: call systemd knows (systemd 247 and later). ``systemd-analyze syscall-filter`` (systemd
+#: 252) agrees: of all its sets only @debug and @known list perf_event_open. Whether a
+#: group holds a system call not named here is not known: such a filter "may refuse" it.
+SYSCALL_GROUPS: dict[str, frozenset[str]] = {
+    "perf_event_open": frozenset({"@debug", "@known"}),
+}
 
 
 @dataclass
@@ -44,6 +70,8 @@ class UnitSandbox:
     scalars: dict[str, str] = field(default_factory=dict)
     capabilities: frozenset[str] | None = None  # None: the bounding set is not limited
     capabilities_dropped: frozenset[str] = frozenset()  # ~CAP_… lines on an unlimited set
+    # SystemCallFilter= lines since the last empty one, in order: (a "~" deny-list, names)
+    syscall_filter: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)
 
     def get(self, key: str, default: str = "") -> str:
         return self.scalars.get(key, default)
@@ -168,6 +196,59 @@ class UnitSandbox:
             return None
         return "CapabilityBoundingSet=" + " ".join(sorted(self.capabilities))
 
+    # -- system calls --------------------------------------------------------------
+    def syscall_denied(self, name: str) -> str | None:
+        """Why the unit's ``SystemCallFilter=`` refuses system call ``name`` (saying "may
+        refuse" where that depends on a group not known here), or None where it lets it
+        through. systemd.exec(5): "If you specify both types of this option (i.e.
+        allow-listing and deny-listing), the first encountered will take precedence and
+        will dictate the default action (termination or approval of a system call). Then
+        the next occurrences of this option will add or delete the listed system calls
+        from the set of the filtered system calls, depending of its type and the default
+        action." Groups (``@debug``) are resolved with :data:`SYSCALL_GROUPS`."""
+        if not self.syscall_filter:
+            return None
+        deny_mode = self.syscall_filter[0][0]
+        held: bool | None = False  # in the mode's set (allowed; or refused in deny mode)
+        decided = ""  # the last entry that holds it, as the unit writes it
+        unknown: list[str] = []  # groups that may hold it
+        for invert, names in self.syscall_filter:
+            adds = invert == deny_mode  # an entry of the mode's own kind adds to the set
+            hit = _holds(name, names)
+            if hit is None:
+                unknown += [n for n in names if n.startswith("@")]
+                if held is not adds:
+                    held = None
+            elif hit:
+                held = adds
+                decided = ("~" if invert else "") + next(
+                    n for n in names if n in (name, "@known", *SYSCALL_GROUPS.get(name, ())))
+        refused = held if deny_mode else (None if held is None else not held)
+        if refused is False:
+            return None
+        if refused is None:
+            return (f"SystemCallFilter= may refuse (it names "
+                    f"{' '.join(dict.fromkeys(unknown))}, whose members are not known here)")
+        said = []
+        if decided.startswith("~"):
+            said.append(f"SystemCallFilter={decided} refuses"
+                        + (f" ({name} is in {decided[1:]})" if decided[1:] != name else ""))
+        if not deny_mode and not decided:
+            allow = " ".join(n for inv, names in self.syscall_filter if not inv for n in names)
+            said.append(f"allow-list SystemCallFilter={allow} does not hold")
+        return "; ".join(said) or "SystemCallFilter= refuses"
+
+
+def _holds(name: str, names: tuple[str, ...]) -> bool | None:
+    """Whether a ``SystemCallFilter=`` line's ``names`` hold system call ``name``; None
+    where one of its groups might and :data:`SYSCALL_GROUPS` does not say."""
+    groups = SYSCALL_GROUPS.get(name, frozenset())
+    if name in names or "@known" in names or groups & set(names):
+        return True
+    if name not in SYSCALL_GROUPS and any(n.startswith("@") for n in names):
+        return None
+    return False
+
 
 def _under(path: str, base: str) -> bool:
     path = path.rstrip("/") or "/"
@@ -197,6 +278,13 @@ def parse(texts: list[tuple[str, str]]) -> UnitSandbox:
             key, value = key.strip(), value.strip()
             if key == "CapabilityBoundingSet":
                 caps, dropped = _capabilities(caps, dropped, value)
+            elif key == "SystemCallFilter":
+                if not value:  # "the filter is reset, all prior assignments will have no
+                    box.syscall_filter = []  # effect" (systemd.exec(5))
+                    continue
+                # a deny-listed name may end in ":errno" (":EPERM"), what it returns
+                names = tuple(w.split(":", 1)[0] for w in value.lstrip("~").split())
+                box.syscall_filter.append((value.startswith("~"), names))
             elif key in _LISTS:
                 if value:
                     box.lists.setdefault(key, []).append(value)

@@ -134,7 +134,8 @@ class Egress:
 class SandboxNeeds:
     """What an action, with its parameters, needs from the sandbox of the systemd unit
     that runs it: hosts it connects to, paths it writes, device nodes it opens (paths or
-    globs), capabilities (``CAP_SYS_ADMIN``). ``unknown``, when set, says what cannot be
+    globs), capabilities (``CAP_SYS_ADMIN``), system calls a ``SystemCallFilter=`` may
+    refuse (``perf_event_open``). ``unknown``, when set, says what cannot be
     known ahead (a ``command``'s program): ``guardian check`` then describes the sandbox
     instead. ``guardian check`` compares them with the unit's settings and warns about
     each one the unit denies, with the drop-in that grants it."""
@@ -144,6 +145,7 @@ class SandboxNeeds:
     devices: tuple[str, ...] = ()
     capabilities: tuple[str, ...] = ()
     unknown: str = ""
+    syscalls: tuple[str, ...] = ()
 
 
 @dataclass

@@ -21,6 +21,14 @@ __all__ = ["DROPIN", "SandboxReport", "errors", "sandbox", "sandbox_warnings"]
 #: Where ``guardian check`` tells the operator to put what the configured actions need.
 DROPIN = "/etc/systemd/system/guardian.service.d/50-actions.conf"
 _EXAMPLE = "systemd/command-sandbox.conf.example"
+#: What the flight recorder's ``perf record -a`` needs (docs/service.md, "Flight
+#: recorder"): the perf_event_open system call (in systemd's @debug, which the shipped
+#: unit refuses), CAP_PERFMON to profile every CPU (perf_event_paranoid above -1 refuses
+#: it otherwise), CAP_IPC_LOCK for a ring above kernel.perf_event_mlock_kb, CAP_SYSLOG for
+#: kernel symbols where kernel.kptr_restrict is 1. Its files are written in ``flight/``
+#: beside the state file, which the state directory's own writes cover.
+FLIGHT_NEEDS = SandboxNeeds(capabilities=("CAP_PERFMON", "CAP_IPC_LOCK", "CAP_SYSLOG"),
+                            syscalls=("perf_event_open",))
 # a documentation address (RFC 5737): "any address but the allowed ones" for a host
 # whose address is not known here
 _SOME_ADDRESS = ipaddress.ip_address("192.0.2.1")
@@ -57,10 +65,10 @@ def _drain_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
 class _Denial:
     """One need the unit denies one action (or one config table)."""
 
-    kind: str  # egress, writes, devices, capabilities
+    kind: str  # egress, writes, devices, capabilities, syscalls
     who: str  # the action's name (kube.event), or the config table ([fleet])
     where: str  # path:line: rule 'x': use, or path: [table]
-    what: str  # the address, path, device or capability
+    what: str  # the address, path, device, capability or system call
     warning: str  # the whole warning, as said when it is the only one of its kind
     fix: tuple[str, ...]  # the drop-in's [Service] lines that grant it
 
@@ -68,8 +76,9 @@ class _Denial:
 @dataclass
 class SandboxReport:
     """What the unit's sandbox denies the configured actions: one warning per kind of need
-    denied (egress, writes, devices, capabilities; the actions named in it when more than
-    one is denied), and the [Service] lines of the drop-in that grants them all."""
+    denied (egress, writes, devices, capabilities, system calls; the actions named in it
+    when more than one is denied), and the [Service] lines of the drop-in that grants them
+    all."""
 
     unit: str
     warnings: list[str] = field(default_factory=list)
@@ -124,6 +133,7 @@ class SandboxReport:
                     "writes": "write paths the unit makes read-only",
                     "devices": "open devices the unit denies",
                     "capabilities": "use capabilities the unit's bounding set lacks",
+                    "syscalls": "make system calls the unit's SystemCallFilter= refuses",
                     }.get(kind, "need what the unit denies")
             grant = ([f"[Service] {' '.join(fix)} (`guardian check --dropin` prints it)"]
                      if fix else [])
@@ -137,10 +147,11 @@ class SandboxReport:
 
 def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
             root: Path = Path("/")) -> SandboxReport:
-    """Compare what each configured action needs (:meth:`Action.sandbox_needs`; and the
-    Kubernetes API server for ``[fleet]`` and ``[holds.kube]``) with the sandbox of the
-    unit that will run them: ``unit`` and its drop-ins, else the installed unit and its
-    drop-ins, else the package's own. A dry run, outside the unit, cannot show these."""
+    """Compare what each configured action needs (:meth:`Action.sandbox_needs`; the
+    Kubernetes API server for ``[fleet]`` and ``[holds.kube]``; perf's rights for an
+    enabled ``[evidence.flight]``) with the sandbox of the unit that will run them:
+    ``unit`` and its drop-ins, else the installed unit and its drop-ins, else the
+    package's own. A dry run, outside the unit, cannot show these."""
     from guardian.hostio.sandbox import unit_sources
 
     sources = unit_sources(root, unit)
@@ -157,6 +168,8 @@ def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
 
         where = f"{config.path if config else ''}: [{key}]"
         _compare(report, box, where, SandboxNeeds(egress=(api_server(params),)), root)
+    if config is not None and config.evidence.flight.enabled:
+        _compare(report, box, f"{config.path}: [evidence.flight]", FLIGHT_NEEDS, root)
     report._group(box)
     return report
 
@@ -205,6 +218,21 @@ def _compare(report: SandboxReport, box: UnitSandbox, where: str, needs: Sandbox
         if why:
             report._add(where, f"uses {cap}, which the unit's bounding set lacks ({why})",
                         [f"CapabilityBoundingSet={cap}"], kind="capabilities", what=cap)
+    for call in needs.syscalls:
+        why = box.syscall_denied(call)
+        if why:
+            # systemd.exec(5), SystemCallFilter=: "the first encountered will take
+            # precedence and will dictate the default action ... Then the next occurrences
+            # of this option will add or delete the listed system calls from the set":
+            # after the unit's allow-list (@system-service), even after its ~@debug, a
+            # drop-in's SystemCallFilter=perf_event_open adds it back; after a deny-list
+            # first line, it takes it out of the deny set. Either way it is let through.
+            errno = box.get("SystemCallErrorNumber")
+            fails = f"fails with {errno} (SystemCallErrorNumber={errno})" if errno else \
+                "kills the process (SIGSYS)"
+            report._add(where, f"calls {call}(), which the unit's {why}: the call {fails} "
+                        "when the service runs it", [f"SystemCallFilter={call}"],
+                        kind="syscalls", what=call)
 
 
 def _egress(report: SandboxReport, box: UnitSandbox, where: str, egress: Egress,

@@ -66,3 +66,30 @@ def test_devices_and_capabilities() -> None:
         "CAP_KILL")
     # only [Service] counts
     assert parse([("u", "[Unit]\nIPAddressDeny=any\n")]).ip_allowed(ip("10.0.0.5"))
+
+
+def test_the_system_call_filter_in_order_with_its_groups() -> None:
+    """The shipped unit's allow-list (@system-service) then ~@debug refuse perf_event_open
+    (in systemd's @debug); a later allow line adds it back, in either mode; "" resets."""
+    box = parse([("unit", SHIPPED)])
+    assert box.syscall_denied("perf_event_open") == \
+        "SystemCallFilter=~@debug refuses (perf_event_open is in @debug)"
+    granted = parse([("unit", SHIPPED), ("d", "[Service]\nSystemCallFilter=perf_event_open\n")])
+    assert granted.syscall_denied("perf_event_open") is None
+    # the allow-list alone does not hold it
+    assert parse([("u", "[Service]\nSystemCallFilter=@system-service\n")]).syscall_denied(
+        "perf_event_open") == "allow-list SystemCallFilter=@system-service does not hold"
+    # a deny-list first: ":errno" suffixes; a later allow line takes it out of the set
+    deny = "[Service]\nSystemCallFilter=~@mount @debug:EPERM\n"
+    assert parse([("u", deny)]).syscall_denied("perf_event_open")
+    assert parse([("u", deny + "SystemCallFilter=perf_event_open\n")]).syscall_denied(
+        "perf_event_open") is None
+    assert parse([("u", "[Service]\nSystemCallFilter=~@mount\n")]).syscall_denied(
+        "perf_event_open") is None
+    assert parse([("u", SHIPPED), ("d", "[Service]\nSystemCallFilter=\n")]).syscall_denied(
+        "perf_event_open") is None
+    assert parse([("u", "[Service]\n")]).syscall_denied("perf_event_open") is None
+    # a system call whose groups are not known here: the groups may refuse it
+    assert (box.syscall_denied("bpf") or "").startswith("SystemCallFilter= may refuse")
+    assert parse([("u", "[Service]\nSystemCallFilter=~bpf\n")]).syscall_denied("bpf") == \
+        "SystemCallFilter=~bpf refuses"

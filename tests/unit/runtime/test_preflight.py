@@ -154,3 +154,29 @@ def test_kube_actions_and_the_fleet_need_the_api_server(tmp_path: Path) -> None:
                            "Kubernetes API server https://10.96.0.1:6443 (10.96.0.1)): fix "
                            f"once: a drop-in {DROPIN} with [Service] IPAddressAllow=10.96.0.1")
     assert both.endswith("first: k.toml:2: rule 'cordon': kube.cordon")
+
+
+# -- perf: a system call the unit's SystemCallFilter= refuses (issue 43) -----------------
+
+def test_an_enabled_flight_recorder_needs_perf_event_open_and_its_capabilities(
+        tmp_path: Path) -> None:
+    """[evidence.flight] enabled runs perf record -a for as long as the service runs: its
+    needs are compared like an action's; disabled, nothing is said."""
+    from guardian.runtime.config import EvidenceConfig, FlightConfig
+
+    rules = load_text('version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
+                      'when = "memcg.dying > 1"\n  [[rule.action]]\n  use = "log"\n')
+    assert sandbox(rules, Config(path="g.toml"), root=tmp_path).warnings == []
+    config = Config(path="g.toml", evidence=EvidenceConfig(flight=FlightConfig(enabled=True)))
+    report = sandbox(rules, config, root=tmp_path)
+    said = "\n".join(report.warnings)
+    assert "g.toml: [evidence.flight]: calls perf_event_open()" in said
+    [caps] = [w for w in report.warnings if "capabilities" in w]
+    assert caps.startswith("[evidence.flight] use capabilities the unit's bounding set lacks "
+                           "(CAP_PERFMON; CAP_IPC_LOCK)")
+    assert report.dropin().endswith(
+        "[Service]\nCapabilityBoundingSet=CAP_PERFMON\nCapabilityBoundingSet=CAP_IPC_LOCK\n"
+        "SystemCallFilter=perf_event_open\n")  # CAP_SYSLOG: the shipped unit has it
+    write(tmp_path, "etc/systemd/system/guardian.service.d/50-actions.conf",
+          report.dropin())
+    assert sandbox(rules, config, root=tmp_path).warnings == []
