@@ -119,3 +119,52 @@ def test_a_host_config_with_webhooks_warns_once(
         "/etc/systemd/system/guardian.service.d/50-actions.conf with [Service] "
         "IPAddressAllow=10.213.0.1 (`guardian check --dropin` prints it)")
     assert "unit:" not in out
+
+
+PROFILE = '''version = 1
+[[rule]]
+name = "hot-core"
+summary = "s"
+when = "memcg.dying > 1"
+  [[rule.action]]
+  use = "evidence.profile"
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="until evidence.profile's sandbox_needs() declares "
+                   "syscalls=(\"perf_event_open\",) for method perf/auto (actions/evidence.py "
+                   "is another change's); then remove this mark")
+def test_a_perf_profile_gets_its_system_call_in_the_drop_in(
+        host: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43's review: --dropin printed only CapabilityBoundingSet=CAP_PERFMON, though
+    the unit's SystemCallFilter=~…@debug refuses perf_event_open; with the drop-in
+    installed check then passed and perf still failed (EPERM)."""
+    rules = write(tmp_path, "rules/p.toml", PROFILE)
+    unit = write(tmp_path, "guardian.service", SHIPPED_UNIT)
+    assert main(["check", "--unit", str(unit), "--dropin", str(rules)]) == 0
+    out, err = capsys.readouterr()
+    assert "SystemCallFilter=perf_event_open\n" in out
+    assert "CapabilityBoundingSet=CAP_PERFMON\n" in out
+    assert "which the unit's SystemCallFilter=~@debug refuses" in err
+    dropin = write(tmp_path, "guardian.service.d/50-actions.conf", out)
+    write(host, "etc/systemd/system/guardian.service", SHIPPED_UNIT)
+    write(host, "etc/systemd/system/guardian.service.d/50-actions.conf", dropin.read_text())
+    assert main(["check", "--dropin", str(rules)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "warning:" not in err, err
+
+
+def test_a_config_with_the_flight_recorder_gets_its_drop_in(
+        host: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43's review: [evidence.flight] enabled got "ok" and an empty --dropin."""
+    write(tmp_path, "rules/r.toml", 'version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
+          'when = "memcg.dying > 1"\n  [[rule.action]]\n  use = "log"\n')
+    config = write(tmp_path, "x.toml", f'[service]\nrules = ["{tmp_path}/rules"]\n'
+                   "[evidence.flight]\nenabled = true\n")
+    unit = write(tmp_path, "guardian.service", SHIPPED_UNIT)
+    assert main(["check", "--config", str(config), "--unit", str(unit), "--dropin"]) == 0
+    out, err = capsys.readouterr()
+    for line in ("CapabilityBoundingSet=CAP_PERFMON", "CapabilityBoundingSet=CAP_IPC_LOCK",
+                 "SystemCallFilter=perf_event_open"):
+        assert f"\n{line}\n" in out, out
+    assert f"{config}: [evidence.flight]: calls perf_event_open()" in err
