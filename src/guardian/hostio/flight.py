@@ -17,8 +17,9 @@ read; a dump, ``perf script`` included, has a hard timeout, after which perf scr
 process group is killed; a stop waits a bounded time, then kills perf. perf runs in its
 own session, and (where util-linux's ``setpriv`` is) dies with the thread that started it.
 
-Nothing here raises into the caller: a failure is logged once (per kind) and the method
-returns None. A task whose name record (COMM) was overwritten before the dump, and that
+Nothing here raises into the caller: a failure is logged once (per kind), with perf's own
+words (:func:`perf_message`: from its "Error" line, whole lines up to 600 characters), and
+the method returns None. A task whose name record (COMM) was overwritten before the dump, and that
 ended before it, shows as ``:<pid>``, as perf names it.
 
 :func:`current` is the recorder the service started (None when none runs): the evidence
@@ -51,6 +52,8 @@ START_TIMEOUT = 10.0  # perf answers its control pipe once its events are open
 STOP_TIMEOUT = 10.0  # then SIGKILL
 MAX_FILES = 2  # perf's own bound on switched files, should a dump not remove its own
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C", "LC_ALL": "C"}
+MESSAGE_CHARS = 600  # perf's words in one log line (its refusal names the capability)
+LOG_TAIL = 16384  # the end of perf.log read for them (a long run's progress lines before)
 
 _current: FlightRecorder | None = None
 _current_lock = threading.Lock()
@@ -308,19 +311,48 @@ class FlightRecorder:
                 p.unlink()
 
     def _perf_said(self) -> str:
+        """What perf said on its stderr, for one log line: :func:`perf_message` of the
+        end of perf.log (its last 16 KiB)."""
         if self._workdir is None:
             return ""
         try:
-            text = (self._workdir / "perf.log").read_bytes()[-2000:]
+            with open(self._workdir / "perf.log", "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - LOG_TAIL))
+                text = f.read(LOG_TAIL).decode(errors="replace")
         except OSError:
             return ""
-        lines = [ln.strip() for ln in text.decode(errors="replace").splitlines()]
-        return " ".join(ln for ln in lines if ln)[-500:]
+        lines = text.splitlines()
+        return perf_message(lines[1:] if size > LOG_TAIL else lines)
 
     def _once(self, kind: str, msg: str, *args: object) -> None:
         if kind not in self._logged:
             self._logged.add(kind)
             log.warning(msg, *args)
+
+
+def perf_message(lines: list[str], limit: int = MESSAGE_CHARS) -> str:
+    """perf's message, from its own words, as one line: from its last line that starts
+    "Error" (perf prints "Error:" then what is wrong and which capability or setting would
+    allow it), else from its first; blank lines and perf record's progress lines ("[ perf
+    record: … ]") left out; whole lines joined while they fit in ``limit`` characters,
+    then " …" where more followed (one line longer than the limit is cut at a word)."""
+    kept = [ln.strip() for ln in lines
+            if ln.strip() and not (ln.startswith("[ perf record:") and ln.endswith("]"))]
+    errors = [i for i, ln in enumerate(kept) if ln.startswith("Error")]
+    kept = kept[errors[-1]:] if errors else kept
+    out: list[str] = []
+    used = 0
+    for ln in kept:
+        size = len(ln) + (1 if out else 0)  # and the space before it
+        if used + size > limit:
+            if not out:  # the first line alone is too long: its words that fit
+                out.append(ln[:limit].rsplit(" ", 1)[0])
+            out.append("…")
+            break
+        out.append(ln)
+        used += size
+    return " ".join(out)
 
 
 def _setpriv_pdeathsig() -> str | None:

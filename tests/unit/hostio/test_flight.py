@@ -84,3 +84,47 @@ def test_not_running_dumps_nothing_and_is_not_current(tmp_path: Path) -> None:
     assert flight.current() is None
     rec.stop()  # a stop without a start is nothing
 
+
+
+# what this host's perf 6.1 wrote on stderr, run as nobody (perf_event_paranoid 2)
+REFUSED = """\
+Error:
+Access to performance monitoring and observability operations is limited.
+Consider adjusting /proc/sys/kernel/perf_event_paranoid setting to open
+access to performance monitoring and observability operations for processes
+without CAP_PERFMON, CAP_SYS_PTRACE or CAP_SYS_ADMIN Linux capability.
+More information can be found at 'Perf events and tool security' document:
+https://www.kernel.org/doc/html/latest/admin-guide/perf-security.html
+perf_event_paranoid setting is 2:
+  -1: Allow use of (almost) all events by all users
+      Ignore mlock limit after perf_event_mlock_kb without CAP_IPC_LOCK
+>= 0: Disallow raw and ftrace function tracepoint access
+>= 1: Disallow CPU event access
+>= 2: Disallow kernel profiling
+To make the adjusted perf_event_paranoid setting permanent preserve it
+in /etc/sysctl.conf (e.g. kernel.perf_event_paranoid = <setting>)
+"""
+
+
+def test_a_perf_that_may_not_profile_is_said_from_its_first_words(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 43's review: the warning held the tail of perf's message, cut mid-word
+    ("status 255 ol security' document: …"), without the CAP_PERFMON it needs."""
+    import logging
+
+    fake = tmp_path / "perf"
+    fake.write_text("#!/bin/sh\ncat >&2 <<'EOF'\n" + REFUSED + "EOF\nexit 255\n")
+    fake.chmod(0o755)
+    rec = FlightRecorder(perf=str(fake), workdir=tmp_path / "w")
+    with caplog.at_level(logging.WARNING, logger="guardian.flight"):
+        rec.start()
+    rec.stop()
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("flight recorder not started: perf exited with status 255 "
+                           "Error: Access to performance monitoring and observability "
+                           "operations is limited. Consider adjusting"), said
+    assert "without CAP_PERFMON, CAP_SYS_PTRACE or CAP_SYS_ADMIN Linux capability." in said
+    # bounded, at a line's end: what follows is left out, said with "…"
+    assert len(said) < 700 and said.endswith(" …"), said
+    kept = said.removesuffix(" …")
+    assert any(kept.endswith(line.strip()) for line in REFUSED.splitlines()), said
