@@ -85,6 +85,8 @@ class Executed:
             what = f"{what} ({self.outcome.error})" if what else self.outcome.error
         elif self.error:
             what = f"{what} ({self.error})" if what else self.error
+        if self.outcome is not None and self.outcome.ok and self.outcome.detail:
+            what = f"{what} → {self.outcome.detail}" if what else self.outcome.detail  # found
         return f"{self.use} {self.result}: {what}" if what else f"{self.use} {self.result}"
 
     def to_dict(self) -> dict[str, Any]:

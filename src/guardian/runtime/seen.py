@@ -50,7 +50,7 @@ def action_line(entry: dict[str, Any]) -> str:
     capture's adds its gist and bundle (``→ kubelet: 41% of sampled kernel time in
     mem_cgroup_nr_lru_pages; evidence in /var/lib/guardian/evidence/…``)."""
     line = f"{clock(entry['at'])} {entry['what']}"
-    if entry.get("bundle"):
+    if entry.get("bundle") and str(entry["bundle"]) not in entry["what"]:  # said already
         line += f" → {entry.get('hot') or 'no kernel time sampled'}; evidence in " \
                 f"{entry['bundle']}"
     return line
