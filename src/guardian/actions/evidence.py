@@ -1,9 +1,10 @@
 """The ``evidence.profile`` action: when a rule fires, capture *where in the kernel* the
 time goes, as the incident needed (kubelet in ``mem_cgroup_nr_lru_pages``).
 
-A bounded CPU profile with kernel and user stacks of the hot cores (the ``cpu`` members the
-rule's evidence matched) or of the whole node, through ``perf record -g`` and ``perf
-script``; without perf (or without the right to use it), by sampling
+A bounded CPU profile with kernel and user stacks of the whole node (``-a``; ``-C`` only
+the ``cores`` configured: the scheduler moves a burner off the core a rule matched, so the
+matched ``cpu`` members are kept as metadata, never profiled alone), through ``perf record
+-g`` and ``perf script``; without perf (or without the right to use it), by sampling
 ``/proc/<pid>/task/<tid>/stack`` and ``wchan`` of the tasks burning system time. Each
 capture is a bundle, ``state_dir``/evidence/<time>-<rule>/: ``stacks.folded``,
 ``flamegraph.svg``, ``profile.speedscope.json``, ``kmsg.txt`` (the kernel log near the
@@ -27,7 +28,7 @@ import re
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
@@ -59,9 +60,10 @@ class EvidenceParams(BaseModel):
     seconds: Duration = Field(2.0, gt=0, le=120, description="how long the profile runs")
     frequency: int = Field(99, ge=1, le=999, description="samples a second per CPU "
                            "(perf -F; the fallback samples each task at this rate)")
-    cores: list[int] | None = Field(None, description="the CPUs to profile; default: the "
-                                    "`cpu` members the rule's evidence matched (a hot core), "
-                                    "else every CPU")
+    cores: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="the CPUs to profile (perf -C; online CPUs only); default: "
+        "every CPU (-a), the `cpu` members the rule's evidence matched kept as "
+        "`matched_cores`")
     method: Literal["auto", "perf", "proc"] = Field(
         "auto", description="perf: perf record; proc: sample /proc/<pid>/stack and wchan "
         "of the tasks burning system time; auto: perf where it can run, else proc")
@@ -70,7 +72,9 @@ class EvidenceParams(BaseModel):
     top: int = Field(10, ge=1, le=100, description="tasks kept in tasks.json (and "
                      "sampled by the fallback)")
     state_dir: str = Field("/var/lib/guardian", description="bundles go to "
-                           "STATE_DIR/evidence/<time>-<rule>/")
+                           "STATE_DIR/evidence/<time>-<rule>/ (guardian's own directory, "
+                           "writable by no one else; `guardian why` looks in the directory "
+                           "of `[service] state_file`: set both alike)")
     keep: int = Field(10, ge=1, le=1000, description="bundles kept (oldest removed first)")
     max_bytes: int = Field(64 << 20, ge=1 << 20, description="bytes all bundles may take "
                            "(oldest removed first)")
@@ -93,6 +97,7 @@ class EvidenceParams(BaseModel):
 class EvidencePayload(TypedDict):
     method: str
     cores: list[int] | None
+    matched_cores: list[int] | None
     bundle: str
     perf: str
     notes: list[str]
@@ -109,6 +114,25 @@ def _cores_of(ctx: ActionContext) -> list[int] | None:
             if k == "cpu" and v.isdigit():
                 cores.add(int(v))
     return sorted(cores) or None
+
+
+def _ranges(cpus: set[int]) -> str:
+    """``{0, 1, 2, 5}`` → ``0-2,5``."""
+    out: list[str] = []
+    for c in sorted(cpus):
+        if out and c - 1 == int(out[-1].rpartition("-")[2]):
+            out[-1] = f"{out[-1].partition('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)
+
+
+def _bytes(n: int) -> str:
+    """``67108864`` → ``64 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} bytes"
 
 
 def unit_of_cgroup(cgroup: str) -> str:
@@ -136,26 +160,31 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         return SandboxNeeds(writes=(self.params.state_dir,), capabilities=caps)
 
     # -- where ---------------------------------------------------------------------------
-    def _dir(self, ctx: ActionContext) -> Path:
-        return resolve_under(ctx.host.root, self.params.state_dir) / EVIDENCE_DIR
-
-    def _captures(self, ctx: ActionContext) -> list[float]:
-        """When the recorded captures were taken (Unix time); fail closed (ValueError) on
-        a record that exists but cannot be read."""
-        return store.read_captures(self._dir(ctx))
+    def _state(self, ctx: ActionContext) -> Path:
+        return resolve_under(ctx.host.root, self.params.state_dir)
 
     # -- plan ----------------------------------------------------------------------------
     def plan(self, ctx: ActionContext) -> Plan[EvidencePayload]:
         p = self.params
         proc = ctx.host.proc
-        cores = p.cores if p.cores else _cores_of(ctx)
+        cores = sorted(set(p.cores)) if p.cores else None
+        matched = _cores_of(ctx)
         now = time.time()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-        bundle = self._dir(ctx) / f"{stamp}-{_SAFE.sub('_', ctx.rule)[:60]}"
+        base = self._state(ctx) / EVIDENCE_DIR
+        bundle = base / f"{stamp}-{_SAFE.sub('_', ctx.rule)[:60]}"
         notes: list[str] = []
         plan: Plan[EvidencePayload] = Plan(self.name, ctx.rule, data={
-            "method": "", "cores": cores, "bundle": str(bundle), "perf": p.perf,
-            "notes": notes})
+            "method": "", "cores": cores, "matched_cores": matched, "bundle": str(bundle),
+            "perf": p.perf, "notes": notes})
+        if cores:
+            online = profile.online_cpus(ctx.host.sys)
+            if online is None:
+                plan.refused.append("cannot read the online CPUs "
+                                    "(/sys/devices/system/cpu/online) to check `cores`")
+            elif not set(cores) <= online:
+                plan.refused.append(f"cores {sorted(set(cores) - online)} are not online "
+                                    f"CPUs of this machine ({_ranges(online)})")
         perf_no = profile.perf_refusals(p.perf, proc) if p.method != "proc" else []
         if p.method == "perf" and perf_no:
             plan.refused += [f"cannot profile with perf on this host: {w}" for w in perf_no]
@@ -172,11 +201,23 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
             if no_stack:
                 notes.append(no_stack)
         plan.data["method"] = method
+        taken: list[float] = []
         try:
-            taken = self._captures(ctx)
-        except ValueError as exc:
-            plan.refused.append(f"{exc}: no capture until it is fixed or removed")
-            taken = []
+            with store.EvidenceDir.open(self._state(ctx)) as ev:
+                try:
+                    taken = ev.read_captures()
+                except ValueError as exc:
+                    plan.refused.append(f"{exc}: no capture until it is fixed or removed")
+                if ev.locked():
+                    plan.refused.append("another capture is running (its lock is held)")
+        except store.Untrusted as exc:
+            plan.refused.append(f"the evidence directory cannot be trusted: {exc.strerror}"
+                                " (root writes there: it must be guardian's own and "
+                                "writable by no one else)")
+        except FileNotFoundError:
+            pass  # made at the first capture
+        except OSError as exc:
+            plan.refused.append(f"cannot use {base}: {exc.strerror or exc}")
         last = max(taken, default=None)
         if last is not None and now - last < p.cooldown:
             plan.refused.append(f"cooldown: the last capture was {now - last:.0f}s ago, "
@@ -185,9 +226,9 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         if len(recent) >= p.budget:
             plan.refused.append(f"budget: {len(recent)} captures within "
                                 f"{p.budget_window:g}s, at most {p.budget}")
-        if store.locked(self._dir(ctx)):
-            plan.refused.append("another capture is running (its lock is held)")
         where = f"cpu {','.join(map(str, cores))}" if cores else "every cpu"
+        if matched and not cores:
+            where += f" (the rule matched cpu {','.join(map(str, matched))})"
         if method == "perf":
             argv = profile.perf_record_argv(p.perf, cores, p.frequency, p.seconds,
                                             bundle / "perf.data")
@@ -198,55 +239,69 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
             plan.steps.append(Step(where, f"sample /proc/<pid>/task/<tid>/stack and wchan "
                                    f"of the top {p.top} system-time tasks at "
                                    f"{p.frequency} Hz for {p.seconds:g}s → stacks.folded"))
+        # a manual `guardian act` runs in its own process: never the service's recorder
+        flight = p.flight and ctx.kind != "manual"
         plan.steps.append(Step(str(bundle), "write stacks.folded, flamegraph.svg, "
                                "profile.speedscope.json, kmsg.txt, tasks.json, "
                                "summary.json" + (", flight.folded (when a flight recorder runs)"
-                                                  if p.flight else "")
-                               + f"; keep {p.keep} bundles, {p.max_bytes} bytes"))
+                                                  if flight else "")
+                               + f"; keep {p.keep} bundles, {_bytes(p.max_bytes)}"))
         plan.note = "; ".join(notes)
         return plan
 
     # -- apply ---------------------------------------------------------------------------
     def apply(self, plan: Plan[EvidencePayload], ctx: ActionContext) -> Outcome:
-        base = self._dir(ctx)
+        base = self._state(ctx) / EVIDENCE_DIR
         try:
-            lock = store.CaptureLock.open(base)
+            ev = store.EvidenceDir.open(self._state(ctx), create=True)
+        except store.Untrusted as exc:
+            return Outcome(ok=False, error=f"the evidence directory cannot be trusted: "
+                                           f"{exc.strerror}")
         except OSError as exc:
             return Outcome(ok=False, error=f"cannot use {base}: {exc.strerror or exc}")
+        lock = None
         try:
+            lock = ev.lock()
             if not lock.take():
                 return Outcome(ok=False, error="another capture is running")
             try:
-                self._record(ctx, time.time())
+                self._record(ev, time.time())
             except (OSError, ValueError) as exc:
                 return Outcome(ok=False, error=f"cannot record the capture: {exc}")
-            return self._capture(plan, ctx, Path(plan.data["bundle"]))
+            try:
+                bundle = ev.make_bundle(Path(plan.data["bundle"]).name)
+            except OSError as exc:
+                return Outcome(ok=False, error=f"cannot make the bundle "
+                                               f"{plan.data['bundle']}: {exc.strerror or exc}")
+            with bundle:
+                return self._capture(plan, ctx, ev, bundle)
+        except OSError as exc:
+            return Outcome(ok=False, error=f"cannot use {base}: {exc.strerror or exc}")
         finally:
-            lock.close()  # releases the lock
+            if lock is not None:
+                lock.close()  # releases the lock
+            ev.close()
 
-    def _record(self, ctx: ActionContext, now: float) -> None:
+    def _record(self, ev: store.EvidenceDir, now: float) -> None:
         """Spend the budget before capturing (a crash mid-capture still counts)."""
         p = self.params
-        kept = [t for t in self._captures(ctx)
+        kept = [t for t in ev.read_captures()
                 if now - t < max(p.budget_window, p.cooldown)]
-        store.write_captures(self._dir(ctx), [*kept, now])
+        ev.write_captures([*kept, now])
 
     def _capture(self, plan: Plan[EvidencePayload], ctx: ActionContext,
-                 bundle: Path) -> Outcome:
+                 ev: store.EvidenceDir, bundle: store.Bundle) -> Outcome:
         p = self.params
         proc = ctx.host.proc
         cores = plan.data["cores"]
         method = plan.data["method"]
         notes = list(plan.data["notes"])
-        try:
-            store.make_bundle(bundle)
-        except OSError as exc:
-            return Outcome(ok=False, error=f"cannot make the bundle {bundle}: "
-                                           f"{exc.strerror or exc}")
         started = time.time()
         before = profile.task_times(proc)
         if method == "perf":
-            prof = profile.perf_profile(p.perf, cores, p.frequency, p.seconds, bundle,
+            # perf writes perf.data by path: the bundle, in directories just checked to be
+            # guardian's own and writable by no one else (removed after)
+            prof = profile.perf_profile(p.perf, cores, p.frequency, p.seconds, bundle.path,
                                         p.timeout, p.max_script_bytes)
             if prof.error and p.method == "auto":
                 notes.append(f"perf failed ({prof.error}): sampled /proc/<pid>/stack "
@@ -257,44 +312,80 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         tasks = self._tasks(proc, before, profile.task_times(proc), ctx)
         notes += prof.notes
         files = []
+        where = f"cpu {','.join(map(str, cores))}" if cores else "every cpu"
         if prof.folded:
-            profile.write_folded(bundle / "stacks.folded", prof.folded)
-            title = f"guardian evidence: {ctx.rule} ({prof.method}, {prof.samples} samples" \
-                    + (f", cpu {','.join(map(str, cores))})" if cores else ", every cpu)")
-            store.write_file(bundle, "flamegraph.svg", flamegraph.svg(prof.folded, title))
-            store.write_file(bundle, "profile.speedscope.json",
-                             json.dumps(flamegraph.speedscope(prof.folded, title)))
+            bundle.write("stacks.folded", profile.folded_text(prof.folded))
+            title = f"guardian evidence: {ctx.rule} ({prof.method}, {prof.samples} " \
+                    f"samples, {where})"
+            bundle.write("flamegraph.svg", flamegraph.svg(prof.folded, title))
+            bundle.write("profile.speedscope.json",
+                         json.dumps(flamegraph.speedscope(prof.folded, title)))
             files += ["stacks.folded", "flamegraph.svg", "profile.speedscope.json"]
-        store.write_file(bundle, "tasks.json", json.dumps(tasks, indent=1))
+        bundle.write("tasks.json", json.dumps(tasks, indent=1))
         files.append("tasks.json")
         kmsg, kmsg_note = self._kmsg(ctx)
         if kmsg_note:
             notes.append(kmsg_note)
-        store.write_file(bundle, "kmsg.txt", "".join(line + "\n" for line in kmsg))
+        bundle.write("kmsg.txt", "".join(line + "\n" for line in kmsg))
         files.append("kmsg.txt")
-        flight = self._flight(bundle) if p.flight else None
+        flight = self._flight(bundle.path) if p.flight and ctx.kind != "manual" else None
         if flight:
             files.append(flight)
         hot = flamegraph.hottest_kernel(prof.folded)
         line = flamegraph.hot_line(hot)
+        burners = profile.running_burners(prof)
+        if burners and prof.tasks and burners[0] is prof.tasks[0]:
+            names = ", ".join(f"{b['comm']} (pid {b['pid']})" for b in burners[:3])
+            said = (f"{names}: the most system time, but on a CPU at every other read or "
+                    "more: a running task's kernel stack cannot be read (perf samples it)")
+            notes.append(said)
+            line = said + (f"; the others' stacks: {line}" if hot["kernel_samples"] else "")
+        missing = self._top_missing(tasks, prof.folded)
+        if missing:
+            notes.append(missing)
+            line += f"; {missing}"
         summary = {
             "rule": ctx.rule, "at": started, "method": prof.method,
-            "seconds": prof.seconds, "requested_seconds": p.seconds,
-            "frequency": p.frequency, "cores": cores, "samples": prof.samples,
+            "seconds": p.seconds, "took": round(time.time() - started, 3),
+            "frequency": p.frequency, "cores": cores,
+            "matched_cores": plan.data["matched_cores"], "samples": prof.samples,
+            "kernel_samples": hot["kernel_samples"],
             "hottest": hot, "line": line, "error": prof.error, "notes": notes,
+            "sampled_tasks": prof.tasks,
             "files": [*files, SUMMARY], "flight": bool(flight),
             "evidence": ctx.values,
         }
-        store.write_file(bundle, SUMMARY, json.dumps(summary, indent=1, default=str))
-        removed = store.prune(self._dir(ctx), p.keep, p.max_bytes, keep_newest=bundle)
-        data = {"bundle": str(bundle), "method": prof.method, "samples": prof.samples,
+        bundle.write(SUMMARY, json.dumps(summary, indent=1, default=str))
+        removed = ev.prune(p.keep, p.max_bytes, keep_newest=bundle.path.name)
+        data = {"bundle": str(bundle.path), "method": prof.method,
+                "samples": prof.samples, "kernel_samples": hot["kernel_samples"],
                 "hot": line, "removed": removed}
         if not prof.folded:
             return Outcome(ok=False, error=f"no stacks captured ({prof.method}): "
-                           f"{prof.error or 'no samples'}; bundle {bundle}", data=data)
-        return Outcome(ok=True, detail=f"{prof.method}, {prof.samples} samples in "
-                       f"{prof.seconds:g}s: {line}; bundle {bundle}", verified=True,
-                       data=data)
+                           f"{prof.error or 'no samples'}; bundle {bundle.path}", data=data)
+        head = f"{prof.method}, {where}, {p.seconds:g}s"
+        if not hot["kernel_samples"]:
+            # nothing to check the capture against: not "verified"
+            return Outcome(ok=True, detail=f"captured, no kernel stacks sampled ({head}, "
+                           f"{prof.samples} samples): {line}; bundle {bundle.path}",
+                           verified=None, data=data)
+        return Outcome(ok=True, detail=f"{head}: {line}; bundle {bundle.path}",
+                       verified=True, data=data)
+
+    @staticmethod
+    def _top_missing(tasks: dict[str, Any], folded: Counter[str]) -> str:
+        """Said when the task with the most system time during the capture has no kernel
+        sample in the profile (it ran where or when the profile did not look)."""
+        rows = tasks.get("during_capture") or []
+        if not rows:
+            return ""
+        top = rows[0]
+        seen = {stack.split(";", 1)[0] for stack, _ in folded.items()
+                if stack.rsplit(";", 1)[-1].endswith(flamegraph.KERNEL)}
+        if top["comm"].replace(";", ":") in seen:
+            return ""
+        return (f"the top system-time task, {top['comm']} (pid {top['pid']}, "
+                f"{top['system_seconds']:g}s system), has no kernel samples in the profile")
 
     def _tasks(self, proc: Path, before: dict[tuple[int, int], profile.TaskTime],
                after: dict[tuple[int, int], profile.TaskTime], ctx: ActionContext

@@ -104,16 +104,43 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def _latest_evidence(state_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest evidence bundle under the state directory (``evidence.profile``'s)."""
-    from guardian.hostio.bundles import EVIDENCE_DIR, latest
-    return latest(state_dir / EVIDENCE_DIR)
+EVIDENCE_RECENT = 24 * 3600.0  # `why` names a bundle taken this recently, no older one
 
 
-def _evidence_line(bundle: Path, summary: dict[str, Any]) -> str:
-    """``Evidence (rule, 10:42:07, perf, 2s, 380 samples): kubelet: 41% of sampled kernel
-    time in mem_cgroup_nr_lru_pages; in /var/lib/guardian/evidence/…``."""
+def _latest_evidence(state_dir: Path, now: float | None = None
+                     ) -> tuple[Path, dict[str, Any]] | None:
+    """The newest evidence bundle under the state directory (``evidence.profile``'s) taken
+    within :data:`EVIDENCE_RECENT`; an older one is not what is wrong now."""
+    from guardian.hostio.bundles import latest
+    now = time.time() if now is None else now
+    return latest(state_dir, since=now - EVIDENCE_RECENT)
+
+
+def _evidence_line(bundle: Path, summary: dict[str, Any], now: float | None = None) -> str:
+    """``Evidence (rule, 2026-12-04 22:27, 3m ago, perf, 2s, 84 kernel of 380 samples):
+    kubelet: 41 of 84 kernel samples (49%) in mem_cgroup_nr_lru_pages; in
+    /var/lib/guardian/evidence/…``."""
     at = summary.get("at")
-    when = seen_file.clock(float(at)) if isinstance(at, (int, float)) else "?"
-    return (f"Evidence ({summary.get('rule', '?')}, {when}, {summary.get('method', '?')}, "
-            f"{summary.get('samples', 0)} samples): {summary.get('line', '')}; in {bundle}")
+    now = time.time() if now is None else now
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(at))) + \
+            f", {_age(now - float(at))} ago"
+    else:
+        when = "?"
+    seconds = summary.get("seconds")
+    window = f", {seconds:g}s" if isinstance(seconds, (int, float)) else ""
+    kernel = summary.get("kernel_samples")
+    samples = f"{kernel} kernel of {summary.get('samples', 0)} samples" \
+        if isinstance(kernel, int) else f"{summary.get('samples', 0)} samples"
+    return (f"Evidence ({summary.get('rule', '?')}, {when}, {summary.get('method', '?')}"
+            f"{window}, {samples}): {summary.get('line', '')}; in {bundle}")
+
+
+def _age(seconds: float) -> str:
+    """``42s``, ``3m``, ``5h12m``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -20,6 +20,7 @@ from html import escape
 from typing import Any
 
 KERNEL = "_[k]"
+UNINTERRUPTIBLE = "[uninterruptible]"  # the /proc fallback's mark of a task in D state
 
 
 @dataclass
@@ -131,6 +132,8 @@ def hottest_kernel(folded: Counter[str], top: int = 5) -> dict[str, Any]:
             continue
         kernel += n
         fn = frames[-1][:-len(KERNEL)]
+        if frames[1] == UNINTERRUPTIBLE:
+            fn += " (uninterruptible wait)"
         functions[fn] += n
         by_comm[frames[0]] += n
         pairs[(frames[0], fn)] += n
@@ -154,11 +157,13 @@ def _idle(comm: str) -> bool:
 
 
 def hot_line(hot: dict[str, Any]) -> str:
-    """One line: ``kubelet: 41% of sampled kernel time in mem_cgroup_nr_lru_pages``."""
+    """One line, with the counts a percentage comes from: ``kubelet: 41 of 100 kernel
+    samples (41%) in mem_cgroup_nr_lru_pages (then kubelet 39 in other)``."""
     top = hot.get("top") or []
     if not top:
-        return f"no kernel time sampled ({hot.get('samples', 0)} samples)"
+        return f"no kernel stacks sampled ({hot.get('samples', 0)} samples)"
     first = top[0]
-    line = f"{first['comm']}: {first['pct']:g}% of sampled kernel time in {first['function']}"
-    more = [f"{t['comm']} {t['pct']:g}% in {t['function']}" for t in top[1:3]]
+    line = (f"{first['comm']}: {first['samples']} of {hot['kernel_samples']} kernel "
+            f"samples ({first['pct']:g}%) in {first['function']}")
+    more = [f"{t['comm']} {t['samples']} in {t['function']}" for t in top[1:3]]
     return line + (f" (then {', '.join(more)})" if more else "")

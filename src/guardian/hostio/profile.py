@@ -101,8 +101,9 @@ def proc_stack_refusal(proc: Path, caps: int | None = None) -> str | None:
 
 
 # -- folding ------------------------------------------------------------------------------
-def write_folded(path: Path, folded: Counter[str]) -> None:
-    path.write_text("".join(f"{stack} {n}\n" for stack, n in sorted(folded.items())))
+def folded_text(folded: Counter[str]) -> str:
+    """The folded stacks as the collapsed format's text (one ``stack COUNT`` a line)."""
+    return "".join(f"{stack} {n}\n" for stack, n in sorted(folded.items()))
 
 
 def read_folded(text: str) -> Counter[str]:
@@ -135,9 +136,10 @@ class Profile:
 def perf_record_argv(perf: str, cores: list[int] | None, frequency: int, seconds: float,
                      data: Path) -> list[str]:
     """The ``perf record`` command: call graphs, ``-C`` the cores or ``-a`` every one, no
-    build-id cache (nothing written outside the bundle), ``sleep`` bounding it."""
+    build-id cache (nothing written outside the bundle), ``sleep`` bounding it. Not
+    ``-q``: that hides perf's own reason when it fails."""
     where = ["-C", ",".join(str(c) for c in sorted(set(cores)))] if cores else ["-a"]
-    return [perf, "record", "-q", "-N", "-g", "-F", str(frequency), *where, "-o", str(data),
+    return [perf, "record", "-N", "-g", "-F", str(frequency), *where, "-o", str(data),
             "--", "sleep", f"{seconds:g}"]
 
 
@@ -154,8 +156,8 @@ def perf_profile(perf: str, cores: list[int] | None, frequency: int, seconds: fl
                           seconds + timeout)
         if rec.status != 0:
             prof.error = rec.error or f"perf record exited {rec.status}: " + \
-                _tail(rec.stderr)
-            if b"perf_event_open" in rec.stderr or b"Permission" in rec.stderr:
+                perf_reason(rec.stderr)
+            if any(w in rec.stderr for w in _DENIED):
                 prof.error += " (under systemd: the unit's SystemCallFilter=~@debug " \
                               "denies perf_event_open; see docs/actions.md)"
             return prof
@@ -178,9 +180,40 @@ def perf_profile(perf: str, cores: list[int] | None, frequency: int, seconds: fl
     return prof
 
 
+# what perf says when perf_event_open(2) is denied (tools/perf/util/evsel.c,
+# evsel__open_strerror: EPERM/EACCES)
+_DENIED = (b"No permission to enable", b"Access to performance monitoring",
+           b"perf_event_open", b"Permission denied")
+
+
+def perf_reason(raw: bytes) -> str:
+    """Perf's own reason, from what it wrote to stderr: its first line (after
+    ``Error:``) and its last, its progress lines (``[ perf record: …``) left out."""
+    lines = [ln.strip() for ln in raw.decode(errors="replace").splitlines()]
+    said = [ln for ln in lines if ln and ln != "Error:" and not ln.startswith("[ perf")]
+    if not said:
+        return "perf said nothing on stderr"
+    out = said[0] if len(said) == 1 else f"{said[0]} … {said[-1]}"
+    return out[:400]
+
+
 def _tail(raw: bytes) -> str:
     lines = [ln for ln in raw.decode(errors="replace").splitlines() if ln.strip()]
     return " / ".join(lines[-3:])[:400]
+
+
+def online_cpus(sys: Path) -> set[int] | None:
+    """The online CPUs (``/sys/devices/system/cpu/online``: ``0-3,5``), None when that
+    cannot be read."""
+    try:
+        text = (sys / "devices" / "system" / "cpu" / "online").read_text().strip()
+        out: set[int] = set()
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except (OSError, ValueError):
+        return None
+    return out
 
 
 # -- the fallback: /proc/<pid>/task/<tid>/stack ----------------------------------------------
@@ -191,16 +224,28 @@ class TaskTime:
     comm: str
     stime: int
     cpu: int
+    state: str = "?"  # R running, S sleeping, D uninterruptible wait, …
 
 
 def _task_stat(proc: Path, pid: int, tid: int) -> TaskTime | None:
     try:
         raw = (proc / str(pid) / "task" / str(tid) / "stat").read_bytes()
         st = parse_proc_stat(raw)
-        cpu = int(raw[raw.rfind(b")") + 2:].split()[36])
-    except (OSError, ValueError, IndexError):
+        rest = raw[raw.rfind(b")") + 2:].split()
+        cpu, state = int(rest[36]), rest[0].decode()
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
         return None
-    return TaskTime(pid, tid, st.comm, st.stime, cpu)
+    return TaskTime(pid, tid, st.comm, st.stime, cpu, state)
+
+
+def task_state(base: Path) -> str | None:
+    """A task's state (the third field of ``/proc/<pid>/task/<tid>/stat``: R, S, D, …),
+    None when it is gone."""
+    try:
+        raw = (base / "stat").read_bytes()
+        return raw[raw.rfind(b")") + 2:].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
 
 
 def task_times(proc: Path) -> dict[tuple[int, int], TaskTime]:
@@ -254,26 +299,41 @@ def stack_frames(text: str) -> list[str]:
     return out
 
 
+SHARE = 0.1  # a task is sampled when its system time is at least this share of the top's
+SLEEPING = "[sleeping]"  # S/I: a wait, not kernel CPU time (frames unmarked)
+UNINTERRUPTIBLE = "[uninterruptible]"  # D: a kernel wait worth seeing (frames kept _[k])
+RUNNING = "[running]"  # on a CPU: the kernel gives no stack of a running task
+
+
 def proc_profile(proc: Path, cores: list[int] | None, frequency: int, seconds: float,
                  top: int, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> Profile:
-    """Sample the kernel stacks of the ``top`` tasks that burn the most system time: a
-    first scan of every task's system time, a short wait (a quarter of ``seconds``, at most
-    1 s), a second scan; then ``/proc/<pid>/task/<tid>/stack`` (root, CAP_SYS_ADMIN) and
-    ``wchan`` of each at ``frequency`` for the rest. A stack is where the task last left
-    the CPU (a running task is not stopped to be read), so its innermost frames are often
-    the scheduler's; the outer ones say which system call or interrupt it was in."""
+    """Sample the kernel stacks of the tasks that burn the most system time: a first scan
+    of every task's system time, a short wait (a quarter of ``seconds``, at most 1 s), a
+    second scan; the ``top`` tasks with at least :data:`SHARE` of the hottest one's system
+    time are then read at ``frequency`` for the rest (``/proc/<pid>/task/<tid>/stack``,
+    root with CAP_SYS_ADMIN, else ``wchan``), each read as the task's state says:
+
+    - R (runnable, preempted): its kernel stack, frames marked ``_[k]`` (kernel time); on
+      a CPU the kernel gives no stack: ``comm;[running]``;
+    - D (uninterruptible): ``comm;[uninterruptible];…_[k]``, a kernel wait worth seeing;
+    - S/I (sleeping): ``comm;[sleeping];…`` with the frames unmarked, so a wait never
+      counts as kernel time; other states ``comm;[state X]``.
+
+    Each sampled task's reads by kind are kept in ``tasks``."""
     prof = Profile("proc-stack")
     started = clock()
     first = task_times(proc)
     sleep(min(1.0, seconds / 4))
     hot = hot_tasks(first, task_times(proc), cores, top)
+    if hot:
+        floor = hot[0][1] * SHARE
+        hot = [(t, n) for t, n in hot if n >= floor]
     if not hot:
         prof.error = "no task used system time" + (f" on cores {cores}" if cores else "")
         prof.seconds = round(clock() - started, 3)
         return prof
-    prof.tasks = [{"pid": t.pid, "tid": t.tid, "comm": t.comm, "cpu": t.cpu,
-                   "stime_ticks": n} for t, n in hot]
+    reads: dict[int, Counter[str]] = {t.tid: Counter() for t, _ in hot}
     end = started + seconds
     period = 1.0 / frequency
     stacks_read = 0
@@ -281,25 +341,51 @@ def proc_profile(proc: Path, cores: list[int] | None, frequency: int, seconds: f
         tick = clock()
         for t, _ in hot:
             base = proc / str(t.pid) / "task" / str(t.tid)
+            state = task_state(base)
+            if state is None:
+                continue  # gone
             frames = stack_frames(_read(base / "stack"))
             if frames:
                 stacks_read += 1
             else:
                 wchan = _read(base / "wchan").strip()
-                if wchan and wchan != "0":
-                    frames = [wchan]
-                elif not (base / "stat").exists():
-                    continue  # gone
-                else:
-                    frames = ["[running]"]
-            kernel = [f + KERNEL if not f.startswith("[") else f for f in reversed(frames)]
-            prof.folded[";".join([t.comm.replace(";", ":"), *kernel])] += 1
+                frames = [wchan] if wchan and wchan != "0" else []
+            comm = t.comm.replace(";", ":")
+            outer = list(reversed(frames))
+            if state in ("S", "I"):
+                kind, stack = "sleeping", [comm, SLEEPING, *outer]
+            elif state == "D":
+                kind = "uninterruptible"
+                stack = [comm, UNINTERRUPTIBLE, *(f + KERNEL for f in outer)]
+            elif state == "R" and frames:
+                kind, stack = "kernel", [comm, *(f + KERNEL for f in outer)]
+            elif state == "R":
+                kind, stack = "running", [comm, RUNNING]
+            else:
+                kind, stack = "other", [comm, f"[state {state}]"]
+            reads[t.tid][kind] += 1
+            prof.folded[";".join(stack)] += 1
         left = end - clock()
         if left <= 0:
             break
         sleep(max(0.0, min(left, period - (clock() - tick))))
+    prof.tasks = [{"pid": t.pid, "tid": t.tid, "comm": t.comm, "cpu": t.cpu,
+                   "stime_ticks": n, "reads": dict(reads[t.tid])} for t, n in hot]
     if not stacks_read:
         prof.notes.append("no /proc/<pid>/stack could be read (root with CAP_SYS_ADMIN "
                           "reads it): the stacks are wchan only")
     prof.seconds = round(clock() - started, 3)
     return prof
+
+
+def running_burners(prof: Profile) -> list[dict[str, object]]:
+    """The sampled tasks that were on a CPU at half their reads or more (their kernel
+    stacks could not be read), hottest first."""
+    out = []
+    for t in prof.tasks:
+        reads = t.get("reads")
+        if isinstance(reads, dict) and reads:
+            total = sum(int(v) for v in reads.values())
+            if 2 * int(reads.get("running", 0)) >= total:
+                out.append(t)
+    return out

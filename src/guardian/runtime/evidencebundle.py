@@ -11,6 +11,7 @@ from collections import deque
 from pathlib import Path
 
 from guardian.core.snapshot import Snapshot
+from guardian.hostio.bundles import SUMMARY, open_bundle
 from guardian.runtime.collector import Collector
 from guardian.runtime.executor import Executed
 from guardian.runtime.recording import Writer, header
@@ -43,7 +44,7 @@ class RecentSignals:
         if ex.use != USE or ex.outcome is None or not self.snapshots:
             return
         bundle = ex.outcome.data.get("bundle")
-        if not isinstance(bundle, str) or not Path(bundle).is_dir():
+        if not isinstance(bundle, str):
             return
         try:
             write_into(Path(bundle), self.collector, self.interval, list(self.snapshots))
@@ -54,20 +55,23 @@ class RecentSignals:
 
 def write_into(bundle: Path, collector: Collector, interval: float,
                snapshots: list[Snapshot]) -> Path:
-    """``bundle``/signals.rec.gz, and its name added to the bundle's summary."""
-    path = bundle / RECORDING
-    writer = Writer(path, header(collector, interval, note=f"evidence bundle {bundle.name}"))
-    try:
-        for snap in snapshots:
-            writer.write(snap)
-    finally:
-        writer.close()
-    summary = bundle / "summary.json"
-    try:
-        data = json.loads(summary.read_text())
-        data["files"] = sorted({*data.get("files", []), RECORDING})
-        data["history_snapshots"] = len(snapshots)
-        summary.write_text(json.dumps(data, indent=1, default=str))
-    except (OSError, ValueError):
-        pass
+    """``bundle``/signals.rec.gz, and its name added to the bundle's summary. The bundle is
+    checked first as the action made it (guardian's own, in guardian's own directories,
+    never through a symlink: :func:`guardian.hostio.bundles.open_bundle`); the recording
+    is a new file there (never through a symlink), the summary rewritten relative to the
+    bundle's descriptor. Raises OSError (a bundle not to be trusted among them)."""
+    with open_bundle(bundle) as b:
+        path = bundle / RECORDING
+        writer = Writer(path, header(collector, interval,
+                                     note=f"evidence bundle {bundle.name}"))
+        try:
+            for snap in snapshots:
+                writer.write(snap)
+        finally:
+            writer.close()
+        data = b.summary()
+        if data is not None:
+            data["files"] = sorted({*data.get("files", []), RECORDING})
+            data["history_snapshots"] = len(snapshots)
+            b.write(SUMMARY, json.dumps(data, indent=1, default=str))
     return path
