@@ -157,7 +157,10 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
         # CAP_SYS_PTRACE for other users' tasks)
         caps = ("CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_SYSLOG") \
             if self.params.method == "proc" else ("CAP_PERFMON", "CAP_SYSLOG")
-        return SandboxNeeds(writes=(self.params.state_dir,), capabilities=caps)
+        # perf_event_open: in systemd's @debug, which the shipped unit's filter refuses
+        calls = () if self.params.method == "proc" else ("perf_event_open",)
+        return SandboxNeeds(writes=(self.params.state_dir,), capabilities=caps,
+                            syscalls=calls)
 
     # -- where ---------------------------------------------------------------------------
     def _state(self, ctx: ActionContext) -> Path:

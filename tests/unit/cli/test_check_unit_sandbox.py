@@ -131,9 +131,6 @@ when = "memcg.dying > 1"
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="until evidence.profile's sandbox_needs() declares "
-                   "syscalls=(\"perf_event_open\",) for method perf/auto (actions/evidence.py "
-                   "is another change's); then remove this mark")
 def test_a_perf_profile_gets_its_system_call_in_the_drop_in(
         host: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 43's review: --dropin printed only CapabilityBoundingSet=CAP_PERFMON, though
