@@ -386,7 +386,8 @@ def test_unprivileged_overlay_says_what_it_cannot_read(
 
 def test_the_image_carries_what_the_manifests_use(image: str) -> None:
     """Before: lightkube absent from the image, so `[fleet]` and `kube.*` were config
-    errors (exit 78, CrashLoopBackOff)."""
+    errors (exit 78, CrashLoopBackOff); and perf absent (issue 43), so evidence.profile
+    fell back to /proc and the flight recorder never started."""
     out = podman("run", "--rm", "--network=none", *LIMITS, "--entrypoint=/opt/guardian/bin/python",
                  image, "-c", "import lightkube, httpx2; print('ok')", check=False)
     assert out.stdout.strip() == "ok", out.stderr
@@ -399,3 +400,8 @@ def test_the_image_carries_what_the_manifests_use(image: str) -> None:
     assert lic.returncode == 0, lic.stderr
     assert lic.stdout.startswith((REPO / "LICENSE").read_text()), lic.stdout[:300]
     assert info["Config"]["Labels"]["org.opencontainers.image.licenses"] == "Apache-2.0"
+    # perf, for evidence.profile and the flight recorder (before: not in the image)
+    perf = podman("run", "--rm", "--network=none", *LIMITS, "--entrypoint=/usr/bin/perf",
+                  image, "--version", check=False)
+    assert perf.returncode == 0 and perf.stdout.startswith("perf version "), \
+        perf.stdout + perf.stderr

@@ -63,3 +63,12 @@ def test_the_docs_say_where_and_how_to_set_the_image() -> None:
     doc = DOC.read_text()
     assert SET_IMAGE in doc and SET_IMAGE in (DEPLOY / "kustomization.yaml").read_text()
     assert "newTag" in doc
+
+
+def test_the_image_installs_perf() -> None:
+    """Issue 43's review: the docs say the DaemonSet's image must hold perf (evidence.profile,
+    the flight recorder), and the last stage installed only the .deb and util-linux."""
+    last = CONTAINERFILE.read_text().rsplit("\nFROM ", 1)[1]
+    assert last.startswith("debian:bookworm-slim")  # Debian's package name: linux-perf
+    installs = " ".join(re.findall(r"apt-get install ((?:\\\n|[^\n])+)", last))
+    assert "linux-perf" in installs.split(), installs
