@@ -119,7 +119,7 @@ def test_a_users_listener_on_an_endpoint_fires_nothing_and_says_why() -> None:
             assert snap.get("prom.sample") is None
             engine.evaluate(snap)
             assert engine.firing() == []  # before: gpu-dcgm-fallen-off-bus, critical
-            assert src.faults() == [f"dcgm: NotOwned: the listener on port {port} is uid "
+            assert src.faults() == [f"dcgm: the listener on port {port} is uid "
                                     f"{NOBODY}, not root (owner_uids)"]
         finally:
             src.close()
