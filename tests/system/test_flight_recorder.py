@@ -123,6 +123,10 @@ def test_a_perf_that_may_not_profile_is_said_once_and_never_raises(
         assert len(said) == 1, said
         assert said[0].startswith("flight recorder not started: perf exited"), said
         assert "perf_event_paranoid" in said[0], said
+        # perf's first words, with the capability it needs (before: its last 500
+        # characters, cut mid-word, without CAP_PERFMON; issue 43)
+        assert "perf exited with status 255 Error: Access to performance" in said[0], said
+        assert "CAP_PERFMON" in said[0], said
     finally:
         rec.stop()
         shutil.rmtree(work, ignore_errors=True)
