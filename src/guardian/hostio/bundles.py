@@ -27,6 +27,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from guardian.core.errors import GuardianError
+
 EVIDENCE_DIR = "evidence"  # under the state directory
 RECORD = "captures.json"
 LOCK = ".capture.lock"
@@ -35,7 +37,7 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_READ = 1 << 20  # a record or summary larger than this is not ours
 
 
-class Untrusted(OSError):
+class Untrusted(GuardianError, OSError):
     """A directory on the way that someone other than guardian could change."""
 
 
