@@ -36,7 +36,7 @@ from typing_extensions import TypedDict
 from guardian.core import flamegraph
 from guardian.core.durations import Duration
 from guardian.hostio import bundles as store
-from guardian.hostio import profile
+from guardian.hostio import irq, profile
 from guardian.hostio.bundles import EVIDENCE_DIR, SUMMARY
 from guardian.hostio.host import resolve_under
 from guardian.hostio.kmsg import RECORD_MAX, KmsgDevice, record_fields
@@ -116,17 +116,6 @@ def _cores_of(ctx: ActionContext) -> list[int] | None:
     return sorted(cores) or None
 
 
-def _ranges(cpus: set[int]) -> str:
-    """``{0, 1, 2, 5}`` → ``0-2,5``."""
-    out: list[str] = []
-    for c in sorted(cpus):
-        if out and c - 1 == int(out[-1].rpartition("-")[2]):
-            out[-1] = f"{out[-1].partition('-')[0]}-{c}"
-        else:
-            out.append(str(c))
-    return ",".join(out)
-
-
 def _bytes(n: int) -> str:
     """``67108864`` → ``64 MiB``."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -181,13 +170,16 @@ class EvidenceProfile(Action[EvidenceParams, EvidencePayload]):
             "method": "", "cores": cores, "matched_cores": matched, "bundle": str(bundle),
             "perf": p.perf, "notes": notes})
         if cores:
-            online = profile.online_cpus(ctx.host.sys)
-            if online is None:
+            try:
+                online = set(irq.online_cpus(ctx.host))
+            except (OSError, ValueError):
                 plan.refused.append("cannot read the online CPUs "
                                     "(/sys/devices/system/cpu/online) to check `cores`")
-            elif not set(cores) <= online:
-                plan.refused.append(f"cores {sorted(set(cores) - online)} are not online "
-                                    f"CPUs of this machine ({_ranges(online)})")
+            else:
+                if not set(cores) <= online:
+                    plan.refused.append(f"cores {sorted(set(cores) - online)} are not online "
+                                        f"CPUs of this machine "
+                                        f"({irq.format_cpu_list(sorted(online))})")
         perf_no = profile.perf_refusals(p.perf, proc) if p.method != "proc" else []
         if p.method == "perf" and perf_no:
             plan.refused += [f"cannot profile with perf on this host: {w}" for w in perf_no]

@@ -202,20 +202,6 @@ def _tail(raw: bytes) -> str:
     return " / ".join(lines[-3:])[:400]
 
 
-def online_cpus(sys: Path) -> set[int] | None:
-    """The online CPUs (``/sys/devices/system/cpu/online``: ``0-3,5``), None when that
-    cannot be read."""
-    try:
-        text = (sys / "devices" / "system" / "cpu" / "online").read_text().strip()
-        out: set[int] = set()
-        for part in text.split(","):
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    except (OSError, ValueError):
-        return None
-    return out
-
-
 # -- the fallback: /proc/<pid>/task/<tid>/stack ----------------------------------------------
 @dataclass(frozen=True)
 class TaskTime:
