@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,27 +43,45 @@ class Operand:
     holds: bool  # whether its comparison holds (under any `not`: whether that is true)
 
 
-def operands(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
-             values: Mapping[str, Any], history: TimeFunctions) -> list[Operand]:
-    """Every operand of every comparison of ``rule``'s condition (a part that compares
-    nothing, such as a bare family, is its own operand), once each, in the rule's order,
-    with its value against ``values``. Constants are left out: the rule's text says
-    them."""
-    text = rule.spec.when
+@dataclass(frozen=True)
+class _Side:
+    """One operand of a part, compiled once: ``fn`` is None for the part itself."""
+
+    fn: Callable[[Mapping[str, Any], TimeFunctions], Any] | None
+    words: str
+    unit: str
+    fixed: frozenset[str]
+    left: bool  # the left side of a comparison
+
+
+@dataclass(frozen=True)
+class _Part:
+    fn: Callable[[Mapping[str, Any], TimeFunctions], Any]
+    negated: bool
+    compare: bool
+    sides: tuple[_Side, ...]
+
+
+# a condition's parts compiled once per (text, catalogue): `links` asks every tick
+_PLANS: OrderedDict[tuple[str, int], tuple[Mapping[str, SignalSpec], list[_Part]]] = \
+    OrderedDict()
+_PLANS_KEPT = 512
+
+
+def _plan(text: str, catalogue: Mapping[str, SignalSpec]) -> list[_Part]:
+    key = (text, id(catalogue))
+    kept = _PLANS.get(key)
+    if kept is not None and kept[0] is catalogue:  # the entry holds the catalogue: no
+        _PLANS.move_to_end(key)                    # other object can reuse its id
+        return kept[1]
     source = "(" + text + "\n)"
-    tree = parse_condition(text)
-    out: list[Operand] = []
+    parts: list[_Part] = []
     seen: set[str] = set()
-
-    def value(node: ast.AST) -> Any:
-        return compile_subexpression(node, catalogue)(values, history)
-
-    for part, negated in _parts(tree.body):
-        result = value(part)
-        truth = _truthy(result)
-        holds = truth is not None and truth != negated
-        sides = [part.left, *part.comparators] if isinstance(part, ast.Compare) else [part]
-        for side in sides:
+    for part, negated in _parts(parse_condition(text).body):
+        compare = isinstance(part, ast.Compare)
+        sides: list[_Side] = []
+        for side in [part.left, *part.comparators] if isinstance(part, ast.Compare) \
+                else [part]:
             if _constant(side):
                 continue
             words = " ".join((ast.get_source_segment(source, side) or ast.unparse(side))
@@ -70,12 +89,33 @@ def operands(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
             if words in seen:
                 continue
             seen.add(words)
-            v = value(side) if side is not part else result
-            if isinstance(part, ast.Compare) and side is part.left and holds and \
-                    isinstance(result, dict) and isinstance(v, dict):
+            fn = None if side is part else compile_subexpression(side, catalogue)
+            sides.append(_Side(fn, words, _unit(side, catalogue), _fixed(side, catalogue),
+                               compare and side is getattr(part, "left", None)))
+        parts.append(_Part(compile_subexpression(part, catalogue), negated, compare,
+                           tuple(sides)))
+    _PLANS[key] = (catalogue, parts)
+    if len(_PLANS) > _PLANS_KEPT:
+        _PLANS.popitem(last=False)
+    return parts
+
+
+def operands(rule: CompiledRule, catalogue: Mapping[str, SignalSpec],
+             values: Mapping[str, Any], history: TimeFunctions) -> list[Operand]:
+    """Every operand of every comparison of ``rule``'s condition (a part that compares
+    nothing, such as a bare family, is its own operand), once each, in the rule's order,
+    with its value against ``values``. Constants are left out: the rule's text says
+    them."""
+    out: list[Operand] = []
+    for part in _plan(rule.spec.when, catalogue):
+        result = part.fn(values, history)
+        truth = _truthy(result)
+        holds = truth is not None and truth != part.negated
+        for side in part.sides:
+            v = result if side.fn is None else side.fn(values, history)
+            if side.left and holds and isinstance(result, dict) and isinstance(v, dict):
                 v = {k: x for k, x in v.items() if k in result}  # the members that hold
-            out.append(Operand(words, v, _unit(side, catalogue), _fixed(side, catalogue),
-                               holds))
+            out.append(Operand(side.words, v, side.unit, side.fixed, holds))
     return out
 
 

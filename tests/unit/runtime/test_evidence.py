@@ -5,9 +5,16 @@ it hold."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
+from typing import Any
+
+import pytest
 
 from guardian import Engine, default_registry, load_text
+from guardian.core.snapshot import SignalSpec
+from guardian.policy.expr import compile_subexpression
+from guardian.runtime import evidence
 from guardian.runtime.evidence import operands
 from guardian.testing import family, snapshot
 
@@ -59,3 +66,31 @@ def test_both_sides_of_a_comparison_and_no_constant() -> None:
 def test_under_not_a_part_holds_when_it_is_false() -> None:
     got = _operands("not (processes.zombies > 10)", {"processes.zombies": 2.0})
     assert got == [("processes.zombies", 2.0, "processes", True)]
+
+
+def test_a_condition_is_compiled_once_not_at_every_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `why.links` (every tick of the service) compiled each part and operand of
+    every firing rule's condition again: 1.5 ms a tick with six rules firing."""
+    compiled: list[object] = []
+    real = compile_subexpression
+
+    def counted(node: ast.AST, catalogue: Mapping[str, SignalSpec]) -> Any:
+        compiled.append(node)
+        return real(node, catalogue)
+
+    monkeypatch.setattr(evidence, "compile_subexpression", counted)
+    rules = load_text('version = 1\n[[rule]]\nname = "r"\nsummary = "s"\n'
+                      "when = 'memcg.dying > 10000 and memcg.dying > 20 * memcg.live'\n")
+    engine = Engine(rules)
+    said = []
+    for t, live in ((60.0, 6.0), (61.0, 7.0)):  # two ticks, as the service asks
+        snap = snapshot(t, {"memcg.dying": 47.0, "memcg.live": live})
+        engine.evaluate(snap)
+        said.append([(o.text, o.value) for o in operands(
+            rules.rules[0], engine.ruleset.signals, snap.values, engine.history)])
+        if t == 60.0:
+            after_first = len(compiled)
+    assert after_first > 0 and len(compiled) == after_first  # the second tick compiled none
+    assert said == [[("memcg.dying", 47.0), ("20 * memcg.live", 120.0)],
+                    [("memcg.dying", 47.0), ("20 * memcg.live", 140.0)]]
