@@ -1,0 +1,125 @@
+"""The correlated-failure breaker's judgement: pure, clock-free, no I/O.
+
+When many nodes fire the same rule at about the same time the cause is usually shared (a
+zone, a rack switch, a kernel or driver rollout, a bad rule), and remediating them one by
+one is the wrong remedy (Karpenter's node-repair RFC, kubernetes-sigs/karpenter #3192;
+NVSentinel's breaker). :func:`judge` says which (rule, group) pairs trip and why; where the
+firing comes from, how a trip is latched and how it holds actions is the caller's
+(``guardian.kube.breaker`` on a cluster, the fleet backtest on a simulated clock).
+
+Contract of :func:`judge`:
+
+- ``nodes``: every node of the fleet, firing or not (each node counts once in the
+  denominator of every group it belongs to); per node its name, its labels and, for each
+  rule firing on it now, the Unix time it began firing (its latest onset).
+- ``now``: the Unix time judged at (the caller's clock, real or simulated).
+- A rule *fires within the window* on a node when its onset is in ``[now - window, now]``
+  (a node that has fired for longer is an old, separate failure; an onset after ``now``
+  is a clock skew and counts as now).
+- Groups: the whole fleet (``fleet``), and for each label key in ``params.by`` one group
+  per value of that key (``key=value``; nodes without the key form ``key=`` apart).
+- A (rule, group) pair trips when at least ``min_nodes`` of the group's nodes fire the
+  rule within the window **and** their share of the group's nodes is above ``share``
+  (strictly: 3 of 10 with ``share = 0.3`` does not trip). ``min_nodes`` keeps a pool of
+  two from being frozen by one failing node (kubernetes-sigs/karpenter #2134).
+- The result is sorted by rule, then group (``fleet`` first), with the numbers behind
+  each trip; the same input always gives the same result. It never latches: latching
+  (and releasing only by a human) is the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from guardian.core.durations import PositiveDuration, format_duration
+
+FLEET = "fleet"  # the group of every node
+
+
+class BreakerParams(BaseModel):
+    """``[fleet.breaker]``: when the share of nodes firing the same rule trips it."""
+
+    model_config = ConfigDict(extra="forbid")
+    share: float = Field(0.3, gt=0, lt=1, description="trip when more than this share "
+                         "of a group's nodes fire the same rule within the window")
+    min_nodes: int = Field(3, ge=1, description="and at least this many of them (a pool "
+                           "of two is not frozen by one failing node)")
+    window: PositiveDuration = Field(600.0, description="a node counts when the rule "
+                                     "began firing on it within this long before now")
+    by: list[str] = Field(default_factory=list, description="node label keys: each "
+                          "value of each key is a group judged apart (e.g. "
+                          "topology.kubernetes.io/zone); the whole fleet is always "
+                          "judged too")
+
+
+@dataclass(frozen=True)
+class NodeFiring:
+    """One node as the breaker sees it: ``firing`` maps each rule firing on it now to
+    the Unix time it began firing."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    firing: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Trip:
+    """A (rule, group) pair over the bound, with the numbers why."""
+
+    rule: str
+    group: str  # FLEET, or "key=value"
+    firing: int  # nodes of the group on which the rule began firing within the window
+    nodes: int  # nodes in the group
+    share: float  # firing / nodes
+    bound: float  # params.share
+    window: float  # seconds
+    names: tuple[str, ...]  # the firing nodes, sorted
+    first: float  # the earliest onset counted (Unix time)
+    last: float  # the latest onset counted
+
+    @property
+    def where(self) -> str:
+        """``the fleet`` or ``topology.kubernetes.io/zone=us-east-1a``."""
+        return "the fleet" if self.group == FLEET else self.group
+
+    @property
+    def why(self) -> str:
+        """``7 of 12 nodes in topology.kubernetes.io/zone=a fired memcg-leak within 10m:
+        share 0.58 > 0.3``."""
+        return (f"{self.firing} of {self.nodes} nodes in {self.where} fired {self.rule} "
+                f"within {format_duration(self.window)}: share {self.share:.2f} > "
+                f"{self.bound:g}")
+
+
+def groups_of(labels: Mapping[str, str], by: Iterable[str]) -> list[str]:
+    """The groups a node with ``labels`` belongs to: ``fleet``, then ``key=value`` for
+    each key of ``by`` (``key=`` where the node has no such label)."""
+    return [FLEET, *(f"{k}={labels.get(k, '')}" for k in by)]
+
+
+def judge(nodes: Iterable[NodeFiring], now: float, params: BreakerParams) -> list[Trip]:
+    """The (rule, group) pairs that trip at ``now`` (see the module's contract)."""
+    size: dict[str, int] = {}
+    onsets: dict[tuple[str, str], dict[str, float]] = {}
+    for node in nodes:
+        groups = groups_of(node.labels, params.by)
+        for g in groups:
+            size[g] = size.get(g, 0) + 1
+        for rule, since in node.firing.items():
+            since = min(since, now)
+            if since < now - params.window:
+                continue
+            for g in groups:
+                onsets.setdefault((rule, g), {})[node.name] = since
+    out: list[Trip] = []
+    for (rule, g), firing in onsets.items():
+        share = len(firing) / size[g]
+        if len(firing) >= params.min_nodes and share > params.share:
+            out.append(Trip(rule, g, len(firing), size[g], share, params.share,
+                            params.window, tuple(sorted(firing)), min(firing.values()),
+                            max(firing.values())))
+    out.sort(key=lambda t: (t.rule, t.group != FLEET, t.group))
+    return out
