@@ -14,6 +14,9 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from guardian.core.xid import ACTION_NAMES as XID_ACTION_NAME_LIST
+from guardian.core.xid import catalog as xid_catalog
+
 
 @dataclass(frozen=True)
 class KernelPattern:
@@ -443,6 +446,20 @@ KERNEL: dict[str, KernelPattern] = {
         "the NVIDIA driver reported an Xid error on a GPU",
         "open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c: 'NVRM: Xid "
         "(PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s'"),
+    "nvswitch_sxid_fatal": KernelPattern(
+        rf"^nvidia-nvswitch\d+: SXid \(PCI:{_PCI_ANY}\): \d+, Fatal, ",
+        "an NVSwitch reported a fatal error (SXid): the GPUs behind it need NVIDIA's NVLink "
+        "workflow (their reset, or the node's)",
+        "open-gpu-kernel-modules src/common/nvswitch/kernel/inc/common_nvswitch.h "
+        "NVSWITCH_PRINT_SXID: 'nvidia-%s: SXid (PCI:' NVLINK_PCI_DEV_FMT '): %05d, ' _fmt "
+        "(the device's name is nvswitch<N>); error_nvswitch.h / intr reporting: 'Fatal, "
+        "Link %02d %s%s'"),
+    "nvswitch_sxid_nonfatal": KernelPattern(
+        rf"^nvidia-nvswitch\d+: SXid \(PCI:{_PCI_ANY}\): \d+, Non-fatal, ",
+        "an NVSwitch reported a non-fatal error (SXid) on a link",
+        "open-gpu-kernel-modules src/common/nvswitch/kernel/inc/error_nvswitch.h "
+        "NVSWITCH_REPORT_NONFATAL_LINK: 'Non-fatal, Link %02d ' _fmt, after "
+        "NVSWITCH_PRINT_SXID's 'nvidia-%s: SXid (PCI:...): %05d, '"),
 }
 
 SHIPPED: dict[str, KernelPattern] = {**ENA, **KERNEL}
@@ -450,17 +467,11 @@ SHIPPED: dict[str, KernelPattern] = {**ENA, **KERNEL}
 # An Xid line's GPU (its PCI bus address, as the driver prints it) and code.
 XID_LINE = re.compile(r"^NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
                       r"[^)]{0,40}\): (\d+), ")
-# What NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors, "Immediate action")
-# answers each code with: restart the application (the GPU is fine), reset the GPU,
-# reboot the machine, follow the NVLink workflow, or nothing (informational).
-XID_ACTIONS: dict[int, str] = {
-    **dict.fromkeys((8, 13, 31, 32, 43, 45, 68, 69, 94), "restart_app"),
-    **dict.fromkeys((46, 48, 62, 64, 95, 109, 110, 119, 120, 140, 143), "reset_gpu"),
-    79: "reboot",
-    **dict.fromkeys((74, 144, 145, 146, 147, 148, 149, 150), "nvlink"),
-    **dict.fromkeys((38, 63, 92, 121, 137, 154), "ignore"),
-}
-XID_ACTION_NAMES = ("restart_app", "reset_gpu", "reboot", "nvlink", "ignore", "unknown")
+# What NVIDIA's Xid catalog answers each code with (guardian/data/xid.toml, read by
+# guardian.core.xid): restart the application, reset the GPU, reboot, the NVLink workflow,
+# or nothing (informational).
+XID_ACTIONS: dict[int, str] = xid_catalog()
+XID_ACTION_NAMES = XID_ACTION_NAME_LIST
 
 
 def xid_of(line: str) -> tuple[str, int, str] | None:
@@ -526,6 +537,8 @@ _TESTED = {
                           'wording to 6.9 and 6.10+',
     'nvidia_xid': 'drivers 515-570 (with and without pid/name), MIG, older closed drivers; 18 '
                   'real lines',
+    'nvswitch_sxid_fatal': 'open-gpu-kernel-modules 535+ format strings (NVSWITCH_PRINT_SXID)',
+    'nvswitch_sxid_nonfatal': 'open-gpu-kernel-modules 535+ format strings',
 }
 for _name, _tested in _TESTED.items():
     SHIPPED[_name] = dataclasses.replace(SHIPPED[_name], tested=_tested)
