@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import time
 from collections.abc import Callable
 
@@ -39,6 +38,7 @@ from pydantic import Field, field_validator
 
 from guardian.kube.actions import API_ERRORS, _why
 from guardian.kube.client import KubeParams, make_client, node_name
+from guardian.model import budget
 
 log = logging.getLogger("guardian.fleet")
 
@@ -151,9 +151,7 @@ class FleetBudget:
     def _survey(self) -> tuple[list[Node], int, dict[str, str]]:
         """The nodes, how many may be disrupted at once, and the live slots' holders."""
         nodes = list(self.client.list(Node))
-        slots = [n for n in (self.p.max_nodes, math.floor(len(nodes) * self.p.max_percent / 100)
-                             if self.p.max_percent else None) if n is not None]
-        limit = max(1, min(slots)) if slots else 1
+        limit = budget.slots(len(nodes), self.p.max_nodes, self.p.max_percent)
         down = {_name(n) for n in nodes if not _ready(n)}
         return nodes, limit, self._holders(limit, down)
 
@@ -167,18 +165,8 @@ class FleetBudget:
         """Why this node may not start disrupting now, or ""."""
         disrupted = self._disrupted(nodes, holders)
         ready = sum(1 for n in nodes if _ready(n) and _name(n) not in disrupted)
-        want = self.p.min_healthy
-        need = math.ceil(len(nodes) * float(want[:-1]) / 100) if want.endswith("%") \
-            else int(float(want))
-        if ready < need:
-            return (f"only {ready} of {len(nodes)} nodes Ready and undisrupted, below "
-                    f"min_healthy {want}")
-        others = sorted(disrupted - {self.me})
-        if len(others) >= limit:
-            shown = ", ".join(others[:5]) + (" …" if len(others) > 5 else "")
-            return f"{len(others)} other node(s) already disrupted ({shown}); " \
-                   f"at most {limit} at once"
-        return ""
+        return budget.verdict(self.me, len(nodes), ready, disrupted, limit,
+                              self.p.min_healthy)
 
     def _disrupted(self, nodes: list[Node], holders: dict[str, str]) -> set[str]:
         """Nodes that hold a live slot, are cordoned, or carry guardian's condition."""
