@@ -526,7 +526,7 @@ class Engine:
         states = ChainMap(tick.states, self.states)
         return waits.waiting(acting, waits.pause(op.holds, rule, tick.wall),
                              causes.holders(rule, states), rule.spec.window or op.window,
-                             tick.wall)
+                             tick.wall, waits.latch(op.holds, rule))
 
     def pause(self, rule: CompiledRule) -> Hold | None:
         """The hold that paused ``rule`` at the last committed evaluation (the one that

@@ -52,7 +52,10 @@ class HoldSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Hold:
-    """One hold in force until ``until`` (Unix time), from ``source``."""
+    """One hold in force until ``until`` (Unix time), from ``source``. A ``latched`` hold
+    (a tripped correlated-failure breaker, :mod:`guardian.kube.breaker`) holds only the
+    rule's disruptive actions, has no end (``until`` is infinite) and lasts until a human
+    releases it; its ``reason`` says it all."""
 
     until: float
     reason: str
@@ -60,6 +63,7 @@ class Hold:
     rule: str = "*"
     labels: tuple[tuple[str, str], ...] = ()
     source: str = "cli"
+    latched: bool = False
 
     @classmethod
     def from_spec(cls, spec: HoldSpec, source: str) -> Hold:
@@ -80,22 +84,28 @@ class Hold:
     @property
     def broken(self) -> bool:
         """A source that could not be read or parsed: it holds every rule until fixed."""
-        return math.isinf(self.until)
+        return math.isinf(self.until) and not self.latched
 
     @property
     def until_text(self) -> str:
+        if self.latched:
+            return "released"
         if self.broken:
             return "fixed"
         return dt.datetime.fromtimestamp(self.until, dt.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
 
     def describe(self) -> str:
-        """``paused by alice until 2026-12-04T10:00:00Z: kernel rollout``."""
+        """``paused by alice until 2026-12-04T10:00:00Z: kernel rollout``; a latched
+        hold's reason as it is."""
+        if self.latched:
+            return self.reason
         return f"paused by {self.author} until {self.until_text}: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "labels": dict(self.labels), "until": self.until_text,
-                "reason": self.reason, "author": self.author, "source": self.source}
+                "reason": self.reason, "author": self.author, "source": self.source,
+                **({"latched": True} if self.latched else {})}
 
 
 def broken_hold(source: str, error: str) -> Hold:
