@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardian.core.snapshot import Snapshot
+from guardian.core.snapshot import SignalSpec, Snapshot
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
+from guardian.model.holds import Hold
 from guardian.model.ruleset import Ruleset
+from guardian.model.window import Window
 from guardian.runtime.evidence import compared
 from guardian.runtime.recording import Recording
 from guardian.runtime.status import at
@@ -58,24 +61,36 @@ def replay(rec: Recording, ruleset: Ruleset, until: float | None = None) -> Repl
         # 570.041 s is "+9m30s", and `--at 9m30s` means it)
         if until is not None and round(snap.time) > until:
             break
-        for d in r.engine.evaluate(snap):
-            rule = ruleset.by_name(d.rule)
-            if rule is not None:
-                r.said[len(r.decisions)] = " ".join(compared(
-                    rule, specs, snap.values, r.engine.history,
-                    holds=d.kind not in _NOT_HOLDING))
-            r.decisions.append(d)
-            windows = r.firing.setdefault(d.rule, [])
-            if d.kind == "firing":
-                windows.append((d.time, None))
-            elif d.kind == "resolved" and windows and windows[-1][1] is None:
-                windows[-1] = (windows[-1][0], d.time)
-        r.ticks += 1
-        for name, st in r.engine.states.items():
-            if st.unknown:
-                r.blind[name] = r.blind.get(name, 0) + 1
-        r.last = snap
+        step(r, snap, specs)
     return r
+
+
+def step(r: Replay, snap: Snapshot, specs: Mapping[str, SignalSpec], *,
+         holds: Iterable[Hold] = (), wall: float | None = None,
+         window: Window | None = None) -> list[Decision]:
+    """One snapshot of a replay through its engine (under the ``holds``, ``wall`` time
+    and default ``window`` the engine's evaluate takes); its decisions, also kept in
+    ``r``. ``specs``: the recording's catalogue and the rules' signals."""
+    ruleset = r.engine.ruleset
+    out = r.engine.evaluate(snap, holds=holds, wall=wall, window=window)
+    for d in out:
+        rule = ruleset.by_name(d.rule)
+        if rule is not None:
+            r.said[len(r.decisions)] = " ".join(compared(
+                rule, specs, snap.values, r.engine.history,
+                holds=d.kind not in _NOT_HOLDING))
+        r.decisions.append(d)
+        windows = r.firing.setdefault(d.rule, [])
+        if d.kind == "firing":
+            windows.append((d.time, None))
+        elif d.kind == "resolved" and windows and windows[-1][1] is None:
+            windows[-1] = (windows[-1][0], d.time)
+    r.ticks += 1
+    for name, st in r.engine.states.items():
+        if st.unknown:
+            r.blind[name] = r.blind.get(name, 0) + 1
+    r.last = snap
+    return out
 
 
 def timeline(r: Replay) -> list[str]:
