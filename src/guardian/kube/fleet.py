@@ -39,6 +39,7 @@ from pydantic import Field, field_validator
 from guardian.kube.actions import API_ERRORS, _why
 from guardian.kube.client import KubeParams, make_client, node_name
 from guardian.model import budget
+from guardian.model.breaker import BreakerParams
 
 log = logging.getLogger("guardian.fleet")
 
@@ -53,6 +54,8 @@ class FleetParams(KubeParams):
                              "that must be Ready for anyone to act")
     ttl: int = Field(600, ge=1, description="seconds after which a slot that its holder "
                      "stopped renewing expires; holders renew it every ttl/3")
+    breaker: BreakerParams | None = Field(None, description="the correlated-failure "
+                                          "breaker (guardian.kube.breaker): off unless set")
     condition_types: list[str] = Field(
         default_factory=lambda: ["GuardianProblem"],
         description="node conditions (status True) that mark a node as disrupted, as "

@@ -53,6 +53,9 @@ class BreakerParams(BaseModel):
                           "value of each key is a group judged apart (e.g. "
                           "topology.kubernetes.io/zone); the whole fleet is always "
                           "judged too")
+    every: PositiveDuration = Field(30.0, description="on a cluster: how often a node on "
+                                    "which a fleet rule began within the window judges "
+                                    "the fleet (one list of the Nodes)")
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,13 @@ class Operations(PromCollector):
         for h in sorted(self.holds, key=lambda h: (h.source, h.matcher, h.until)):
             fam.add_metric([h.source, h.matcher, h.author, h.reason[:200]], h.until)
         yield fam
+        tripped = GaugeMetricFamily("guardian_breaker_tripped", "1 for each rule whose "
+                                    "correlated-failure breaker has tripped in a group this "
+                                    "node is in: its disruptive actions are held here until "
+                                    "a human releases it", labels=["rule", "group"])
+        for h in sorted({h for h in self.holds if h.latched}, key=lambda h: h.source):
+            tripped.add_metric([h.rule, h.source.removeprefix("breaker ")], 1.0)
+        yield tripped
         for name, doc, values in (
                 ("guardian_rule_paused", "1 while a hold pauses the rule", self.paused),
                 ("guardian_rule_observe", "1 for a rule in shadow mode (mode = \"observe\"): "

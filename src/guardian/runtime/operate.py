@@ -38,7 +38,21 @@ def readers(config: Config, state_path: Path | None) -> list[HoldReader]:
         from guardian.kube.holds import KubeHolds, KubeHoldsParams
         assert isinstance(config.holds.kube, KubeHoldsParams)
         out.append(KubeHolds(config.holds.kube))
+    fleet = config.fleet
+    if fleet is not None and getattr(fleet, "breaker", None) is not None:
+        from guardian.kube.breaker import KubeBreaker
+        from guardian.kube.fleet import FleetParams
+        assert isinstance(fleet, FleetParams)
+        out.append(KubeBreaker(fleet))
     return out
+
+
+def holding(engine: Engine) -> list[str]:
+    """The ``fleet = true`` rules whose condition holds now (pending or firing): what
+    this node tells the correlated-failure breaker (guardian.kube.breaker)."""
+    return sorted(r.name for r in engine.ruleset.rules if r.spec.fleet
+                  and r.name in engine.states
+                  and engine.states[r.name].phase in ("pending", "firing"))
 
 
 class Operations:
@@ -80,3 +94,7 @@ class Operations:
         ops.validating = {n: st.validating is not None for n, st in engine.states.items()}
         ops.demoted = {n: bool(st.demoted) for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}
+        for src in self.sources:
+            tell = getattr(src, "firing", None)  # the breaker's reader (guardian.kube.breaker)
+            if callable(tell):
+                tell(holding(engine))

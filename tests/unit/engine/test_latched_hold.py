@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from guardian import Engine, Snapshot, load_text
+from guardian.core.snapshot import Value
 from guardian.model.holds import Hold
 
 RULES = '''version = 1
@@ -31,7 +32,7 @@ def latch(rule: str = "memcg-leak") -> Hold:
 
 def test_a_latched_hold_holds_only_disruptive_actions_until_released() -> None:
     engine = Engine(load_text(RULES))
-    ill = {"memcg.dying": 500.0}
+    ill: dict[str, Value] = {"memcg.dying": 500.0}
     first = engine.evaluate(Snapshot(0, ill), holds=[latch()], wall=1e12)
     assert [(d.kind, [a.use for a in d.actions], [a.use for a in d.would])
             for d in first] == [("firing", ["log"], []), ("held", [], ["command"])]

@@ -1,0 +1,301 @@
+"""The correlated-failure breaker on a cluster (``[fleet.breaker]``): built on the Node
+objects and Leases guardian already uses, no server of its own.
+
+- Each node publishes the ``fleet = true`` rules whose condition holds on it (pending or
+  firing), with the Unix time each began, on its own Node as the annotation
+  ``guardian.io/firing`` (JSON ``{"rule": since}``), written only when that changes.
+- A node on which such a rule began within the breaker's ``window`` judges the fleet
+  (one list of the Nodes, at most every ``every``) with
+  :func:`guardian.model.breaker.judge`. Each (rule, group) pair over the bound is latched
+  as a Lease ``<name>-breaker-<digest>`` in the fleet's namespace, created if absent: the
+  node whose create succeeds (201) raises the one fleet-level signal (a Warning Event
+  ``GuardianBreakerTripped`` on that Lease, and its log line); the others get 409.
+- Every node lists the latches (one list of Leases by the label ``guardian.io/breaker``)
+  at each read and holds the rule's disruptive actions where it is in the latch's group
+  (a latched :class:`~guardian.model.holds.Hold`; ``why``, ``guardian holds`` and the
+  metric ``guardian_breaker_tripped`` say so). A node whose own labels cannot be read is
+  held by every latch of the rule (fail closed).
+- A latch never clears itself: ``guardian breaker release RULE --why TEXT`` deletes it
+  and records who and why in an Event (``GuardianBreakerReleased``); ``kubectl -n NS
+  delete lease -l guardian.io/breaker`` does the same without the record.
+
+Everything is read and written off the loop, on the worker of
+:class:`~guardian.kube.holds.KubeHolds`: the loop's :meth:`read` answers at once with the
+latches last read, and :meth:`firing` only records what the loop saw.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event, Node
+
+from guardian.kube.actions import API_ERRORS, _why
+from guardian.kube.client import make_client
+from guardian.kube.fleet import FleetParams
+from guardian.kube.holds import KubeHolds, KubeHoldsParams
+from guardian.model.breaker import FLEET, BreakerParams, NodeFiring, Trip, judge
+from guardian.model.holds import Hold
+
+log = logging.getLogger("guardian.breaker")
+
+FIRING = "guardian.io/firing"  # on each Node: {"rule": since}
+LABEL = "guardian.io/breaker"  # on each latch: "tripped"
+RECORD = "guardian.io/breaker"  # on each latch: the trip's numbers (JSON)
+AUTHOR = "guardian breaker"
+
+
+def latch_name(prefix: str, rule: str, group: str) -> str:
+    """The Lease that latches ``rule`` tripped in ``group``."""
+    digest = hashlib.sha256(f"{rule}\0{group}".encode()).hexdigest()[:12]
+    return f"{prefix}-breaker-{digest}"
+
+
+def in_group(group: str, labels: dict[str, str] | None) -> bool:
+    """Whether a node with ``labels`` is in ``group`` (``fleet`` or ``key=value``); a
+    node whose labels are unknown (None) is in every group: it fails closed."""
+    if group == FLEET or labels is None:
+        return True
+    key, _, value = group.partition("=")
+    return labels.get(key, "") == value
+
+
+def parse_firing(text: str | None) -> dict[str, float]:
+    """A node's ``guardian.io/firing`` annotation; what is not ``{rule: number}`` is
+    left out (a node that wrote nonsense counts as firing nothing)."""
+    try:
+        data = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): float(v) for k, v in data.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _stamp(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Latch:
+    """A tripped (rule, group), as its Lease says."""
+
+    def __init__(self, name: str, record: dict[str, Any], holder: str) -> None:
+        self.name, self.holder = name, holder
+        self.rule = str(record.get("rule", ""))
+        self.group = str(record.get("group", FLEET))
+        self.why = str(record.get("why", ""))
+        self.at = float(record.get("at", 0.0))
+
+    def hold(self, namespace: str) -> Hold:
+        """The hold it is on this node: the rule's disruptive actions, until released."""
+        reason = (f"breaker tripped {_stamp(self.at)} (node {self.holder}): {self.why}; "
+                  f"until a human releases it: guardian breaker release {self.rule} "
+                  f"--why TEXT (or kubectl -n {namespace} delete lease {self.name})")
+        return Hold(math.inf, reason, AUTHOR, self.rule, (), f"breaker {self.group}",
+                    latched=True)
+
+
+class KubeBreaker(KubeHolds):
+    """This node's part of the breaker: a reader of holds (the latches that cover this
+    node) that also publishes this node's firing rules and trips latches; see the
+    module. ``clock`` is the wall time (Unix seconds), ``monotonic`` paces the judging
+    (tests simulate both)."""
+
+    def __init__(self, fleet: FleetParams, clock: Callable[[], float] | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
+        assert fleet.breaker is not None
+        super().__init__(KubeHoldsParams(
+            kubeconfig=fleet.kubeconfig, node=fleet.node, timeout=min(fleet.timeout, 30.0),
+            service_account=fleet.service_account, namespace=fleet.namespace,
+            configmap="", annotation=""))
+        self.fleet = fleet
+        self.bp: BreakerParams = fleet.breaker
+        self.clock = clock or time.time
+        self.monotonic = monotonic or (time.monotonic if clock is None else self.clock)
+        self.onsets: dict[str, float] = {}  # rule -> since (wall), what the loop saw
+        self.adopted = False  # the onsets published before a restart taken up again
+        self.labels: dict[str, str] | None = None  # this node's, as last read
+        self.judged: float = -math.inf  # when this node last judged (monotonic)
+        self.tripped: list[Trip] = []  # the trips this node latched first
+
+    def firing(self, rules: Iterable[str]) -> None:
+        """The loop, after each committed evaluation: the fleet rules whose condition
+        holds on this node now (each keeps the time it was first seen)."""
+        now = self.clock()
+        with self._lock:
+            self.onsets = {r: self.onsets.get(r, now) for r in rules}
+
+    def _read_api(self) -> tuple[list[Hold], list[Hold]]:
+        """One whole read (the worker's): publish, read the latches, judge if due."""
+        last = self.last["configmap"]
+        try:
+            client = self.client
+        except Exception as exc:  # lightkube's: no kubeconfig, no service account
+            self._say(f"no Kubernetes client: {exc}; keeping the breaker's holds last read")
+            return last, []
+        self._publish(client)
+        ns = self.fleet.namespace
+        try:
+                found = [_latch(lease) for lease in client.list(
+                Lease, namespace=ns, labels={LABEL: "tripped"})]
+        except API_ERRORS as exc:
+            self._say(f"breaker latches in {ns}: {_why(exc)}; keeping those last read")
+            return last, []
+        latches = [x for x in found if x is not None]
+        fresh = self._judge(client, latches)
+        return [x.hold(ns) for x in [*latches, *fresh]
+                if in_group(x.group, self.labels)], []
+
+    def _publish(self, client: Client) -> None:
+        """Read this node (its labels) and write its firing rules where they changed."""
+        try:
+            node = client.get(Node, name=self.me)
+        except API_ERRORS as exc:
+            self._say(f"node {self.me}: {_why(exc)}; its labels are unknown: every "
+                      "breaker latch holds it")
+            self.labels = None
+            return
+        meta = node.metadata
+        self.labels = dict((meta and meta.labels) or {})
+        published = parse_firing(((meta and meta.annotations) or {}).get(FIRING))
+        with self._lock:
+            if not self.adopted:  # a restart: the onsets it published still stand
+                self.onsets.update({r: s for r, s in published.items() if r in self.onsets})
+                self.adopted = True
+            onsets = dict(self.onsets)
+        has = FIRING in ((meta and meta.annotations) or {})
+        if published == onsets and (has or not onsets):
+            return  # written only on change (nothing firing and nothing published: none)
+        text = json.dumps(dict(sorted(onsets.items())), separators=(",", ":"))
+        try:
+            client.patch(Node, self.me, {"metadata": {"annotations": {FIRING: text}}})
+        except API_ERRORS as exc:
+            self._say(f"node {self.me}: cannot publish {FIRING}: {_why(exc)}")
+
+    def _judge(self, client: Client, latches: list[Latch]) -> list[Latch]:
+        """Judge the fleet when a rule began holding here within the window (at most
+        every ``every``); latch what trips. The latches this node created."""
+        now, mono = self.clock(), self.monotonic()
+        with self._lock:
+            onsets = dict(self.onsets)
+        have = {(x.rule, x.group) for x in latches}
+        recent = [r for r, s in onsets.items() if now - s <= self.bp.window]
+        if not recent or mono - self.judged < self.bp.every:
+            return []
+        self.judged = mono
+        try:
+            nodes = [NodeFiring(_name(n), dict((n.metadata and n.metadata.labels) or {}),
+                                parse_firing(((n.metadata and n.metadata.annotations) or {})
+                                             .get(FIRING)))
+                     for n in client.list(Node)]
+        except API_ERRORS as exc:
+            self._say(f"breaker: cannot list the nodes: {_why(exc)}")
+            return []
+        out = []
+        for trip in judge(nodes, now, self.bp):
+            if (trip.rule, trip.group) not in have:
+                latch = self._trip(client, trip, now)
+                if latch is not None:
+                    out.append(latch)
+        return out
+
+    def _trip(self, client: Client, trip: Trip, now: float) -> Latch | None:
+        """Create the latch if absent; the node whose create succeeds raises the Event."""
+        ns = self.fleet.namespace
+        name = latch_name(self.fleet.name, trip.rule, trip.group)
+        record = {"rule": trip.rule, "group": trip.group, "why": trip.why, "at": now,
+                  "firing": trip.firing, "nodes": trip.nodes, "share": round(trip.share, 4),
+                  "bound": trip.bound, "window": trip.window, "names": list(trip.names[:50])}
+        when = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+        lease = Lease(metadata=ObjectMeta(name=name, namespace=ns, labels={LABEL: "tripped"},
+                                          annotations={RECORD: json.dumps(record)}),
+                      spec=LeaseSpec(holderIdentity=self.me, acquireTime=when))
+        try:
+            client.create(lease, namespace=ns)
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return None  # another node tripped it first: one signal, not N
+            self._say(f"breaker: cannot latch {trip.rule} in {trip.where}: {_why(exc)}")
+            return None
+        except API_ERRORS as exc:
+            self._say(f"breaker: cannot latch {trip.rule} in {trip.where}: {_why(exc)}")
+            return None
+        self.tripped.append(trip)
+        log.error("breaker tripped: %s; %s's disruptive actions are held on those nodes "
+                  "until a human releases it (guardian breaker release %s --why TEXT)",
+                  trip.why, trip.rule, trip.rule)
+        event(client, ns, name, self.me, "GuardianBreakerTripped", f"{trip.why}; held "
+              f"until released: guardian breaker release {trip.rule} --why TEXT")
+        return Latch(name, record, self.me)
+
+
+def _name(n: Node) -> str:
+    return (n.metadata and n.metadata.name) or ""
+
+
+def _latch(lease: Lease) -> Latch | None:
+    meta = lease.metadata
+    try:
+        record = json.loads(((meta and meta.annotations) or {}).get(RECORD, ""))
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not record.get("rule"):
+        # it names no rule to hold: said, and shown by `guardian breaker`
+        log.error("breaker latch %s has no readable record (%s); it holds nothing",
+                  meta and meta.name, RECORD)
+        return None
+    return Latch((meta and meta.name) or "", record,
+                 (lease.spec and lease.spec.holderIdentity) or "?")
+
+
+def event(client: Client, ns: str, lease: str, host: str, reason: str, message: str) -> None:
+    """A Warning Event on the latch's Lease (the breaker's fleet-level signal)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    try:
+        client.create(Event(
+            metadata=ObjectMeta(name=f"{lease}.{time.time_ns():x}", namespace=ns),
+            involvedObject=ObjectReference(kind="Lease", name=lease, namespace=ns,
+                                           apiVersion="coordination.k8s.io/v1"),
+            reason=reason, message=message[:1000], type="Warning", count=1,
+            firstTimestamp=now, lastTimestamp=now,
+            source=EventSource(component="guardian", host=host)), namespace=ns)
+    except API_ERRORS as exc:
+        log.error("breaker: cannot create the %s event: %s", reason, _why(exc))
+
+
+def latches(client: Client, namespace: str) -> list[tuple[Lease, Latch | None]]:
+    """Every latch in ``namespace``, as its Lease and what it says."""
+    return [(lease, _latch(lease)) for lease in client.list(
+        Lease, namespace=namespace, labels={LABEL: "tripped"})]
+
+
+def release(params: FleetParams, rule: str, why: str, author: str,
+            group: str | None = None) -> list[Latch]:
+    """A human's release: delete the latches of ``rule`` (in ``group``, or all of its
+    groups) and record who and why in a ``GuardianBreakerReleased`` Event on each. The
+    latches released (none: nothing was tripped)."""
+    client = make_client(params)
+    out = []
+    for _, latch in latches(client, params.namespace):
+        if latch is None or latch.rule != rule or (group is not None and latch.group != group):
+            continue
+        client.delete(Lease, name=latch.name, namespace=params.namespace)
+        event(client, params.namespace, latch.name, author, "GuardianBreakerReleased",
+              f"{author} released the breaker on {rule} in {latch.group}: {why} (it had "
+              f"tripped {_stamp(latch.at)}: {latch.why})")
+        out.append(latch)
+    return out
+

@@ -1,0 +1,127 @@
+"""The correlated-failure breaker, simulated (issue 45): 20 engines (zones a and b, ten
+nodes each) against one API stand-in on a simulated clock. Four nodes of zone a begin to
+fire the same rule within three minutes, and one node of zone b: the breaker latches the
+rule in zone a once (one Lease, one Event), zone a's cordons are held (`held`: breaker
+tripped, with the numbers) while zone b's lone node is cordoned and recovers; a human's
+release lifts it and zone a is remediated under the fleet budget."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from guardian import Engine, Executor, Host, Snapshot, load_text
+from guardian.kube.breaker import FIRING, KubeBreaker, release
+from guardian.kube.fleet import FleetBudget, FleetParams
+from guardian.model.breaker import BreakerParams
+from guardian.runtime.operate import holding
+from tests.support.kube_standin import kubeconfig, serve
+
+ZONE = "topology.kubernetes.io/zone"
+RULE = '''version = 1
+[[rule]]
+name = "memcg-leak"
+summary = "s"
+when = "memcg.dying > 10"
+for = "5m"
+cooldown = "1m"
+limit = {{ runs = 1000, within = "1h" }}
+fleet = true
+  [[rule.action]]
+  use = "log"
+  [[rule.action]]
+  use = "kube.cordon"
+  kubeconfig = "{kc}"
+  node = "{node}"
+  [[rule.action]]
+  use = "kube.uncordon"
+  on = "resolve"
+  kubeconfig = "{kc}"
+  node = "{node}"
+'''
+
+
+def test_half_a_zone_trips_the_breaker_and_a_lone_node_elsewhere_is_remediated(
+        tmp_path: Path) -> None:
+    base = dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc)
+    now = [0.0]
+    tick, release_at = 30.0, 900.0
+
+    def wall() -> float:
+        return base.timestamp() + now[0]
+
+    with serve() as (url, store):
+        names = [f"{z}-{i:02d}" for z in "ab" for i in range(10)]
+        for n in names:
+            store.add_node(n, {ZONE: n[0], "kubernetes.io/hostname": n})
+        kc = str(kubeconfig(tmp_path, url))
+        params = {n: FleetParams(kubeconfig=kc, node=n, max_nodes=2, ttl=600,
+                                 breaker=BreakerParams(by=[ZONE], every=30)) for n in names}
+        ill_at = {"a-00": 0.0, "a-01": 60.0, "a-02": 120.0, "a-03": 150.0, "b-00": 0.0}
+        nodes = {}
+        for n in names:
+            fleet = FleetBudget(params[n], clock=lambda: base + dt.timedelta(seconds=now[0]))
+            nodes[n] = (Engine(load_text(RULE.format(kc=kc, node=n))),
+                        Executor(Host(), dry_run=False, fleet=fleet),
+                        KubeBreaker(params[n], clock=wall, monotonic=lambda: now[0]))
+        cordoned_at: dict[str, float] = {}
+        resolved: dict[str, float] = {}
+        held: dict[str, str] = {}
+        latched: list[tuple[str, str]] = []
+        patches_before_release: dict[str, int] = {}
+        while now[0] < 3600 and len(resolved) < len(ill_at):
+            if now[0] == release_at:
+                patches_before_release = {
+                    n: store.requests.count(("PATCH", f"/api/v1/nodes/{n}")) for n in names}
+                latched = [k for k in store.objects["leases"] if "breaker" in k[1]]
+                gone = release(params["b-05"], "memcg-leak", "the zone's switch was "
+                               "replaced", "sre")
+                assert [x.group for x in gone] == [f"{ZONE}=a"]
+            for n in names:
+                engine, ex, breaker = nodes[n]
+                holds = breaker.fetch()
+                ill = n in ill_at and ill_at[n] <= now[0] and (
+                    n not in cordoned_at or now[0] < cordoned_at[n] + 120)
+                snap = Snapshot(now[0], {"memcg.dying": 50.0 if ill else 0.0})
+                decisions = engine.evaluate(snap, holds=holds, wall=wall())
+                for d in decisions:
+                    if d.kind == "held":
+                        held.setdefault(n, d.reason)
+                for done in ex.run(decisions, snap):
+                    if done.use == "kube.cordon" and done.outcome and done.outcome.ok:
+                        cordoned_at.setdefault(n, now[0])
+                    if done.use == "kube.uncordon" and done.outcome and done.outcome.ok:
+                        resolved[n] = now[0]
+                breaker.firing(holding(engine))
+            now[0] += tick
+        # zone b's lone node was remediated while zone a was held
+        assert cordoned_at["b-00"] == 300 and resolved["b-00"] < release_at
+        # zone a: nothing cordoned before the release; every held node says why
+        assert sorted(held) == ["a-00", "a-01", "a-02", "a-03"]
+        assert all(t >= release_at for n, t in cordoned_at.items() if n.startswith("a"))
+        reason = held["a-00"]
+        assert reason.startswith("kube.cordon held: breaker tripped 2026-12-03T00:03:00Z "
+                                 "(node a-03): 4 of 10 nodes in topology.kubernetes.io/"
+                                 "zone=a fired memcg-leak within 10m: share 0.40 > 0.3; "
+                                 "until a human releases it: guardian breaker release "
+                                 "memcg-leak --why TEXT (or kubectl -n kube-system delete "
+                                 "lease guardian-breaker-"), reason
+        # one fleet-level signal: one latch created, one Event, by the node that tripped it
+        tripped = [e for e in store.objects["events"].values()
+                   if e["reason"] == "GuardianBreakerTripped"]
+        assert len(tripped) == 1 and tripped[0]["source"]["host"] == "a-03"
+        assert tripped[0]["involvedObject"]["kind"] == "Lease"
+        assert len(latched) == 1  # one latch (Lease) while it was tripped
+        # after the release: zone a remediated under the fleet budget, all resolved
+        assert sorted(resolved) == sorted(ill_at), sorted(set(ill_at) - set(resolved))
+        released = [e for e in store.objects["events"].values()
+                    if e["reason"] == "GuardianBreakerReleased"]
+        assert len(released) == 1 and "sre released the breaker on memcg-leak in " \
+            "topology.kubernetes.io/zone=a: the zone's switch was replaced" in \
+            released[0]["message"]
+        assert not [k for k in store.objects.get("leases", {}) if "breaker" in k[1]]
+        # the firing annotation is written only on change: once by each node of the
+        # wave (no cordon before the release), never by the healthy nodes
+        assert {n: c for n, c in patches_before_release.items() if c} == {
+            "a-00": 1, "a-01": 1, "a-02": 1, "a-03": 1, "b-00": 4}
+        assert store.objects["nodes"][("", "a-00")]["metadata"]["annotations"][FIRING] == "{}"
