@@ -301,6 +301,22 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="decisions as JSON")
     rp.set_defaults(func=_command("replay", "cmd_replay"))
 
+    bt = sub.add_parser("backtest", help="run rules over a fleet's recordings on one clock: "
+                        "what they would do, when, on which nodes, how many at once")
+    bt.add_argument("directory", metavar="DIR", help="recordings (NAME.rec), each with "
+                    "NAME.node.toml beside it (name, labels, problems), and holds.toml")
+    rules_option(bt, default="rules")
+    bt.add_argument("--align", choices=["start", "wall"], default="start",
+                    help="start: every recording starts at +0s (default; the most "
+                    "overlap); wall: as they were recorded")
+    bt.add_argument("--fail-on", action="append", choices=["missed", "false-positive",
+                                                            "refused"],
+                    help="exit 1 when a recorded problem is missed, a rule fires on a node "
+                    "that names none, or the budget or breaker stops an action; repeatable")
+    bt.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(bt)
+    bt.set_defaults(func=_command("backtest", "cmd_backtest"))
+
     ex = sub.add_parser("explain", help="why a rule is inactive, pending, firing or unknown")
     ex.add_argument("rule", help="rule name")
     _at_a_point(ex, "explain at a point of a recording instead of on this host")
