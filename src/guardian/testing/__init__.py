@@ -132,6 +132,49 @@ ENA_GENERATIONS: dict[str, EnaGeneration] = {
 }
 
 
+# AWS EFA under /sys/class/infiniband, as the efa driver lays it out (linux
+# drivers/infiniband/hw/efa/efa_verbs.c): the device-wide counters of
+# EFA_DEFINE_DEVICE_STATS in <dev>/hw_counters/, the port's of EFA_DEFINE_PORT_STATS in
+# ports/1/hw_counters/ (rdma_write_* since the RDMA write support, retrans_* and the
+# *_remote_* events since the network statistics), each beside the core's "lifespan";
+# efa_query_port answers state ACTIVE, phys_state LinkUp, EDR x4 (rate_show: "100 Gb/sec
+# (4X EDR)"), efa_port_link_layer IB_LINK_LAYER_UNSPECIFIED (link_layer_show: "Unknown");
+# no process_mad, so no counters/ directory. The kernel names a device efa_<n>
+# (efa_main.c: ib_register_device(&dev->ibdev, "efa_%d", ...)).
+EFA_DEVICE_COUNTERS = ("submitted_cmds", "completed_cmds", "cmds_err", "no_completion_cmds",
+                       "keep_alive_rcvd", "alloc_pd_err", "create_qp_err", "create_cq_err",
+                       "reg_mr_err", "alloc_ucontext_err", "create_ah_err", "mmap_err")
+EFA_PORT_COUNTERS = ("tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes",
+                     "send_wrs", "recv_bytes", "recv_wrs", "rdma_read_wrs",
+                     "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes",
+                     "rdma_write_wrs", "rdma_write_bytes", "rdma_write_wr_err",
+                     "rdma_write_recv_bytes", "retrans_bytes", "retrans_pkts",
+                     "retrans_timeout_events", "unresponsive_remote_events",
+                     "impaired_remote_conn_events")
+
+
+def efa_tree(root: Path, devices: int = 32, values: Mapping[str, int] | None = None,
+             first: int = 0) -> list[str]:
+    """Lay out ``devices`` EFA devices (``efa_<first>``...) under ``root/sys/class/
+    infiniband`` as the efa driver makes them (:data:`EFA_DEVICE_COUNTERS`,
+    :data:`EFA_PORT_COUNTERS`, one port): a p5.48xlarge has 32. Counters are 0 unless
+    ``values`` names them. Returns the devices' names."""
+    fake = FakeHost(root)
+    vals = values or {}
+    names = [f"efa_{n}" for n in range(first, first + devices)]
+    for name in names:
+        dev = f"sys/class/infiniband/{name}"
+        port = f"{dev}/ports/1"
+        for file, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"),
+                           ("rate", "100 Gb/sec (4X EDR)"), ("link_layer", "Unknown")):
+            fake.write(f"{port}/{file}", text + "\n")
+        for where, counters in ((dev, EFA_DEVICE_COUNTERS), (port, EFA_PORT_COUNTERS)):
+            fake.write(f"{where}/hw_counters/lifespan", "10\n")
+            for c in counters:
+                fake.write(f"{where}/hw_counters/{c}", f"{vals.get(c, 0)}\n")
+    return names
+
+
 class SyntheticNode:
     """The signals the shipped rules read, shaped like a large healthy GPU node: an ENA
     interface with ``queues`` queues (about 1,000 ``nic.stat`` members at 32), ``cores``

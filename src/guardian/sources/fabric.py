@@ -1,0 +1,274 @@
+"""RDMA fabric ports (InfiniBand, RoCE, AWS EFA) from ``/sys/class/infiniband``, read
+through :mod:`guardian.hostio.infiniband`: each port's state, physical state, rate, link
+layer and network interface, its IBTA PortCounters (``counters/``: one signal per counter
+the kernel declares, ``fabric.port.link_downed``...), its driver's counters
+(``hw_counters/``) and the device-wide driver counters (EFA's ``no_completion_cmds``).
+
+A PortCounters counter that stands at its ceiling (IBTA stops it there; 4 to 32 bits
+wide) counts nothing more: it has no value (its member is left out, so no ``rate`` or
+``increase`` reads a false zero over it) and ``fabric.port.saturated`` says which.
+A file that cannot be read (``N/A (no PMA)``, an error from the device) has no value,
+never 0. A host without RDMA devices has none of these members: every family is empty,
+as ``nic.stat`` has no ENA members on a host without an ENA NIC, and the rules over them
+hold false rather than blind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
+from guardian.hostio.host import Host, is_dir
+from guardian.hostio.infiniband import (
+    PMA_WIDTHS,
+    Device,
+    infiniband_dir,
+    list_devices,
+    parse_counter,
+    parse_rate,
+    parse_state,
+    parse_word,
+    read_raw,
+    saturated,
+    scan_device,
+)
+from guardian.plugin.contract import NoParams, Source
+
+#: The port states the kernel names (state_show): 4 ACTIVE and 5 ACTIVE_DEFER pass traffic.
+ACTIVE_STATES = frozenset({4, 5})
+#: phys_state_show's 5: LinkUp.
+LINK_UP = 5
+#: How often the devices' layout (ports, counter files, network interfaces) is read
+#: again while the list of devices stays the same (seconds of the collections' clock).
+RESCAN_SECONDS = 300.0
+
+# IBTA PortCounters (and PortCountersExtended), as the kernel names their files; the
+# signal is fabric.port.<name in lower case>. Units and meanings from the IBTA
+# specification's PortCounters attribute, as perfquery(8) prints them.
+_PMA_HELP: dict[str, tuple[str, str]] = {
+    "symbol_error": ("errors", "minor link errors detected on the port's physical lanes "
+                     "(SymbolErrorCounter)"),
+    "link_error_recovery": ("events", "times the link error recovery process completed "
+                            "(LinkErrorRecoveryCounter)"),
+    "link_downed": ("events", "times the link error recovery process failed and the link "
+                    "went down (LinkDownedCounter)"),
+    "port_rcv_errors": ("packets", "packets received with errors (PortRcvErrors)"),
+    "port_rcv_remote_physical_errors": ("packets", "packets received marked bad upstream "
+                                        "(PortRcvRemotePhysicalErrors)"),
+    "port_rcv_switch_relay_errors": ("packets", "packets the switch relay could not "
+                                     "forward (PortRcvSwitchRelayErrors)"),
+    "port_xmit_discards": ("packets", "outbound packets discarded, the port down or "
+                           "congested (PortXmitDiscards)"),
+    "port_xmit_constraint_errors": ("packets", "outbound packets dropped by partition or "
+                                    "raw filtering (PortXmitConstraintErrors)"),
+    "port_rcv_constraint_errors": ("packets", "inbound packets dropped by partition or raw "
+                                   "filtering (PortRcvConstraintErrors)"),
+    "local_link_integrity_errors": ("events", "times the local physical errors exceeded "
+                                    "the LocalPhyErrors threshold (LocalLinkIntegrityErrors)"),
+    "excessive_buffer_overrun_errors": ("events", "times OverrunErrors consecutive "
+                                        "flow-control update periods each had a buffer "
+                                        "overrun (ExcessiveBufferOverrunErrors)"),
+    "VL15_dropped": ("packets", "subnet management packets dropped for lack of buffers "
+                     "(VL15Dropped)"),
+    "port_xmit_data": ("words", "data transmitted, in 4-octet words (PortXmitData)"),
+    "port_rcv_data": ("words", "data received, in 4-octet words (PortRcvData)"),
+    "port_xmit_packets": ("packets", "packets transmitted (PortXmitPkts)"),
+    "port_rcv_packets": ("packets", "packets received (PortRcvPkts)"),
+    "port_xmit_wait": ("ticks", "ticks with data to send but none sent (PortXmitWait)"),
+    "unicast_xmit_packets": ("packets", "unicast packets transmitted "
+                             "(PortUnicastXmitPkts)"),
+    "unicast_rcv_packets": ("packets", "unicast packets received (PortUnicastRcvPkts)"),
+    "multicast_xmit_packets": ("packets", "multicast packets transmitted "
+                               "(PortMulticastXmitPkts)"),
+    "multicast_rcv_packets": ("packets", "multicast packets received "
+                              "(PortMulticastRcvPkts)"),
+}
+assert set(_PMA_HELP) == set(PMA_WIDTHS)
+
+
+def pma_signal(name: str) -> str:
+    """The signal of PortCounters file ``name`` (``VL15_dropped`` ->
+    ``fabric.port.vl15_dropped``)."""
+    return f"fabric.port.{name.lower()}"
+
+
+def _width(name: str) -> str:
+    w = PMA_WIDTHS[name]
+    return f"{w} bits" if w else "32 bits, or 64 with extended counters"
+
+
+_PORT = ("device", "port")
+
+
+@dataclass(frozen=True)
+class _PortPlan:
+    """What to read of one port, with each member's labels made once."""
+
+    key: Labels
+    path: str
+    netdev: str
+    pma: tuple[tuple[str, str, str, Labels], ...]  # (file, name, signal, saturated key)
+    other: tuple[tuple[str, Labels], ...]  # counters/ files the kernel table lacks
+    hw: tuple[tuple[str, Labels], ...]
+
+
+def _plan(dev: Device) -> tuple[list[_PortPlan], list[tuple[str, Labels]]]:
+    ports = []
+    for p in dev.ports:
+        key = labels_of({"device": p.device, "port": p.port})
+        counters = f"{p.path}/counters"
+        ports.append(_PortPlan(
+            key, p.path, p.netdev,
+            tuple((f"{counters}/{n}", n, pma_signal(n),
+                   labels_of({"device": p.device, "port": p.port, "counter": n}))
+                  for n in p.counters if n in PMA_WIDTHS),
+            tuple((f"{counters}/{n}",
+                   labels_of({"device": p.device, "port": p.port, "counter": n}))
+                  for n in p.counters if n not in PMA_WIDTHS),
+            tuple((f"{p.path}/hw_counters/{n}",
+                   labels_of({"device": p.device, "port": p.port, "counter": n}))
+                  for n in p.hw_counters)))
+    device_hw = [(f"{dev.path}/hw_counters/{n}", labels_of({"device": dev.name, "counter": n}))
+                 for n in dev.hw_counters]
+    return ports, device_hw
+
+
+class FabricSource(Source[NoParams]):
+    """Ports of the host's RDMA devices and their counters."""
+
+    name: ClassVar[str] = "fabric"
+    specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("fabric.port.state", "the port's logical state as the kernel numbers it "
+                   "(1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)", labels=_PORT),
+        SignalSpec("fabric.port.phys_state", "the port's physical state (1 Sleep, 2 "
+                   "Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 "
+                   "LinkErrorRecovery, 7 Phy Test)", labels=_PORT),
+        SignalSpec("fabric.port.active", "1 when the port's state is ACTIVE (4) or "
+                   "ACTIVE_DEFER (5), else 0", labels=_PORT),
+        SignalSpec("fabric.port.link_up", "1 when the port's physical state is LinkUp (5), "
+                   "else 0", labels=_PORT),
+        SignalSpec("fabric.port.rate_gbps", "the port's data rate (its rate file: lanes times "
+                   "lane speed)", "Gb/s", labels=_PORT),
+        SignalSpec("fabric.port.info", "always 1: the port's link layer (InfiniBand, "
+                   "Ethernet for RoCE, Unknown for EFA) and network interface (empty where "
+                   "it has none or it cannot be told) as labels",
+                   labels=("device", "port", "link_layer", "netdev")),
+        *(SignalSpec(pma_signal(n), f"{text}; IBTA PortCounters, {_width(n)}, no value at "
+                     "its ceiling (fabric.port.saturated)", unit, labels=_PORT, counter=True)
+          for n, (unit, text) in _PMA_HELP.items()),
+        SignalSpec("fabric.port.counter", "a file of the port's counters/ directory that "
+                   "the kernel's PortCounters table does not name (a vendor kernel's), by "
+                   "its name", "count", labels=("device", "port", "counter"), counter=True),
+        SignalSpec("fabric.port.saturated", "1 when a PortCounters counter stands at its "
+                   "ceiling (IBTA stops it there: it counts nothing more until reset, and "
+                   "has no value), else 0", labels=("device", "port", "counter")),
+        SignalSpec("fabric.port.hw_counter", "a driver counter of the port (hw_counters/: "
+                   "mlx5's out_of_buffer, EFA's rdma_read_wr_err...), by the driver's name",
+                   "count", labels=("device", "port", "counter"), counter=True),
+        SignalSpec("fabric.device.hw_counter", "a device-wide driver counter (the device's "
+                   "hw_counters/: EFA's no_completion_cmds...), by the driver's name",
+                   "count", labels=("device", "counter"), counter=True),
+    )
+
+    def __init__(self, host: Host, config: NoParams | None = None) -> None:
+        super().__init__(host, config)
+        self.class_dir = infiniband_dir(host.sys)
+        self.names: list[str] = []
+        self.ports: list[_PortPlan] = []
+        self.device_hw: list[tuple[str, Labels]] = []
+        self.scanned: float | None = None
+        self._faults: list[str] = []
+        self._info: dict[tuple[Labels, str], Labels] = {}
+
+    def unavailable(self) -> str | None:
+        if not is_dir(self.host.sys / "class"):
+            return f"no {self.host.sys / 'class'} (sysfs not mounted)"
+        return None
+
+    def _scan(self, names: list[str], now: float) -> None:
+        ports: list[_PortPlan] = []
+        device_hw: list[tuple[str, Labels]] = []
+        for name in names:
+            try:
+                dev = scan_device(self.class_dir, name)
+            except OSError:
+                continue  # going away as we look: not listed next time
+            p, d = _plan(dev)
+            ports += p
+            device_hw += d
+        self.names, self.ports, self.device_hw, self.scanned = names, ports, device_hw, now
+        self._info = {}
+
+    def collect(self, now: float) -> dict[str, object]:
+        names = list_devices(self.class_dir)
+        if names != self.names or self.scanned is None or \
+                not 0 <= now - self.scanned < RESCAN_SECONDS:
+            self._scan(names, now)
+        state: Family = {}
+        phys: Family = {}
+        active: Family = {}
+        link_up: Family = {}
+        rate: Family = {}
+        info: Family = {}
+        pma: dict[str, Family] = {pma_signal(n): {} for n in PMA_WIDTHS}
+        other: Family = {}
+        pegged: Family = {}
+        hw: Family = {}
+        faults: list[str] = []
+        for port in self.ports:
+            key, path = port.key, port.path
+            s = parse_state(read_raw(path + "/state"))
+            ps = parse_state(read_raw(path + "/phys_state"))
+            r = parse_rate(read_raw(path + "/rate"))
+            if s is None or ps is None or r is None:
+                what = [w for w, v in (("state", s), ("phys_state", ps), ("rate", r))
+                        if v is None]
+                faults.append(f"{path}: cannot read {', '.join(what)}")
+                self.scanned = None  # the layout may have changed: look again next time
+            if s is not None:
+                state[key] = float(s)
+                active[key] = 1.0 if s in ACTIVE_STATES else 0.0
+            if ps is not None:
+                phys[key] = float(ps)
+                link_up[key] = 1.0 if ps == LINK_UP else 0.0
+            if r is not None:
+                rate[key] = r
+            layer = parse_word(read_raw(path + "/link_layer"))
+            if layer is not None:
+                info[self._info_key(port, layer)] = 1.0
+            for file, name, signal, ckey in port.pma:
+                v = parse_counter(read_raw(file))
+                if v is None:
+                    continue
+                if saturated(name, v):
+                    pegged[ckey] = 1.0
+                else:
+                    pegged[ckey] = 0.0
+                    pma[signal][key] = float(v)
+            for file, ckey in port.other:
+                if (v := parse_counter(read_raw(file))) is not None:
+                    other[ckey] = float(v)
+            for file, ckey in port.hw:
+                if (v := parse_counter(read_raw(file))) is not None:
+                    hw[ckey] = float(v)
+        device_hw: Family = {}
+        for file, ckey in self.device_hw:
+            if (v := parse_counter(read_raw(file))) is not None:
+                device_hw[ckey] = float(v)
+        self._faults = faults
+        return {"fabric.port.state": state, "fabric.port.phys_state": phys,
+                "fabric.port.active": active, "fabric.port.link_up": link_up,
+                "fabric.port.rate_gbps": rate, "fabric.port.info": info, **pma,
+                "fabric.port.counter": other, "fabric.port.saturated": pegged,
+                "fabric.port.hw_counter": hw, "fabric.device.hw_counter": device_hw}
+
+    def _info_key(self, port: _PortPlan, layer: str) -> Labels:
+        k = (port.key, layer)
+        if k not in self._info:
+            self._info[k] = labels_of({**dict(port.key), "link_layer": layer,
+                                       "netdev": port.netdev})
+        return self._info[k]
+
+    def faults(self) -> list[str]:
+        return list(self._faults)
