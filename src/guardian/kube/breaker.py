@@ -127,7 +127,6 @@ class KubeBreaker(KubeHolds):
         self.monotonic = monotonic or (time.monotonic if clock is None else self.clock)
         self.onsets: dict[str, float] = {}  # rule -> since (wall), what the loop saw
         self.adopted = False  # the onsets published before a restart taken up again
-        self.labels: dict[str, str] | None = None  # this node's, as last read
         self.judged: float = -math.inf  # when this node last judged (monotonic)
         self.tripped: list[Trip] = []  # the trips this node latched first
 
@@ -164,9 +163,8 @@ class KubeBreaker(KubeHolds):
         try:
             node = client.get(Node, name=self.me)
         except API_ERRORS as exc:
-            self._say(f"node {self.me}: {_why(exc)}; its labels are unknown: every "
-                      "breaker latch holds it")
-            self.labels = None
+            self._say(f"node {self.me}: {_why(exc)}; its labels as last read stand (never "
+                      "read: every breaker latch holds it)")
             return
         meta = node.metadata
         self.labels = dict((meta and meta.labels) or {})

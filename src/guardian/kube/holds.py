@@ -145,6 +145,9 @@ class KubeHolds:
         self.cut = _Cut()
         self.last: dict[str, list[Hold]] = {"configmap": [], "annotation": []}
         self.said: set[str] = set()  # problems already logged
+        # this node's labels as last read with its annotation (None: not read yet): its
+        # node group (guardian.model.nodegroups)
+        self.labels: dict[str, str] | None = None
         self.reads = 0  # reads that finished (answered or failed)
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
@@ -232,6 +235,7 @@ class KubeHolds:
         if p.annotation:
             try:
                 node = client.get(Node, name=self.me)
+                self.labels = dict((node.metadata and node.metadata.labels) or {})
                 text = ((node.metadata and node.metadata.annotations) or {}).get(
                     p.annotation, "")
                 annotation = self._parse(

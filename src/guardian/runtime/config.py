@@ -41,6 +41,7 @@ from guardian.core.diagnostics import (
 from guardian.core.durations import Duration, PositiveDuration
 from guardian.core.install import k8s_missing
 from guardian.core.positions import Pos
+from guardian.model.nodegroups import NodeConfig, NodeGroup
 from guardian.model.window import Window
 from guardian.plugin.registry import Registry
 
@@ -125,6 +126,9 @@ class Config(BaseModel):
     fleet: BaseModel | None = None  # guardian.kube.fleet.FleetParams, when [fleet] is set
     holds: HoldsConfig = Field(default_factory=HoldsConfig)
     evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
+    node: NodeConfig = Field(default_factory=NodeConfig)
+    groups: list[NodeGroup] = Field(default_factory=list, description="[[group]]: node "
+                                    "groups, first match wins (guardian.model.nodegroups)")
     path: str = ""
     dropins: list[str] = Field(default_factory=list, description="the drop-in files "
                                "merged onto the file at ``path``, in order")
@@ -226,7 +230,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
     if diags:
         raise RuleError(diags)
     report = _Layered(files, origin, str(path), diags)
-    keys = ["engine", "service", "sources", "fleet", "holds", "evidence"]
+    keys = ["engine", "service", "sources", "fleet", "holds", "evidence", "node", "group"]
     for key in data:
         if key not in keys:
             report((key,), unknown_key(key, keys))
@@ -257,6 +261,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
         evidence = EvidenceConfig.model_validate(data.get("evidence", {}))
     except ValidationError as exc:
         report.validation(exc, ("evidence",), EvidenceConfig)
+    node, groups = _groups(data, report)
     raw_sources: dict[str, Any] = dict(data.get("sources", {}))
     disabled = raw_sources.pop("disabled", [])
     if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
@@ -282,8 +287,33 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
         raise RuleError(diags)
     return Config(engine=engine, service=service, disabled_sources=disabled,
                   sources=validated, fleet=fleet, holds=holds, evidence=evidence,
+                  node=node, groups=groups,
                   path=str(path),
                   dropins=[str(f) for f in dropins])
+
+
+def _groups(data: dict[str, Any], report: Reporter) -> tuple[NodeConfig, list[NodeGroup]]:
+    """``[node]`` and the ``[[group]]`` tables (names unique)."""
+    node = NodeConfig()
+    try:
+        node = NodeConfig.model_validate(data.get("node", {}))
+    except ValidationError as exc:
+        report.validation(exc, ("node",), NodeConfig)
+    raw = data.get("group", [])
+    if not isinstance(raw, list):
+        report(("group",), "node groups are [[group]] tables")
+        return node, []
+    groups: list[NodeGroup] = []
+    for i, table in enumerate(raw):
+        try:
+            group = NodeGroup.model_validate(table)
+        except ValidationError as exc:
+            report.validation(exc, ("group", i), NodeGroup)
+            continue
+        if any(g.name == group.name for g in groups):
+            report(("group", i, "name"), f"node group {group.name!r} is named twice", True)
+        groups.append(group)
+    return node, groups
 
 
 def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:

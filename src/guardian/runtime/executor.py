@@ -116,6 +116,9 @@ class Executor:
     on_result: list[Callable[[Executed], None]] = field(default_factory=list)
     apply_timeout: float = 300.0
     fleet: FleetGate | None = None
+    # why a decision must run in shadow on this node ("" when it acts as its rule says):
+    # its node group (guardian.model.nodegroups), judged at each run
+    shadow: Callable[[Decision], str] | None = None
 
     audit_fault: str = ""  # why the audit log cannot be written now ("" when it can)
     running: dict[tuple[str, str], DeadlineRunner[Outcome]] = field(default_factory=dict)
@@ -146,6 +149,11 @@ class Executor:
             self.audit_fault = f"audit log: {fault.strerror or fault}" if fault else ""
         results: list[Executed] = []
         for d in decisions:
+            if self.shadow is not None and d.mode != "observe" and d.actions:
+                why = self.shadow(d)
+                if why:  # its node group: planned and audited as would_act, not applied
+                    d.mode = "observe"
+                    d.reason = f"{d.reason}; {why}" if d.reason else why
             self.audit_entry(DecisionRecord(**d.to_dict()))
             results.extend(self._carry_out(d, snapshot))
             if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet \

@@ -10,8 +10,10 @@ import logging
 import time
 from pathlib import Path
 
+from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine, Operating
 from guardian.model.holds import Hold, in_force
+from guardian.model.nodegroups import shadow_why
 from guardian.runtime.config import Config
 from guardian.runtime.holds import DropIn, HoldFile, HoldReader
 from guardian.runtime.metrics import Metrics
@@ -64,6 +66,23 @@ class Operations:
         self.window = config.engine.window
         self.sources = readers(config, state_path) if sources is None else sources
         self.seen: set[Hold] = set()
+        self.groups = list(config.groups)
+        self.static_labels = config.node.labels
+
+    def labels(self) -> dict[str, str] | None:
+        """This node's labels: ``[node] labels``, else as a Kubernetes reader last read
+        them from its Node object; None when not read yet, or when nothing reads them."""
+        if self.static_labels is not None:
+            return dict(self.static_labels)
+        kube = [src for src in self.sources if hasattr(src, "labels")]
+        found = [getattr(src, "labels", None) for src in kube]
+        return next((dict(x) for x in found if x is not None), None)
+
+    def shadow(self, d: Decision) -> str:
+        """Why ``d`` runs in shadow on this node's node group ("" when it acts): the
+        executor's ``shadow``."""
+        return shadow_why(d.rule, any(a.disruptive for a in d.actions), self.labels(),
+                          self.groups)
 
     def holds(self, wall: float) -> list[Hold]:
         out: list[Hold] = []

@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from guardian.core.diagnostics import parse_toml
+from guardian.model.nodegroups import NodeConfig, NodeGroup
 from guardian.plugin.registry import Registry
 from guardian.runtime.config import (
     Config,
@@ -34,7 +35,7 @@ Key = tuple[str, ...]  # a dotted key; "*" stands for any name of a table of tab
 
 # `# [section]` or `# key = value` (one space at most after the #): a commented entry;
 # prose, and the indented continuation comments, stay comments
-COMMENTED = re.compile(r"^# ?(?=\[[\w.\"-]+\]|[A-Za-z_][\w-]*\s*=)")
+COMMENTED = re.compile(r"^# ?(?=\[\[?[\w.\"-]+\]|[A-Za-z_][\w-]*\s*=)")
 
 
 def uncommented(text: str) -> str:
@@ -79,7 +80,8 @@ def config_keys(registry: Registry) -> set[Key]:
     from guardian.kube.holds import KubeHoldsParams
 
     placed = {"engine", "service", "holds", "disabled_sources", "sources", "fleet", "path",
-              "dropins", "evidence"}  # path and dropins: where it was read, no key
+              "dropins", "evidence", "node", "groups"}  # path and dropins: where it was
+    # read, no key; groups: the [[group]] tables
     assert set(Config.model_fields) == placed, (
         "a new field of Config: say here which key of guardian.toml it is")
     keys = model_keys(EngineConfig, ("engine",)) | model_keys(ServiceConfig, ("service",))
@@ -87,6 +89,7 @@ def config_keys(registry: Registry) -> set[Key]:
     keys |= {k for k in model_keys(HoldsConfig, ("holds",)) if k != ("holds", "kube")}
     keys |= model_keys(KubeHoldsParams, ("holds", "kube"))
     keys |= model_keys(FleetParams, ("fleet",))
+    keys |= model_keys(NodeConfig, ("node",)) | model_keys(NodeGroup, ("group", "*"))
     keys.add(("sources", "disabled"))
     for name, cls in registry.sources.items():
         keys |= model_keys(cls.Config, ("sources", name)) or {("sources", name)}
@@ -97,9 +100,11 @@ def listed(data: Any, key: Key) -> bool:
     if not key:
         return True
     head, rest = key[0], key[1:]
+    if head == "*" and isinstance(data, list):
+        return any(listed(v, rest) for v in data)
     if not isinstance(data, dict):
         return False
-    if head == "*":
+    if head == "*":  # any table of a table of tables, or of an array of tables
         return any(listed(v, rest) for v in data.values())
     return head in data and listed(data[head], rest)
 

@@ -1,0 +1,58 @@
+"""Node groups (guardian.model.nodegroups): a node is in the first group whose labels it
+carries; a shadow group, or a rule the group does not list, runs in shadow there; a node
+whose labels are unknown runs its disruptive decisions in shadow (issue 45)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardian.core.diagnostics import RuleError
+from guardian.model.nodegroups import NodeGroup, group_of, shadow_why
+from guardian.plugin.registry import Registry
+from guardian.runtime.config import load_config
+
+CANARY = NodeGroup(name="canary", labels={"guardian.io/canary": "true"}, mode="shadow")
+GPU = NodeGroup(name="gpu", labels={"pool": "gpu"}, rules=["xid-*"])
+GROUPS = [CANARY, GPU]
+
+
+def test_the_first_matching_group_decides() -> None:
+    both = {"guardian.io/canary": "true", "pool": "gpu"}
+    assert group_of(both, GROUPS) is CANARY
+    assert group_of({"pool": "gpu"}, GROUPS) is GPU
+    assert group_of({"pool": "cpu"}, GROUPS) is None
+    assert shadow_why("xid-79", True, both, GROUPS) == "node group canary is in shadow mode"
+    assert shadow_why("xid-79", True, {"pool": "gpu"}, GROUPS) == ""
+    assert shadow_why("memcg-leak", False, {"pool": "gpu"}, GROUPS) == (
+        "rule memcg-leak does not act in node group gpu (its rules: xid-*)")
+    assert shadow_why("memcg-leak", True, {"pool": "cpu"}, GROUPS) == ""
+
+
+def test_unknown_labels_fail_closed_for_disruptive_actions_only() -> None:
+    assert shadow_why("r", True, None, GROUPS).startswith(
+        "this node's labels are not known (its Node object not read yet, or nothing reads it: "
+        "set [node] labels")
+    assert shadow_why("r", False, None, GROUPS) == ""
+    assert shadow_why("r", True, None, []) == ""  # no groups: nothing to tell
+
+
+def test_groups_and_node_labels_in_guardian_toml(tmp_path: Path) -> None:
+    path = tmp_path / "guardian.toml"
+    path.write_text('[node]\nlabels = { pool = "gpu" }\n\n[[group]]\nname = "canary"\n'
+                    'labels = { "guardian.io/canary" = "true" }\nmode = "shadow"\n\n'
+                    '[[group]]\nname = "gpu"\nlabels = { pool = "gpu" }\n')
+    config = load_config(path, Registry())
+    assert config.node.labels == {"pool": "gpu"}
+    assert [(g.name, g.mode, g.rules) for g in config.groups] == [
+        ("canary", "shadow", ["*"]), ("gpu", "act", ["*"])]
+    for text, said in (
+            ('[[group]]\nname = "a"\n\n[[group]]\nname = "a"\n',
+             "guardian.toml:5:8: node group 'a' is named twice"),
+            ('[[group]]\nname = "a"\nmode = "dry"\n',
+             "guardian.toml:3:8: mode: Input should be 'act' or 'shadow'")):
+        path.write_text(text)
+        with pytest.raises(RuleError) as err:
+            load_config(path, Registry())
+        assert said in str(err.value)
