@@ -1,0 +1,221 @@
+"""The fleet backtest (issue 45): a rule set over many nodes' recordings on one clock.
+
+Over copies of the shipped recordings (tests/data: the incident reproduced for real by
+tests/support/incident.py, and a busy healthy node) it says which nodes act and when, how
+many are disrupted at once, and which named problems are caught or missed (a golden
+file); the fleet budget, the breaker, holds and the alignment are each shown by a case
+that fails without them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from guardian.cli import main
+from guardian.model import budget
+from guardian.model.breaker import BreakerParams
+from guardian.model.ruleset import Ruleset
+from guardian.plugin.registry import default_registry
+from guardian.policy.loader import load_rules
+from guardian.runtime.backtest import Backtest, BudgetParams, backtest
+from guardian.runtime.fleetdir import read_fleet
+from tests.support.checkout import DATA, RULES
+from tests.support.golden import matches_golden
+
+INCIDENT, CHAIN, HEALTHY = DATA / "incident.rec", DATA / "chain.rec", DATA / "healthy.rec"
+ZONE = "topology.kubernetes.io/zone"
+
+# A fleet rule over memcg.dying: in the incident recording it holds from +2m25s to
+# +7m5s, in the chain recording from +2m25s to +4m (the kernel frees them in bursts).
+FLOOD = """version = 1
+
+[[rule]]
+name = "memcg-flood"
+summary = "dying memcgs past 18,000"
+when = "memcg.dying > 18000"
+for = "{for_}"
+fleet = true
+cooldown = "1m"
+severity = "warning"
+
+  [[rule.action]]
+  use = "log"
+  message = "flood: $values"
+
+  [[rule.action]]
+  use = "memcg.release"
+  method = "drop_caches"
+"""
+
+
+def _fleet(tmp: Path, nodes: dict[str, tuple[Path, str]]) -> Path:
+    """A backtest directory: each node's recording (a copy) and its node file."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    for stem, (rec, node_file) in nodes.items():
+        shutil.copyfile(rec, tmp / f"{stem}.rec")
+        if node_file:
+            (tmp / f"{stem}.node.toml").write_text(node_file)
+    return tmp
+
+
+def _flood(tmp: Path, for_: str = "0s") -> Ruleset:
+    path = tmp / "flood.toml"
+    path.write_text(FLOOD.format(for_=for_))
+    return load_rules([path], catalogue=default_registry().catalogue())
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two incident nodes in two zones and a healthy one: node-a names the problems it
+    shows, ip-10-0-2-7 (node-b's name) none, node-c says it is healthy."""
+    return _fleet(tmp_path_factory.mktemp("fleet"), {
+        "node-a": (INCIDENT, f'labels = {{ "{ZONE}" = "us-east-1a" }}\nproblems = '
+                             f'["dying-memcgs", "core-system-saturated", "nic-reset"]\n'),
+        "node-b": (INCIDENT, f'name = "ip-10-0-2-7"\nlabels = {{ "{ZONE}" = "us-east-1b" }}\n'),
+        "node-c": (HEALTHY, f'labels = {{ "{ZONE}" = "us-east-1b" }}\nproblems = []\n')})
+
+
+def test_the_shipped_recordings_backtest_is_the_golden_file(
+        shipped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Which node acts when, the most nodes disrupted at once, problems caught (by the
+    rule, or through a cause it names) and missed, rules firing on a node that names no
+    problem."""
+    assert main(["backtest", str(shipped), "--rules", str(RULES)]) == 0
+    out = capsys.readouterr().out
+    matches_golden(DATA / "golden" / "backtest-incident-healthy.txt", out)
+    assert "disrupted at once: at most 2 nodes (ip-10-0-2-7, node-a), first at +5m5s" in out
+    assert "  node-a  nic-reset              missed: neither it nor a cause it names fired" \
+        in out
+
+
+def test_json_and_fail_on_missed(shipped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--json says the same in the keys docs/commands.md lists; --fail-on missed exits 1
+    where a named problem was missed."""
+    assert main(["backtest", str(shipped), "--rules", str(RULES), "--json",
+                 "--fail-on", "missed"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "backtest" and doc["ok"] is False
+    data = doc["data"]
+    assert set(data) == {"align", "end", "budget", "breaker", "nodes", "events",
+                         "disrupted", "peak", "trips", "missed", "false_positives"}
+    assert data["peak"] == {"nodes": 2, "time": 305.03, "names": ["ip-10-0-2-7", "node-a"]}
+    assert data["missed"] == [{"node": "node-a", "problem": "nic-reset"}]
+    assert [(f["node"], f["rule"]) for f in data["false_positives"]] == [
+        ("ip-10-0-2-7", "unit-crashloop"), ("ip-10-0-2-7", "dying-memcgs")]
+    a = data["nodes"][1]
+    assert a["name"] == "node-a" and a["caught"][1] == {
+        "problem": "core-system-saturated", "caught": True, "rule": "dying-memcgs",
+        "time": 385.037, "how": "its cause", "known": True}
+    assert set(data["events"][0]) == {"time", "node", "rule", "kind", "mode", "step",
+                                      "reason", "compared", "ran", "shadow", "held",
+                                      "refused", "why", "breaker"}
+
+
+def _runs(bt: Backtest, node: str) -> list[float]:
+    return [round(e.time) for e in bt.events if e.node == node and "memcg.release" in e.ran]
+
+
+def test_a_budget_of_one_refuses_the_second_node_until_the_first_resolves(
+        tmp_path: Path) -> None:
+    """Both recordings flood at +2m25s; the chain's node (first by name) takes the only
+    slot, the incident's is refused until the chain's resolves at +4m and gives it back.
+    With room for two, both act at once: the refusals are the budget's."""
+    fleet = read_fleet(_fleet(tmp_path / "d", {"a-chain": (CHAIN, ""),
+                                               "b-incident": (INCIDENT, "")}))
+    rules = _flood(tmp_path)
+    one = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=1))
+    refused = [(round(e.time), e.why) for e in one.events if e.refused]
+    assert refused == [(145, "fleet budget: 1 other node(s) already disrupted (a-chain); "
+                             "at most 1 at once")] * 1 + [(205, refused[1][1])]
+    resolved = next(e.time for e in one.events if e.node == "a-chain"
+                    and e.decision.kind == "resolved")
+    assert round(resolved) == 240
+    assert _runs(one, "a-chain")[0] == 145
+    assert _runs(one, "b-incident")[0] == 265  # its first retry after the slot came back
+    assert one.peak[0] == 1
+    two = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=2))
+    assert _runs(two, "b-incident")[0] == 145 and two.peak[0] == 2
+    assert not any(e.refused for e in two.events)
+    # without [fleet], a fleet rule's disruptive action is refused, as the executor does
+    none = backtest(fleet, rules)
+    assert all(e.refused == ["memcg.release"] and e.ran == ["log"]
+               for e in none.events if e.decision.kind in ("firing", "retry"))
+
+
+def test_the_breaker_holds_a_zone_and_spares_a_lone_node_in_another(tmp_path: Path) -> None:
+    """Two of zone a's three nodes begin to flood within seconds: the breaker trips once,
+    for zone a, while the rule is pending, so neither acts when it fires; the lone node
+    flooding in zone b still acts. Without the breaker all three act."""
+    fleet = read_fleet(_fleet(tmp_path / "d", {
+        "a-chain": (CHAIN, 'labels = { zone = "a" }'),
+        "b-incident": (INCIDENT, 'labels = { zone = "a" }'),
+        "c-healthy": (HEALTHY, 'labels = { zone = "a" }'),
+        "d-incident": (INCIDENT, 'labels = { zone = "b" }'),
+        "e-healthy": (HEALTHY, 'labels = { zone = "b" }')}))
+    rules = _flood(tmp_path, for_="30s")
+    params = BreakerParams(share=0.6, min_nodes=2, by=["zone"])
+    bt = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=5), breaker=params)
+    assert [(round(t), trip.rule, trip.group, trip.names) for t, trip in bt.trips] == [
+        (145, "memcg-flood", "zone=a", ("a-chain", "b-incident"))]
+    held = [(e.node, round(e.time)) for e in bt.events if e.breaker]
+    assert ("a-chain", 175) in held and ("b-incident", 175) in held
+    assert _runs(bt, "a-chain") == [] and _runs(bt, "b-incident") == []
+    assert _runs(bt, "d-incident")[0] == 175
+    free = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=5))
+    assert [_runs(free, n)[0] for n in ("a-chain", "b-incident", "d-incident")] == [175] * 3
+
+
+def test_holds_are_judged_at_each_nodes_recorded_time(tmp_path: Path) -> None:
+    """A hold in holds.toml that ends 400 s after the incident recording began holds
+    dying-memcgs when it fires (+6m25s) and lets it run at the first snapshot after."""
+    d = _fleet(tmp_path / "d", {"node": (INCIDENT, "")})
+    started = read_fleet(d).nodes[0].started
+    until = dt.datetime.fromtimestamp(started + 400, dt.timezone.utc).isoformat()
+    (d / "holds.toml").write_text(f'[[hold]]\nrule = "dying-memcgs"\nuntil = "{until}"\n'
+                                  f'reason = "kernel rollout"\nauthor = "alice"\n')
+    fleet = read_fleet(d)
+    rules = load_rules([RULES], catalogue={**default_registry().catalogue(),
+                                           **fleet.nodes[0].recording.catalogue})
+    bt = backtest(fleet, rules)
+    mine = [(round(e.time), e.decision.kind, e.ran) for e in bt.events
+            if e.decision.rule == "dying-memcgs" and e.decision.kind != "pending"]
+    assert mine[:3] == [(385, "firing", []), (385, "held", []),
+                        (400, "retry", ["log", "systemd.unit", "memcg.release"])]
+
+
+def test_wall_alignment_places_each_recording_at_its_recorded_start(shipped: Path) -> None:
+    """--align wall: the healthy node was recorded 3m22s before the incident copies."""
+    fleet = read_fleet(shipped)
+    bt = backtest(fleet, Ruleset(), align="wall")
+    assert [(r.name, round(r.offset)) for r in bt.nodes] == [
+        ("ip-10-0-2-7", 202), ("node-a", 202), ("node-c", 0)]
+    assert [round(r.offset) for r in backtest(fleet, Ruleset()).nodes] == [0, 0, 0]
+
+
+def test_a_bad_directory_says_every_problem_where_it_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _fleet(tmp_path / "d", {"x": (HEALTHY, 'labels = { zone = "a" }\nproblem = ["y"]\n'),
+                                "y": (HEALTHY, 'name = "x"\n')})
+    (d / "z.node.toml").write_text("")
+    assert main(["backtest", str(d), "--rules", str(RULES)]) == 2
+    err = capsys.readouterr().err
+    assert f"{d}/x.node.toml:2:1: unknown key 'problem'" in err
+    assert f"{d}/y.rec:1:1: node 'x' again (also x.rec)" in err
+    assert f"{d}/z.node.toml:1:1: no recording z.rec beside it" in err
+    assert main(["backtest", str(tmp_path / "none"), "--rules", str(RULES)]) == 2
+
+
+def test_the_budgets_counting_rules() -> None:
+    """The pure counts kube/fleet.py and the backtest share."""
+    assert budget.slots(10, None, 25) == 2 and budget.slots(10, 1, 50) == 1
+    assert budget.slots(3, None, 10) == 1 and budget.slots(3, None, None) == 1
+    assert budget.healthy_needed(10, "80%") == 8 and budget.healthy_needed(10, "3") == 3
+    assert budget.verdict("a", 10, 7, {"b", "c"}, 2, "80%") == (
+        "only 7 of 10 nodes Ready and undisrupted, below min_healthy 80%")
+    assert budget.verdict("a", 10, 8, {"a", "b"}, 2, "80%") == ""
+    assert budget.verdict("a", 10, 8, {"b", "c"}, 2, "0") == (
+        "2 other node(s) already disrupted (b, c); at most 2 at once")
