@@ -10,14 +10,18 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import pytest
+
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.kube.breaker import FIRING, KubeBreaker, release
 from guardian.kube.fleet import FleetBudget, FleetParams
 from guardian.model.breaker import BreakerParams
+from guardian.cli import main
 from guardian.runtime.operate import holding
 from tests.support.kube_standin import kubeconfig, serve
 
 ZONE = "topology.kubernetes.io/zone"
+T0 = dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc).timestamp()
 RULE = '''version = 1
 [[rule]]
 name = "memcg-leak"
@@ -125,3 +129,45 @@ def test_half_a_zone_trips_the_breaker_and_a_lone_node_elsewhere_is_remediated(
         assert {n: c for n, c in patches_before_release.items() if c} == {
             "a-00": 1, "a-01": 1, "a-02": 1, "a-03": 1, "b-00": 4}
         assert store.objects["nodes"][("", "a-00")]["metadata"]["annotations"][FIRING] == "{}"
+
+
+def test_guardian_breaker_lists_and_a_human_releases(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """`guardian breaker` lists the latch with its numbers; `release` without --why is
+    refused; with it, the latch goes and the Event records who and why; a second release
+    finds nothing (exit 1)."""
+    with serve() as (url, store):
+        for n in ("n1", "n2", "n3"):
+            store.add_node(n)
+        kc = kubeconfig(tmp_path, url)
+        config = tmp_path / "guardian.toml"
+        config.write_text(f'[fleet]\nkubeconfig = "{kc}"\nnode = "n1"\n'
+                          f'[fleet.breaker]\nmin_nodes = 2\n')
+        for n in ("n1", "n2"):
+            store.objects["nodes"][("", n)]["metadata"]["annotations"] = {
+                FIRING: f'{{"memcg-leak": {T0}}}'}
+        p = FleetParams(kubeconfig=str(kc), node="n1", breaker=BreakerParams(min_nodes=2))
+        breaker = KubeBreaker(p, clock=lambda: T0 + 60, monotonic=lambda: 0.0)
+        breaker.firing(["memcg-leak"])
+        breaker.onsets["memcg-leak"] = T0
+        [hold] = breaker.fetch()
+        assert hold.latched and "2 of 3 nodes in the fleet fired memcg-leak" in hold.reason
+        assert main(["breaker", "--config", str(config)]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("memcg-leak in fleet: tripped 2026-12-03T00:01:00Z by node "
+                              "n1: 2 of 3 nodes in the fleet fired memcg-leak within 10m: "
+                              "share 0.67 > 0.3 (release: guardian breaker release "
+                              "memcg-leak --why TEXT)"), out
+        assert main(["breaker", "release", "memcg-leak", "--config", str(config)]) == 2
+        assert main(["breaker", "release", "memcg-leak", "--why", "bad rule, fixed",
+                     "--author", "alice", "--config", str(config)]) == 0
+        assert "released memcg-leak in fleet" in capsys.readouterr().out
+        assert not [k for k in store.objects["leases"] if "breaker" in k[1]]
+        [ev] = [e for e in store.objects["events"].values()
+                if e["reason"] == "GuardianBreakerReleased"]
+        assert ev["message"].startswith("alice released the breaker on memcg-leak in "
+                                        "fleet: bad rule, fixed")
+        assert main(["breaker", "release", "memcg-leak", "--why", "again",
+                     "--config", str(config)]) == 1
+        assert breaker.fetch() == []  # the node's holds lift at its next read

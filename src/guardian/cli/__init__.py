@@ -401,6 +401,18 @@ def _parser() -> argparse.ArgumentParser:
     holds_options(ho, rule=False)
     ho.set_defaults(func=_command("holds", "cmd_holds"))
 
+    br = sub.add_parser("breaker", help="the tripped correlated-failure breakers "
+                        "([fleet.breaker]); `release RULE --why TEXT` lifts one")
+    br.add_argument("action", nargs="?", choices=["list", "release"], default="list")
+    br.add_argument("rule", nargs="?", help="the rule to release")
+    br.add_argument("--group", help="only the latch of this group (fleet, or "
+                    "KEY=VALUE; default: every group of the rule)")
+    br.add_argument("--why", help="why it is released (in the Event)")
+    br.add_argument("--author", help="who (default: $SUDO_USER, else the user)")
+    br.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(br)
+    br.set_defaults(func=_command("breaker", "cmd_breaker"))
+
     im = sub.add_parser("import", help="another tool's configuration as guardian's "
                         "(node-problem-detector: guardian import npd FILE.json)")
     im.add_argument("tool", choices=["npd"], help="npd: a node-problem-detector monitor "

@@ -127,6 +127,9 @@ class KubeBreaker(KubeHolds):
         self.monotonic = monotonic or (time.monotonic if clock is None else self.clock)
         self.onsets: dict[str, float] = {}  # rule -> since (wall), what the loop saw
         self.adopted = False  # the onsets published before a restart taken up again
+        # the loop has said what holds here: until then (a command such as `guardian
+        # holds` reads the latches too) nothing is published or judged
+        self.told = False
         self.judged: float = -math.inf  # when this node last judged (monotonic)
         self.tripped: list[Trip] = []  # the trips this node latched first
 
@@ -136,6 +139,7 @@ class KubeBreaker(KubeHolds):
         now = self.clock()
         with self._lock:
             self.onsets = {r: self.onsets.get(r, now) for r in rules}
+            self.told = True
 
     def _read_api(self) -> tuple[list[Hold], list[Hold]]:
         """One whole read (the worker's): publish, read the latches, judge if due."""
@@ -170,6 +174,8 @@ class KubeBreaker(KubeHolds):
         self.labels = dict((meta and meta.labels) or {})
         published = parse_firing(((meta and meta.annotations) or {}).get(FIRING))
         with self._lock:
+            if not self.told:
+                return
             if not self.adopted:  # a restart: the onsets it published still stand
                 self.onsets.update({r: s for r, s in published.items() if r in self.onsets})
                 self.adopted = True
