@@ -167,7 +167,8 @@ def test_leases_only_in_guardians_namespace_and_only_its_slots() -> None:
     assert by_name["resourceNames"] == [f"{fleet.name}-slot-{i}"
                                         for i in range(fleet.max_nodes or 0)]
     unnamed = [r for r in lease_rules if "resourceNames" not in r]
-    assert [r["verbs"] for r in unnamed] == [["create"]]  # RBAC cannot name a create
+    # RBAC cannot name a create; the breaker's latches are listed (by label)
+    assert [r["verbs"] for r in unnamed] == [["create"], ["list"]]
     cluster = [d for d in _docs("rbac.yaml") if d["kind"] == "ClusterRole"]
     assert not any("leases" in r["resources"] for c in cluster for r in c["rules"])
 

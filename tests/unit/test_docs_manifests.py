@@ -76,7 +76,7 @@ def _daemonset_config() -> dict[str, Any]:
 
 def _sample() -> dict[str, Any]:
     """The shipped guardian.toml with its commented sections and keys set."""
-    text = "\n".join(re.sub(r"^# ?(?=\[[\w.\"-]+\]|[A-Za-z_][\w-]*\s*=)", "", line)
+    text = "\n".join(re.sub(r"^# ?(?=\[\[?[\w.\"-]+\]|[A-Za-z_][\w-]*\s*=)", "", line)
                      for line in SAMPLE.read_text().splitlines())
     return parse_toml("guardian.toml", text)
 
