@@ -46,14 +46,14 @@ def cmd_backtest(args: argparse.Namespace) -> ExitCode:
     bt = backtest(fleet, rules, align=args.align, engine_budget=Budget(eb.runs, eb.within),
                   window=config.engine.window,
                   fleet_budget=BudgetParams.of(config.fleet) if config.fleet else None,
-                  breaker=getattr(config.fleet, "breaker", None))
+                  breaker=getattr(config.fleet, "breaker", None), groups=config.groups)
     damaged = [f"{n.path.name}: {n.recording.damage}" for n in fleet.nodes
                if n.recording.damage]
     failed = _failed(bt, args.fail_on or [])
     if args.json:
         json_out("backtest", data(bt), ok=not failed and not damaged, warnings=damaged)
     else:
-        for line in report(bt, len(fleet.holds)):
+        for line in report(bt, len(fleet.holds), [g.name for g in config.groups]):
             print(line)
         for line in damaged:
             print(f"guardian backtest: {line}", file=sys.stderr)
@@ -76,7 +76,7 @@ def _failed(bt: Any, fail_on: list[str]) -> list[str]:
     return out
 
 
-def report(bt: Any, holds: int) -> list[str]:
+def report(bt: Any, holds: int, groups: list[str]) -> list[str]:
     """The backtest for people."""
     from guardian.runtime.backtest import timeline_rows
     from guardian.runtime.status import at, for_people
@@ -98,6 +98,8 @@ def report(bt: Any, holds: int) -> list[str]:
         out.append("breaker: none ([fleet.breaker] not configured)")
     if holds:
         out.append(f"holds: {holds} from holds.toml, judged at each node's recorded time")
+    if groups:
+        out.append(f"node groups: {', '.join(groups)} (first match by each node's labels)")
     out.append("")
     rows = [["NODE", "RECORDING", "SNAPSHOTS", "LABELS", "PROBLEMS"]]
     for r in bt.nodes:

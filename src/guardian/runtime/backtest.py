@@ -20,8 +20,13 @@ Where ``[fleet.breaker]`` is configured, the breaker is simulated as it runs on 
 condition holds on it (pending or firing) since it first saw each; after an evaluation in
 which such a rule began within the breaker's window, a node judges the fleet
 (:func:`guardian.model.breaker.judge`, at most every ``every``) with what every node told
-it then; a (rule, group) that trips is latched (only a human releases it) and is a hold
-of that rule on every node of the group from that node's next evaluation on.
+it then; a (rule, group) that trips is latched (only a human releases it) and is a
+latched hold of that rule (its disruptive actions wait) on every node of the group from
+that node's next evaluation on.
+
+Node groups (``[[group]]``, :mod:`guardian.model.nodegroups`) are judged with each node's
+labels as the executor judges them: a decision of a shadow group, or of a rule its group
+does not list, runs in shadow.
 
 A node counts as disrupted from the first disruptive action it runs until every rule
 that ran one has resolved (and while it holds a slot or a mark); a node whose recording
@@ -43,6 +48,7 @@ from guardian.engine.engine import Engine
 from guardian.model import budget
 from guardian.model.breaker import BreakerParams, NodeFiring, Trip, groups_of, judge
 from guardian.model.holds import Hold
+from guardian.model.nodegroups import NodeGroup, shadow_why
 from guardian.model.ruleset import BoundAction, Ruleset
 from guardian.model.window import Window
 from guardian.runtime.fleetdir import Fleet, FleetNode
@@ -241,7 +247,8 @@ class _Budget:
 def backtest(fleet: Fleet, ruleset: Ruleset, *, align: Align = "start",
              engine_budget: Budget | None = None, window: Window | None = None,
              fleet_budget: BudgetParams | None = None,
-             breaker: BreakerParams | None = None) -> Backtest:
+             breaker: BreakerParams | None = None,
+             groups: list[NodeGroup] | None = None) -> Backtest:
     """Run ``ruleset`` over every node of ``fleet`` on one clock (see the module)."""
     first = min((n.started for n in fleet.nodes), default=0.0)
     results = [NodeResult(n, n.started - first if align == "wall" else 0.0,
@@ -270,10 +277,16 @@ def backtest(fleet: Fleet, ruleset: Ruleset, *, align: Align = "start",
                 res.fired.setdefault(d.rule, t)
         if breakers is not None:
             bt.trips += [(t, trip) for trip in breakers.after(node, res.replay.engine, t)]
-        by_breaker = {h.rule for h in latches}
         for j, d in enumerate(decisions):
+            if groups and d.mode != "observe" and d.actions:
+                why = shadow_why(d.rule, any(a.disruptive for a in d.actions), node.labels,
+                                 groups)
+                if why:  # its node group: planned only, as the executor does
+                    d.mode = "observe"
+                    d.reason = f"{d.reason}; {why}" if d.reason else why
             ev = _carry_out(d, t, node, res.replay.said.get(before + j, d.text), gate)
-            ev.breaker = d.kind == "held" and d.rule in by_breaker
+            ev.breaker = bool(d.would) and any(
+                h.rule == d.rule and h.reason in d.reason for h in latches)
             bt.events.append(ev)
             mine = acting.setdefault(node.name, set())
             if d.kind == "resolved" and d.mode != "observe":
@@ -303,19 +316,21 @@ class _Breaker:
 
     def __init__(self, params: BreakerParams, ruleset: Ruleset, fleet: Fleet) -> None:
         self.p = params
-        self.every = float(getattr(params, "every", 0.0))
         self.fleet_rules = {r.name for r in ruleset.rules if r.spec.fleet}
         self.nodes = fleet.nodes
         self.onsets: dict[str, dict[str, float]] = {n.name: {} for n in fleet.nodes}
         self.judged: dict[str, float] = {}  # node -> when it last judged
-        self.latched: dict[tuple[str, str], tuple[float, Trip]] = {}
+        # (rule, group) -> when it tripped, the node that latched it, the trip
+        self.latched: dict[tuple[str, str], tuple[float, str, Trip]] = {}
 
     def holds(self, node: FleetNode) -> list[Hold]:
-        """The latches that hold rules on ``node``: one hold each, never expiring."""
+        """The latches that hold rules on ``node``, as :mod:`guardian.kube.breaker`
+        makes them: latched holds, never expiring."""
         groups = set(groups_of(node.labels, self.p.by))
-        return [Hold(math.inf, f"breaker tripped at {at(t)}: {trip.why}; until a human "
-                     f"releases it", self.AUTHOR, trip.rule, (), f"breaker {trip.group}")
-                for (_, g), (t, trip) in sorted(self.latched.items()) if g in groups]
+        return [Hold(math.inf, f"breaker tripped at {at(t)} (node {by}): {trip.why}; "
+                     f"until a human releases it", self.AUTHOR, trip.rule, (),
+                     f"breaker {trip.group}", latched=True)
+                for (_, g), (t, by, trip) in sorted(self.latched.items()) if g in groups]
 
     def after(self, node: FleetNode, engine: Engine, t: float) -> list[Trip]:
         """``node`` evaluated at ``t``: what it tells the breaker, and the trips it
@@ -325,14 +340,14 @@ class _Breaker:
                if r in engine.states and engine.states[r].phase in ("pending", "firing")}
         self.onsets[node.name] = now
         if not any(t - since <= self.p.window for since in now.values()) or \
-                t - self.judged.get(node.name, -math.inf) < self.every:
+                t - self.judged.get(node.name, -math.inf) < self.p.every:
             return []
         self.judged[node.name] = t
         out = []
         for trip in judge((NodeFiring(n.name, n.labels, self.onsets[n.name])
                            for n in self.nodes), t, self.p):
             if (trip.rule, trip.group) not in self.latched:
-                self.latched[(trip.rule, trip.group)] = (t, trip)
+                self.latched[(trip.rule, trip.group)] = (t, node.name, trip)
                 out.append(trip)
         return out
 

@@ -18,6 +18,7 @@ import pytest
 from guardian.cli import main
 from guardian.model import budget
 from guardian.model.breaker import BreakerParams
+from guardian.model.nodegroups import NodeGroup
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
@@ -167,6 +168,22 @@ def test_the_breaker_holds_a_zone_and_spares_a_lone_node_in_another(tmp_path: Pa
     assert _runs(bt, "d-incident")[0] == 175
     free = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=5))
     assert [_runs(free, n)[0] for n in ("a-chain", "b-incident", "d-incident")] == [175] * 3
+
+
+def test_a_node_group_in_shadow_mode_never_acts_while_the_others_do(tmp_path: Path) -> None:
+    """The canary (its node file's label puts it in the shadow group) plans what the
+    other node runs."""
+    fleet = read_fleet(_fleet(tmp_path / "d", {
+        "a-canary": (INCIDENT, 'labels = { "guardian.io/canary" = "true" }'),
+        "b-worker": (INCIDENT, "")}))
+    canary = NodeGroup(name="canary", labels={"guardian.io/canary": "true"}, mode="shadow")
+    bt = backtest(fleet, _flood(tmp_path), fleet_budget=BudgetParams(max_nodes=2),
+                  groups=[canary])
+    acted = [(e.node, e.decision.kind, e.ran, e.shadow) for e in bt.events
+             if e.decision.kind == "firing"]
+    assert acted == [("a-canary", "firing", [], ["log", "memcg.release"]),
+                     ("b-worker", "firing", ["log", "memcg.release"], [])]
+    assert bt.peak[2] == ("b-worker",)
 
 
 def test_holds_are_judged_at_each_nodes_recorded_time(tmp_path: Path) -> None:
