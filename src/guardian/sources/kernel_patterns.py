@@ -47,6 +47,9 @@ ENA_PREFIX = rf"^ena(?: {_PCI}(?: {_IFNAME})?)?: "
 # a block device other than a virtual CD-ROM (sr0) or floppy (fd0): every cloud VM has
 # them, empty, and the kernel reports reading them at boot as I/O errors
 _DISK = r"(?!(?:sr|fd)\d)\S+"
+# the driver (or, unbound, the bus) a PCI device's lines begin with: dev_printk's "%s %s: "
+# (pcieport, nvme, xhci_hcd, ath10k_pci, mlx5_core, pci, ...)
+_DEVICE = r"[a-z0-9_-]{1,32}"
 
 _OOT = "amzn-drivers kernel/linux/ena/ena_netdev.c"
 _OOT_COM = "amzn-drivers kernel/linux/common/ena_com/ena_com.c"
@@ -80,7 +83,9 @@ ENA: dict[str, KernelPattern] = {
         "qid %d, index %d. ...\" (2.7.2-2.16.1; in-tree 6.9+), '[1/2] %d new missed TX "
         "completions, qid: %d, ...' (2.17.0)"),
     "ena_tx_lost_completions": KernelPattern(
-        ENA_PREFIX + r"(?:The number of lost tx completions? is above the threshold"
+        rf"^(?:ena(?: {_PCI})? )?{_IFNAME}: The number of lost tx completions? is above the "
+        r"threshold|"
+        + ENA_PREFIX + r"(?:The number of lost tx completions? is above the threshold"
                      r"|(?:\[1/2\] )?Lost TX completions are above (?:the )?threshold)",
         "missed Tx completions passed the driver's threshold: it resets the device",
         f"{_OOT}: 'The number of lost tx completion(s) is above the threshold (%d > %d). "
@@ -325,15 +330,71 @@ KERNEL: dict[str, KernelPattern] = {
         "fs/ext4/super.c ext4_handle_error: 'EXT4-fs (%s): Remounting filesystem "
         "read-only'; fs/ext2 and ext3: 'error: remounting filesystem read-only'; "
         "fs/btrfs/messages.c: 'forced readonly'", "FilesystemIsReadOnly"),
+    "btrfs_error": KernelPattern(
+        r"^BTRFS (?:error|critical|alert|emergency)(?: \(device [^)]{1,64}\))?: "
+        r"(?!fixed up error at )"
+        r"|^BTRFS: (?:error \(device [^)]{1,64}\) in |Transaction aborted \(error -?\d+\))"
+        r"|^(?:BTRFS|btrfs): bdev \S{1,128} errs: wr \d+"
+        r"|^BTRFS [a-z]{4,9} \(device [^)]{1,64}\): (?:bdev \S{1,128} errs: wr \d+"
+        r"|csum failed |(?:\S{1,64} )?checksum verify failed on |checksum(?:/header)? error at"
+        r" |i/o error at |direct IO failed |Skipping commit of aborted transaction"
+        r"|lost page write due to IO error)"
+        r"|^btrfs (?:csum failed ino \d+|bad tree block start \d+)"
+        r"|^parent transid verify failed on \d+ wanted \d+ found \d+",
+        "btrfs found an error: a device's I/O or checksum failed, metadata is corrupt, or a "
+        "transaction was aborted (the filesystem goes read-only)",
+        "fs/btrfs/messages.c btrfs_printk: 'BTRFS %s (device %s%s): %pV' (level error, "
+        "critical, alert, emergency; ': state %s' in the device 5.x+; 'BTRFS %s: %pV' "
+        "without one), __btrfs_handle_fs_error: 'BTRFS: error (device %s%s) in %s:%d: "
+        "errno=%d %s'; transaction.h btrfs_abort_transaction: 'BTRFS: Transaction aborted "
+        "(error %d)'; volumes.c btrfs_dev_stat_print_on_error: 'bdev %s errs: wr %u, rd %u, "
+        "flush %u, corrupt %u, gen %u' (btrfs_err_rl; at mount btrfs_info when any is "
+        "non-zero; 'btrfs: bdev ...' 3.5-3.13); inode.c btrfs_print_data_csum_error: 'csum "
+        "failed root %lld ino %llu off %llu csum ... expected csum ... mirror %d' (warning; "
+        "'btrfs csum failed ino %llu off %llu csum %u private %llu' 3.x); disk-io.c: '%s "
+        "checksum verify failed on %llu wanted %X found %X level %d' (4.x), 'checksum verify "
+        "failed on logical %llu mirror %u wanted ... found ... level %d' (5.x+), 'parent "
+        "transid verify failed on %llu wanted %llu found %llu' (no prefix in 3.x), 'btrfs "
+        "bad tree block start %llu %llu' (3.x); scrub.c scrub_print_warning: '%s at logical "
+        "%llu on dev %s, physical %llu, root %llu, inode %llu, offset %llu, ...' ('i/o "
+        "error', 'checksum error', 'checksum/header error'); direct-io: 'direct IO failed "
+        "ino %llu rw %d,%u sector %#Lx len %u err no %d'; transaction.c: 'Skipping commit of "
+        "aborted transaction.'; disk-io.c: 'lost page write due to IO error on %s'"),
+    "btrfs_error_corrected": KernelPattern(
+        r"^BTRFS [a-z]{4,9} \(device [^)]{1,64}\): (?:read error corrected: "
+        r"|fixed up error at logical \d+)",
+        "btrfs read bad data and repaired it from a good copy (a device is returning errors)",
+        "fs/btrfs/extent_io.c / bio.c repair_io_failure: 'read error corrected: ino %llu off "
+        "%llu (dev %s sector %llu)' (btrfs_info_rl_in_rcu); scrub.c: 'fixed up error at "
+        "logical %llu on dev %s' (btrfs_err_rl_in_rcu)"),
     "memory_error_corrected": KernelPattern(
-        r"^EDAC MC\d+: \d+ CE ",
+        r"^EDAC MC\d+: (?:\d+ CE |CE (?:page 0x|row \d|- no information available))",
         "the memory controller corrected a memory error",
-        "drivers/edac/edac_mc.c edac_ce_error: 'EDAC MC%d: %d CE %s%son %s (...)'",
+        "drivers/edac/edac_mc.c edac_ce_error: 'EDAC MC%d: %d CE %s%son %s (...)' (3.5+; "
+        "ghes_edac's 'CE Single-bit ECC on ...'); edac_mc_handle_ce to 3.4: 'CE page 0x%lx, "
+        "offset 0x%lx, grain %d, syndrome 0x%lx, row %d, channel %d, label \"%s\": %s', "
+        "edac_mc_handle_ce_no_info: 'CE - no information available: %s'",
         "MemoryReadError"),
     "memory_error_uncorrected": KernelPattern(
-        r"^EDAC MC\d+: \d+ UE ",
+        r"^EDAC MC\d+: (?:\d+ UE |UE (?:page 0x|row \d|- no information available))",
         "the memory controller found an uncorrectable memory error",
-        "drivers/edac/edac_mc.c edac_ue_error: 'EDAC MC%d: %d UE %s%son %s (...)'"),
+        "drivers/edac/edac_mc.c edac_ue_error: 'EDAC MC%d: %d UE %s%son %s (...)' (3.5+); "
+        "edac_mc_handle_ue to 3.4: 'UE page 0x%lx, offset 0x%lx, grain %d, row %d, labels "
+        "\"%s\": %s', 'UE - no information available: %s'"),
+    "memory_failure": KernelPattern(
+        r"^Memory failure: 0x[0-9a-f]+: |^MCE 0x[0-9a-f]+: (?:[A-Za-z -]{1,40} page recovery: "
+        r"|recovery action for )"
+        r"|^(?:mce: )?(?:Uncorrected hardware memory error in user-access at [0-9a-f]+"
+        r"|Memory error not recovered)",
+        "the kernel took a page with an uncorrectable memory error out of use (hwpoison), or "
+        "could not recover from one",
+        "mm/memory-failure.c action_result: 'Memory failure: %#lx: recovery action for %s: "
+        "%s' (pr_fmt 'Memory failure: ' 4.x+; 'MCE %#lx: %s page recovery: %s' in 2.6.32-3.x, "
+        "'MCE %#lx: recovery action for %s: %s' 3.x-4.x), kill_proc 'Memory failure: %#lx: "
+        "Sending SIGBUS to %s:%d due to hardware memory corruption', 'already hardware "
+        "poisoned', 'unhandlable page'; arch/x86/kernel/cpu/mce/core.c kill_me_maybe: "
+        "'Uncorrected hardware memory error in user-access at %llx', kill_me_now / "
+        "mce_panic: 'Memory error not recovered' (pr_fmt 'mce: ')"),
     "cper_corrected": KernelPattern(
         r"^(?:\{\d+\})?\[Hardware Error\]: event severity: corrected$",
         "firmware reported a corrected hardware error (CPER)",
@@ -378,25 +439,79 @@ KERNEL: dict[str, KernelPattern] = {
         "kernel/panic.c panic: 'Kernel panic - not syncing: %s'"),
     "machine_check": KernelPattern(
         r"^(?:mce: )?\[Hardware Error\]: (?:Machine check events logged"
-        r"|CPU \d+: Machine Check(?: Exception)?: |Machine check: )"
+        r"|CPU \d+: Machine Check(?: Exception)?: |Machine check: "
+        r"|CPU:\d+ \([0-9a-f]+:[0-9a-f]+:[0-9a-f]+\) MC\d+_STATUS\["
+        r"|(?:Corrected|Deferred) error, no action required\.|Uncorrected, software )"
         r"|^Machine check events logged",
         "the CPU reported a machine check (a hardware error the kernel logged)",
         "arch/x86/kernel/cpu/mce/core.c mce_notify_irq: '[Hardware Error]: Machine check "
         "events logged' (pr_fmt 'mce: ' 4.x+; bare 'Machine check events logged' in 3.x), "
-        "print_mce: 'CPU %d: Machine Check%s: %Lx Bank %d: %016Lx'"),
+        "print_mce: 'CPU %d: Machine Check%s: %Lx Bank %d: %016Lx', mce_panic: 'Machine "
+        "check: %s'; drivers/edac/mce_amd.c decode_smca_error / amd_decode_mce (HW_ERR "
+        "'[Hardware Error]: '): 'CPU:%d (%x:%x:%x) MC%d_STATUS[...]', 'Corrected error, no "
+        "action required.', 'Deferred error, no action required.', 'Uncorrected, software "
+        "containable error.' / 'restartable'"),
     "pcie_aer_error": KernelPattern(
-        rf"^(?:pcieport|aer) {_PCI_ANY}: (?:AER: )?(?:Multiple )?(?:Corrected|Correctable"
-        r"|Uncorrect(?:ed|able) \(Non-Fatal\)) error (?:message )?received",
-        "a PCIe link reported a corrected or non-fatal error (AER)",
+        rf"^(?:pcieport|aer) {_PCI_ANY}(?::pcie\d+)?: (?:AER: )?(?:Multiple )?(?:Corrected"
+        r"|Correctable|Uncorrect(?:ed|able) \(Non-Fatal\)) error (?:message )?received"
+        rf"|^{_DEVICE} {_PCI}(?::pcie\d+)?: (?:AER: )?PCIe Bus Error: severity="
+        r"(?:Corrected|Correctable|Uncorrect(?:ed|able) \(Non-Fatal\)),",
+        "a PCIe link reported a corrected or non-fatal error (AER): the root port's line, "
+        "or the reporting device's own",
         "drivers/pci/pcie/aer.c aer_print_port_info: '%s%s error message received from "
-        "%04x:%02x:%02x.%d' (5.x+), 'AER: Corrected error received: %04x:%02x:%02x.%d', "
-        "'Multiple Corrected error received' (4.x), 'AER: Corrected error received: "
-        "id=%04x' (to 4.18), 'Correctable' / 'Uncorrectable' (6.8+)"),
+        "%04x:%02x:%02x.%d' (6.x), 'AER: %s%s error received: %04x:%02x:%02x.%d' (4.19+), "
+        "'AER: %s%s error received: id=%04x' (to 4.18, aerdrv_errprint.c); aer_print_error: "
+        "'PCIe Bus Error: severity=%s, type=%s, (%s)' ('..., id=%04x(%s)' to 4.18) printed "
+        "by the device's own driver name; severities 'Corrected', 'Uncorrected (Non-Fatal)' "
+        "('Correctable' / 'Uncorrectable' 6.8+)"),
     "pcie_aer_fatal": KernelPattern(
-        rf"^(?:pcieport|aer) {_PCI_ANY}: (?:AER: )?(?:Multiple )?Uncorrect(?:ed|able) "
-        r"\(Fatal\) error (?:message )?received",
-        "a PCIe link reported a fatal uncorrected error (AER): the device may be lost",
-        "drivers/pci/pcie/aer.c aer_print_port_info, severity 'Uncorrected (Fatal)'"),
+        rf"^(?:pcieport|aer) {_PCI_ANY}(?::pcie\d+)?: (?:AER: )?(?:Multiple )?"
+        r"Uncorrect(?:ed|able) \(Fatal\) error (?:message )?received"
+        rf"|^{_DEVICE} {_PCI}(?::pcie\d+)?: (?:AER: )?(?:PCIe Bus Error: severity="
+        r"Uncorrect(?:ed|able) \(Fatal\),|[Dd]evice recovery failed"
+        r"|DPC: containment event)",
+        "a PCIe link reported a fatal uncorrected error (AER), its recovery failed, or the "
+        "port contained it by taking the link down (DPC): the device may be lost",
+        "drivers/pci/pcie/aer.c aer_print_port_info / aer_print_error, severity "
+        "'Uncorrected (Fatal)' ('Uncorrectable (Fatal)' 6.8+); drivers/pci/pcie/err.c "
+        "pcie_do_recovery: 'AER: Device recovery failed' ('device recovery failed' 5.x+); "
+        "drivers/pci/pcie/dpc.c dpc_process_error: 'DPC: containment event, status:%#06x "
+        "source:%#06x'"),
+    "hardware_error_detail": KernelPattern(
+        r"^(?:mce: )?\[Hardware Error\]: (?!Machine check|CPU \d+: Machine Check"
+        r"|CPU:\d+ \(|(?:Corrected|Deferred) error, no action|Uncorrected, software "
+        r"|event severity: (?:corrected|recoverable|fatal)$)"
+        r"|^\{\d+\}\[Hardware Error\]: (?!event severity: (?:corrected|recoverable|fatal)$)"
+        rf"|^{_DEVICE} {_PCI}(?::pcie\d+)?: (?:AER: )? {{0,4}}(?:device \[[0-9a-f]{{4}}:"
+        r"[0-9a-f]{4}\] error status/mask=|\[ ?\d{1,2}\] [A-Za-z]|TLP Header: "
+        r"|aer_(?:status|layer|uncor_severity|cor_status|uncor_status)(?:: |=)"
+        r"|Error of this Agent is reported first|can't find device of ID"
+        r"|can't recover \(no error_detected callback\)"
+        r"|(?:Downstream|Root) Port link has been reset)"
+        r"|^EDAC [a-z0-9_]{1,16} MC\d+: (?:HANDLING MCE MEMORY ERROR"
+        r"|CPU \d+: Machine Check (?:Event|Exception): |(?:TSC|ADDR|MISC) (?:0x)?[0-9a-f]+"
+        r"(?: |$)|PROCESSOR \d+:[0-9a-f]+ TIME \d+ )",
+        "a line of a hardware error report whose severity another of its lines gives (a "
+        "machine check's or firmware's (CPER) detail, a PCIe AER report's status bits, an "
+        "EDAC driver decoding a memory machine check)",
+        "arch/x86/kernel/cpu/mce/core.c print_mce (HW_ERR '[Hardware Error]: '): 'RIP%s "
+        "%02x:<%016Lx>', 'TSC %llx ', 'ADDR %llx ', 'MISC %llx ', 'PROCESSOR %u:%x TIME %llu "
+        "SOCKET %u APIC %x microcode %x', 'Run the above through 'mcelog --ascii''; "
+        "drivers/edac/mce_amd.c: 'Error Addr: 0x%016llx', 'IPID: ...'; drivers/firmware/efi/"
+        "cper.c / drivers/acpi/apei/ghes.c ('{%u}[Hardware Error]: '): 'Hardware error from "
+        "APEI Generic Hardware Error Source: %d', ' Error %d, type: %s', '  section_type: "
+        "%s', 'It has been corrected by h/w and requires no further action'; drivers/pci/"
+        "pcie/aer.c aer_print_error / pci_print_aer: '  device [%04x:%04x] error status/"
+        "mask=%08x/%08x', '   [%2d] %-22s%s', '  TLP Header: %08x %08x %08x %08x', "
+        "'aer_status: 0x%08x, aer_mask: 0x%08x', 'aer_layer=%s, aer_agent=%s', "
+        "'aer_uncor_severity: 0x%08x', '  Error of this Agent is reported first', "
+        "find_source_device: 'can't find device of ID%04x'; drivers/pci/pcie/err.c "
+        "report_error_detected: 'can't recover (no error_detected callback)', "
+        "aer_root_reset: '%s Port link has been reset (%d)'; drivers/edac/"
+        "sb_edac.c sbridge_mce_check_error, skx_common.c skx_mce_check_error, i10nm, "
+        "pnd2_edac.c: 'HANDLING MCE MEMORY ERROR', 'CPU %d: Machine Check %s: %Lx Bank %d: "
+        "%016Lx', 'TSC %llx ', 'ADDR %llx ', 'MISC %llx ', 'PROCESSOR %u:%x TIME %llu SOCKET "
+        "%u APIC %x'"),
     "cpu_thermal_throttling": KernelPattern(
         r"^(?:mce: )?CPU\d+: (?:Core|Package) temperature (?:is )?above threshold, cpu "
         r"clock (?:is )?throttled",
@@ -454,6 +569,15 @@ KERNEL: dict[str, KernelPattern] = {
         "NVSWITCH_PRINT_SXID: 'nvidia-%s: SXid (PCI:' NVLINK_PCI_DEV_FMT '): %05d, ' _fmt "
         "(the device's name is nvswitch<N>); error_nvswitch.h / intr reporting: 'Fatal, "
         "Link %02d %s%s'"),
+    "nvswitch_sxid_detail": KernelPattern(
+        rf"^nvidia-nvswitch\d+: SXid \(PCI:{_PCI_ANY}\): \d+, (?:Severity \d+ |Data \{{)",
+        "a line of an NVSwitch SXid report (its severity and data words; its first line "
+        "says Fatal or Non-fatal)",
+        "open-gpu-kernel-modules src/common/nvswitch: the lines NVSWITCH_PRINT_SXID's "
+        "'nvidia-%s: SXid (PCI:...): %05d, ' begins after a report's first line: 'Severity "
+        "%d Engine instance %02d Sub-engine instance %02d', 'Data {0x%08x, ...}' (as 570.x "
+        "printed them: canonical/tdx#414; NVSentinel's SXid parser reads them as the report's "
+        "continuation)"),
     "nvswitch_sxid_nonfatal": KernelPattern(
         rf"^nvidia-nvswitch\d+: SXid \(PCI:{_PCI_ANY}\): \d+, Non-fatal, ",
         "an NVSwitch reported a non-fatal error (SXid) on a link",
@@ -517,14 +641,23 @@ _TESTED = {
                 'sr0/fd0 excluded (Azure, VMware, Debian lines)',
     'nvme_controller_reset': 'to 6.4 and 6.5+ timeout wordings; real lines on 6.8',
     'fs_readonly': 'ext2/ext3/ext4, btrfs 3.10-6.12',
-    'memory_error_corrected': 'EDAC 3.10-6.12',
-    'memory_error_uncorrected': 'EDAC 3.10-6.12',
+    'memory_error_corrected': 'EDAC 2.6.x-3.4 and 3.5-6.12 wordings, ghes_edac; real: sb_edac '
+                              '(4.x, 5.x), skx_edac, AMD (edac_mce_amd)',
+    'memory_error_uncorrected': 'EDAC 2.6.x-3.4 and 3.5-6.12 wordings; real: skx_edac (EINJ)',
+    'memory_failure': '2.6.32-3.x (MCE %#lx), 4.x+ (Memory failure:); real: 4.x, 5.x, 6.x',
+    'btrfs_error': '3.x (btrfs:, unprefixed), 3.14-4.x, 5.x+ (: state in the device), every '
+                   'level; real: 4.x-6.x bug reports',
+    'btrfs_error_corrected': '4.x-6.x; real: 4.x, 6.x',
+    'hardware_error_detail': 'mce 3.x-6.12, edac_mce_amd, CPER/GHES 4.x-6.12, AER 3.x-6.12, '
+                             'sb_edac/skx_edac; real lines from their reports',
+    'nvswitch_sxid_detail': 'open-gpu-kernel-modules 535-570; real: 570.195 (canonical/tdx#414)',
     'cper_corrected': '4.x-6.12 (GHES)',
     'cper_recoverable': '4.x-6.12 (GHES)',
     'cper_fatal': '4.x-6.12 (GHES)',
-    'machine_check': '3.x-6.12 (mce: prefix 4.x+)',
-    'pcie_aer_error': '3.x-4.18 (id=), 4.19-6.7, 6.8+ (Correctable)',
-    'pcie_aer_fatal': '4.19-6.7 and 6.8+ wordings',
+    'machine_check': '3.x-6.12 (mce: prefix 4.x+), edac_mce_amd (SMCA and older AMD)',
+    'pcie_aer_error': '3.x-4.18 (id=), 4.19-6.7, 6.8+ (Correctable); the root port\'s and '
+                      'the device\'s lines; real: 4.x-6.x',
+    'pcie_aer_fatal': '4.19-6.7 and 6.8+ wordings, recovery failed, DPC containment',
     'cpu_thermal_throttling': 'to 5.4 and 5.5+ wordings',
     'conntrack_table_full': '3.x and 4.x+ (doubled prefix)',
     'pids_fork_rejected': '4.8-6.12',
