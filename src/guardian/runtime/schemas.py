@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from guardian.core.audit import audit_schema
+from guardian.model.nodegroups import NodeConfig, NodeGroup
 from guardian.model.schema import ActionSpec, RuleFile
 from guardian.model.testfile import test_file_schema
 from guardian.plugin.registry import Registry, default_registry
@@ -72,7 +73,8 @@ def rule_test_schema(registry: Registry | None = None) -> dict[str, Any]:
 
 
 def config_schema(registry: Registry | None = None) -> dict[str, Any]:
-    """``guardian.toml``: engine, service, each source's table and the fleet budget."""
+    """``guardian.toml``: engine, service, each source's table, the fleet budget and the
+    node groups."""
     reg = registry or default_registry()
     defs: dict[str, Any] = {}
     sources: dict[str, Any] = {
@@ -86,6 +88,9 @@ def config_schema(registry: Registry | None = None) -> dict[str, Any]:
         "sources": {"type": "object", "properties": sources, "additionalProperties": False},
         "holds": _inline(HoldsConfig, defs),
         "evidence": _inline(EvidenceConfig, defs),
+        "node": _inline(NodeConfig, defs),
+        "group": {"type": "array", "items": _inline(NodeGroup, defs),
+                  "description": "[[group]]: node groups, the first whose labels match"},
     }
     try:
         from guardian.kube.fleet import FleetParams
