@@ -162,6 +162,9 @@ class RecordedNvml:
     def nvmlDeviceGetDisplayMode(self, h: int) -> int:
         return int(self._gpu(h, "display_mode"))
 
+    def nvmlDeviceGetArchitecture(self, h: int) -> int:
+        return int(self._gpu(h, "architecture"))
+
     def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
         return list(self._gpu(h, "mig_mode"))
 

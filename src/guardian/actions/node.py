@@ -256,16 +256,25 @@ class NodeReboot(Action[RebootParams, RebootPayload]):
 
 def check(rules: list[Any], fleet_configured: bool, kubernetes: bool
           ) -> list[tuple[Any, str]]:
-    """``guardian check``'s errors: on a Kubernetes node, a rule that reboots must hold a
-    slot of the fleet budget (``fleet = true`` and ``[fleet]`` configured)."""
+    """``guardian check``'s errors: on a Kubernetes node, a rule that reboots (an action,
+    an escalation or a ladder's step) must hold a slot of the fleet budget (``fleet =
+    true`` and ``[fleet]`` configured); a rule in shadow mode (``mode = "observe"``)
+    never reboots, and is checked once it acts."""
     if not kubernetes:
         return []
     out = []
     for rule in rules:
-        if not any(a.use == "node.reboot" for a in [*rule.actions, *rule.escalate]):
+        if not reboots(rule) or rule.spec.mode == "observe":
             continue
         if not rule.spec.fleet or not fleet_configured:
             out.append((rule, f"rule {rule.spec.name!r}: node.reboot on a Kubernetes node "
                                f"needs the fleet budget: `fleet = true` in the rule and "
                                f"[fleet] in guardian.toml"))
     return out
+
+
+def reboots(rule: Any) -> bool:
+    """Whether a compiled rule has ``node.reboot`` among its actions, escalation or steps."""
+    return any(a.use == "node.reboot" for a in [
+        *rule.actions, *rule.escalate, *(a for step in rule.steps for a in step.actions)])
+

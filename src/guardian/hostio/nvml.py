@@ -120,6 +120,7 @@ class ResetFacts:
     display_mode: bool | None
     mig_enabled: bool | None
     active_nvlinks: int | None
+    architecture: int | None = None  # nvml.h nvmlDeviceArchitecture_t (7 Ampere, 9 Hopper)
     failures: list[Failure] = field(default_factory=list)
 
 
@@ -383,6 +384,7 @@ class Nvml:
                           unsupported=unsupported)
         mig = self._call(index, "mig mode", n.nvmlDeviceGetMigMode, f, handle,
                          unsupported=unsupported)
+        arch = self._call(index, "architecture", n.nvmlDeviceGetArchitecture, f, handle)
         links = GpuReading(index)
         self._nvlinks(links, handle)
         f += links.failures
@@ -398,7 +400,7 @@ class Nvml:
                                                   else None),
             int(links.values["nvlink.active"]) if "nvlink.active" in links.values else (
                 0 if "nvlink" in links.unsupported else None),
-            f)
+            int(arch) if arch is not None else None, f)
 
 
 # nvmlInit's errors as people read them (nvml.h: nvmlInit_v2's return values)

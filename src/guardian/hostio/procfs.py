@@ -232,3 +232,23 @@ def owner_uid(proc: Path, pid: int) -> int:
     """The UID owning ``/proc/<pid>`` (root's for a non-dumpable process, whoever runs it:
     :func:`real_uid` reads the real one). Raises OSError when it is gone."""
     return os.stat(proc / str(pid)).st_uid
+
+
+# A pod's cgroup as the kubelet names it (kubernetes pkg/kubelet/cm/
+# pod_container_manager_linux.go: podCgroupNamePrefix "pod" + the pod's UID, under
+# kubepods[/burstable|/besteffort]; with the systemd driver, cgroup_manager_linux.go's
+# escapeSystemdCgroupName turns each "-" of the UID into "_" and the name into
+# kubepods-<qos>-pod<uid>.slice).
+_POD = re.compile(r"(?:^|/)(?:kubepods(?:-[a-z]+)?-)?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_]"
+                  r"[0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?=/|$)")
+
+
+def pod_uid_of(proc: Path, pid: int) -> str | None:
+    """The UID of the Kubernetes pod a process runs in, from its cgroup (only the kubelet
+    places a process there, unlike its name); None for a process outside any pod, or one
+    that is gone."""
+    for path in cgroup_paths(proc, pid):
+        if "kubepods" in path and (found := _POD.search(path)):
+            return found[1].replace("_", "-")
+    return None
+

@@ -42,9 +42,10 @@ def errors(rs: Ruleset, config: Config) -> list[Diagnostic]:
 
 
 def _reboot_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
-    if not any(a.use == "node.reboot" for r in rs.rules for a in [*r.actions, *r.escalate]):
+    from guardian.actions.node import check, reboots
+
+    if not any(reboots(r) for r in rs.rules):
         return []
-    from guardian.actions.node import check
 
     kubernetes = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or \
         Path("/var/lib/kubelet").is_dir()

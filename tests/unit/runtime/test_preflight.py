@@ -32,6 +32,22 @@ def test_a_reboot_on_a_kubernetes_node_needs_the_fleet_budget(
     assert "node.reboot on a Kubernetes node needs the fleet budget" in d.message
 
 
+def test_a_ladders_reboot_is_checked_and_a_shadow_rules_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node.reboot in a [[rule.step]] escaped the check (it read actions and escalate
+    only); the shipped gpu-nvml-needs-reset ships in shadow mode and is checked once it
+    acts."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    ladder = REBOOT.replace("  [[rule.action]]\n  use = \"node.reboot\"",
+                            "  [[rule.step]]\n  verify = \"10m\"\n  [[rule.step.action]]\n"
+                            "  use = \"log\"\n  [[rule.step]]\n  verify = \"30m\"\n"
+                            "  [[rule.step.action]]\n  use = \"node.reboot\"")
+    [d] = errors(load_text(ladder, path="r.toml"), Config())
+    assert "needs the fleet budget" in d.message
+    shadow = ladder.replace("fleet = true", "fleet = true\nmode = \"observe\"")
+    assert errors(load_text(shadow, path="r.toml"), Config()) == []
+
+
 def test_rules_that_neither_reboot_nor_drain_have_nothing_to_check() -> None:
     rules = load_text('version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
                       'when = "memcg.dying > 1"\n  [[rule.action]]\n  use = "log"\n')

@@ -1,0 +1,153 @@
+"""gpu.reset's refusals and its apply, over a recorded NVML (tests/support/nvml_recorded.py:
+pynvml's functions answering from tests/fixtures/nvml/h100x8.json, raising pynvml's own
+errors) and a stand-in runner for nvidia-smi (unit tests start no process). Stand-in
+built from NVML's documentation (nvml.h); no GPU in this session."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardian.actions.gpu import GpuReset, ResetParams
+from guardian.core.snapshot import Snapshot, labels_of
+from guardian.hostio.host import Host
+from guardian.hostio.nvml import Nvml
+from guardian.hostio.procfs import pod_uid_of
+from guardian.hostio.programs import Ran
+from guardian.plugin.contract import ActionContext
+from tests.support.nvml_recorded import RecordedNvml, load
+
+H100 = load("h100x8.json")
+GPU2 = labels_of({"gpu": "2", "UUID": H100["gpus"][2]["uuid"],
+                  "pci_bus_id": H100["gpus"][2]["pci_bus_id"]})
+
+
+def _action(rec: dict[str, Any], ran: Ran | None = None, **params: Any
+            ) -> tuple[GpuReset, list[list[str]]]:
+    action = GpuReset(ResetParams.model_validate(params))
+    action.reader = lambda: Nvml(RecordedNvml(copy.deepcopy(rec)))
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], timeout: float) -> Ran:
+        calls.append(argv)
+        return ran or Ran(0, b"GPU 00000000:3A:00.0 was successfully reset.\n", b"", 4.2)
+    action.runner = runner
+    return action, calls
+
+
+def _ctx(tmp_path: Path, *members: tuple[tuple[str, str], ...]) -> ActionContext:
+    ctx = ActionContext("gpu-nvml-needs-reset", Snapshot(0.0), Host(tmp_path), dry_run=False)
+    ctx.evidence = {"matched": dict.fromkeys(members, 1.0)}
+    return ctx
+
+
+def _with(**gpu2: Any) -> dict[str, Any]:
+    rec = copy.deepcopy(H100)
+    rec["gpus"][2].update(gpu2)
+    return rec
+
+
+def test_an_idle_gpu_is_reset_by_its_pci_address(tmp_path: Path) -> None:
+    action, calls = _action(H100)
+    ctx = _ctx(tmp_path, GPU2)
+    plan = action.plan(ctx)
+    assert plan.refused == []
+    assert plan.data["target"] == "00000000:3A:00.0"
+    out = action.apply(plan, ctx)
+    assert calls == [["nvidia-smi", "--gpu-reset", "-i", "00000000:3A:00.0"]]
+    assert out.ok and out.verified is True
+
+
+def test_a_failed_reset_is_a_failed_outcome(tmp_path: Path) -> None:
+    """The ladder's next step (node.reboot) runs on it."""
+    action, _ = _action(H100, Ran(255, b"", b"Unable to reset GPU 00000000:3A:00.0\n", 1.0))
+    ctx = _ctx(tmp_path, GPU2)
+    out = action.apply(action.plan(ctx), ctx)
+    assert not out.ok and out.verified is False
+    assert "exit 255" in out.error and "Unable to reset" in out.error
+    action, _ = _action(H100, Ran(None, b"", b"", 120.0, error="ran past 120 s",
+                                  timed_out=True))
+    out = action.apply(action.plan(ctx), ctx)
+    assert not out.ok and "ran past 120 s" in out.error
+
+
+def _pid(tmp_path: Path, pid: int, comm: str, cgroup: str, flags: int = 0) -> None:
+    d = tmp_path / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 1 2 0 0 20 "
+                            "0 1 0 100 0 0\n")
+    (d / "cgroup").write_text(f"0::{cgroup}\n")
+
+
+POD = "5f6c7d8e-1a2b-4c3d-9e8f-0a1b2c3d4e5f"
+
+
+@pytest.mark.parametrize(("gpu2", "refusal"), [
+    ({"processes.compute": [4242]}, f"PID 4242 (python) in pod {POD}"),
+    ({"processes.compute": {"error": "NO_PERMISSION"}}, "processes on the GPU are unknown"),
+    ({"display_active": 1}, "drives a display"),
+    ({"display_mode": 1}, "drives a display"),
+    ({"mig_mode": [1, 1]}, "MIG mode is on"),
+    ({"architecture": 5}, "18 active NVLink(s) on a GPU older than Ampere"),
+    ({"handle": {"error": "GPU_IS_LOST"}}, "no GPU 0000:3a:00.0 answers NVML"),
+], ids=["process-in-pod", "processes-unknown", "display-active", "display-mode", "mig",
+        "nvlink-pre-ampere", "lost"])
+def test_each_refusal(tmp_path: Path, gpu2: dict[str, Any], refusal: str) -> None:
+    # kubelet's systemd driver: kubepods-<qos>-pod<uid, "-" as "_">.slice
+    _pid(tmp_path, 4242, "python", "/kubepods.slice/kubepods-burstable.slice/kubepods-"
+         f"burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-0123abcd.scope")
+    action, calls = _action(_with(**gpu2))
+    plan = action.plan(_ctx(tmp_path, GPU2))
+    assert any(refusal in r for r in plan.refused), plan.refused
+    assert plan.steps == [] and calls == []
+
+
+def test_no_driver_refuses(tmp_path: Path) -> None:
+    action, _ = _action({**H100, "init": "DRIVER_NOT_LOADED"})
+    plan = action.plan(_ctx(tmp_path, GPU2))
+    assert plan.refused == ["cannot ask NVML: the NVIDIA kernel driver is not loaded"]
+
+
+def test_one_gpu_at_a_time_and_a_named_one(tmp_path: Path) -> None:
+    other = labels_of({"gpu": "0", "UUID": "x", "pci_bus_id": "00000000:18:00.0"})
+    action, _ = _action(H100)
+    plan = action.plan(_ctx(tmp_path, GPU2, other))
+    assert "2 GPUs matched" in plan.refused[0]
+    plan = action.plan(_ctx(tmp_path))
+    assert "no GPU named" in plan.refused[0]
+    # the kernel log's gpu.xid names the GPU by "pci" without the function
+    plan = action.plan(_ctx(tmp_path, labels_of({"pci": "0000:3a:00", "code": "48",
+                                                 "action": "reset_gpu"})))
+    assert plan.refused == [] and plan.data["target"] == "00000000:3A:00.0"
+    # or the parameter names it, by UUID
+    action, _ = _action(H100, gpu=H100["gpus"][2]["uuid"])
+    assert action.plan(_ctx(tmp_path)).data["target"] == "00000000:3A:00.0"
+
+
+def test_guardian_pid_1_and_kernel_threads_are_named_never_stopped(tmp_path: Path) -> None:
+    _pid(tmp_path, 1, "systemd", "/init.scope")
+    _pid(tmp_path, 77, "kworker/0:1", "/", flags=0x00200000)
+    ctx = _ctx(tmp_path, GPU2)
+    ctx.own_pid = 555
+    _pid(tmp_path, 555, "guardian", "/system.slice/guardian.service")
+    action, _ = _action(_with(**{"processes.compute": [1, 77], "processes.graphics": [555]}))
+    [refusal] = action.plan(ctx).refused
+    assert "PID 1 (systemd), never stopped by guardian" in refusal
+    assert "PID 77 (kworker/0:1), never stopped by guardian" in refusal
+    assert "PID 555 (guardian), never stopped by guardian" in refusal
+
+
+@pytest.mark.parametrize(("cgroup", "uid"), [
+    # cgroupfs driver: kubepods/<qos>/pod<uid>/<container>
+    (f"/kubepods/besteffort/pod{POD}/0123abcd", POD),
+    (f"/kubepods/pod{POD}/0123abcd", POD),  # Guaranteed: no QoS level
+    (f"/kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice/cri-o-1.scope", POD),
+    ("/system.slice/containerd.service", None),
+    (f"/user.slice/pod{POD}", None),  # a name alone, outside kubepods, is no pod
+], ids=["cgroupfs", "cgroupfs-guaranteed", "systemd-guaranteed", "service", "outside"])
+def test_a_process_pod_from_its_cgroup(tmp_path: Path, cgroup: str, uid: str | None) -> None:
+    _pid(tmp_path, 4242, "python", cgroup)
+    assert pod_uid_of(tmp_path / "proc", 4242) == uid
