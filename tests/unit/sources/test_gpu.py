@@ -160,3 +160,19 @@ def test_a_pcie_gpu_without_nvlink_has_no_nvlink_values_and_no_fault(tmp_path: P
 
 def test_pci_addresses_compare_as_the_kernel_and_nvml_write_them() -> None:
     assert normal_pci("00000000:AB:00.0") == normal_pci("0000:ab:00.0") == "0000:ab:00.0"
+
+
+def test_the_recorder_writes_what_the_replay_reads(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/support/nvml_record.py over the recorded NVML: its recording, replayed, gives
+    the source the same values (so a recording made on a real node is one the tests
+    read). Read-only calls only: the recorded NVML has no setter to call."""
+    from tests.support import nvml_record
+    monkeypatch.setattr(nvml_record, "N", RecordedNvml(copy.deepcopy(H100)))
+    made = nvml_record.record(0.0)
+    assert made["count"] == 8 and made["gpus"][3] == {"handle": {"error": "GPU_IS_LOST"}}
+    src, _ = _source(H100, tmp_path)
+    again, _ = _source({**made, "events": []}, tmp_path)
+    want, got = _collect(src, 0.0), _collect(again, 0.0)
+    assert {k: v for k, v in got.items() if "xid" not in k} == \
+        {k: v for k, v in want.items() if "xid" not in k}
