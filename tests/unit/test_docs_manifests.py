@@ -118,6 +118,8 @@ def facts() -> Facts:
     from guardian.kube.holds import KubeHoldsParams
     from guardian.kube.owned import OWNED
 
+    from guardian.kube.breaker import FIRING, RECORD
+
     ds = _one("DaemonSet")
     holds = KubeHoldsParams.model_validate(_daemonset_config()["holds"]["kube"])
     spec = ds["spec"]["template"]["spec"]
@@ -133,7 +135,7 @@ def facts() -> Facts:
                               if "configMap" in v} | {holds.configmap}),
         holds_configmap=holds.configmap,
         holds_key=holds.key,
-        annotations=frozenset({holds.annotation, OWNED}),
+        annotations=frozenset({holds.annotation, OWNED, FIRING, RECORD}),
         metrics_port=MetricsConfig().port,
         health_path=container["livenessProbe"]["httpGet"]["path"],
         ready_path=container["readinessProbe"]["httpGet"]["path"],

@@ -113,7 +113,11 @@ class Operations:
         ops.validating = {n: st.validating is not None for n, st in engine.states.items()}
         ops.demoted = {n: bool(st.demoted) for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}
+
+    def tell(self, engine: Engine) -> None:
+        """Once an evaluation is committed: tell the breaker's reader
+        (guardian.kube.breaker) which fleet rules hold on this node now."""
         for src in self.sources:
-            tell = getattr(src, "firing", None)  # the breaker's reader (guardian.kube.breaker)
-            if callable(tell):
-                tell(holding(engine))
+            firing = getattr(src, "firing", None)
+            if callable(firing):
+                firing(holding(engine))

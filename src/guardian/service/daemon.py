@@ -204,6 +204,7 @@ class Daemon:
         self.witness.sources(snap.errors)
         done = self.transaction.tick(snap, self.operations.before(), self._decided)
         self.operations.after(self.transaction.engine, self.metrics)
+        self.operations.tell(self.transaction.engine)  # the breaker's reader, if any
         self.witness.ticked(snap, done, started)
         self.notifier.status(self.status())
         return done.results
