@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
+from guardian.cli import main
 from guardian.kube.breaker import FIRING, KubeBreaker, release
 from guardian.kube.fleet import FleetBudget, FleetParams
 from guardian.model.breaker import BreakerParams
-from guardian.cli import main
 from guardian.runtime.operate import holding
 from tests.support.kube_standin import kubeconfig, serve
 

@@ -14,6 +14,7 @@ from guardian.core.audit import AuditLog
 from guardian.kube.holds import KubeHolds, KubeHoldsParams
 from guardian.model.nodegroups import NodeGroup
 from guardian.runtime.config import Config
+from guardian.runtime.executor import Executed
 from guardian.runtime.operate import Operations
 from tests.support.kube_standin import kubeconfig, serve
 
@@ -40,7 +41,7 @@ def test_a_shadow_group_never_acts_while_the_others_do(tmp_path: Path) -> None:
         for i, n in enumerate(names):
             store.add_node(n, {**(CANARY if i < 2 else {}), "kubernetes.io/hostname": n})
         kc = str(kubeconfig(tmp_path, url))
-        results = {}
+        results: dict[str, list[Executed]] = {}
         for n in names:
             # node-5 reads no Node object (annotation ""): its labels stay unknown
             reader = KubeHolds(KubeHoldsParams(kubeconfig=kc, node=n, configmap="",

@@ -115,10 +115,9 @@ def facts() -> Facts:
     """The facts, from the code's defaults and the manifests; each read from one place
     (the agreement of the others is the next test's)."""
     pytest.importorskip("lightkube")  # [holds.kube] and [fleet] are the k8s extra's
+    from guardian.kube.breaker import FIRING, RECORD
     from guardian.kube.holds import KubeHoldsParams
     from guardian.kube.owned import OWNED
-
-    from guardian.kube.breaker import FIRING, RECORD
 
     ds = _one("DaemonSet")
     holds = KubeHoldsParams.model_validate(_daemonset_config()["holds"]["kube"])
