@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardian.cli.common import cli_config, json_out, print_errors
 from guardian.cli.table import columns
@@ -15,6 +15,9 @@ from guardian.core.diagnostics import RuleError
 from guardian.core.exitcodes import ExitCode
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
+
+if TYPE_CHECKING:
+    from guardian.runtime.backtest import Backtest, Caught
 
 # the decisions the timeline shows: all but pending and inactive (--json has those)
 SHOWN = ("firing", "retry", "suppressed", "held", "escalated", "resolved", "validating",
@@ -62,7 +65,7 @@ def cmd_backtest(args: argparse.Namespace) -> ExitCode:
     return ExitCode.FAILED if failed or damaged else ExitCode.OK
 
 
-def _failed(bt: Any, fail_on: list[str]) -> list[str]:
+def _failed(bt: Backtest, fail_on: list[str]) -> list[str]:
     """What makes the backtest fail for ``--fail-on``, in words."""
     out = []
     if "missed" in fail_on and bt.missed():
@@ -76,7 +79,7 @@ def _failed(bt: Any, fail_on: list[str]) -> list[str]:
     return out
 
 
-def report(bt: Any, holds: int, groups: list[str]) -> list[str]:
+def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
     """The backtest for people."""
     from guardian.runtime.backtest import timeline_rows
     from guardian.runtime.status import at, for_people
@@ -90,10 +93,9 @@ def report(bt: Any, holds: int, groups: list[str]) -> list[str]:
                                    "disruptive actions are refused)"))
     if bt.breaker is not None:
         b = bt.breaker
-        groups = ", ".join(["the fleet", *b.by])
         out.append(f"breaker: trips when more than {b.share:g} of a group's nodes (and at "
                    f"least {b.min_nodes}) fire a rule within {for_people(b.window)}; "
-                   f"groups: {groups}")
+                   f"groups: {', '.join(['the fleet', *b.by])}")
     else:
         out.append("breaker: none ([fleet.breaker] not configured)")
     if holds:
@@ -158,9 +160,9 @@ def report(bt: Any, holds: int, groups: list[str]) -> list[str]:
     return out
 
 
-def _caught_words(c: Any) -> str:
+def _caught_words(c: Caught) -> str:
     from guardian.runtime.status import at
-    if c.caught:
+    if c.caught and c.time is not None:
         return f"caught{' through ' + c.how if c.how else ''}: {c.rule} fired at " \
                f"{at(c.time)}"
     if not c.known:
@@ -168,7 +170,7 @@ def _caught_words(c: Any) -> str:
     return "missed: neither it nor a cause it names fired"
 
 
-def data(bt: Any) -> dict[str, Any]:
+def data(bt: Backtest) -> dict[str, Any]:
     """The backtest as ``--json``'s ``data`` (docs/commands.md lists its keys)."""
     peak, when, names = bt.peak
     return {

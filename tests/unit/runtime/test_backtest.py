@@ -116,6 +116,28 @@ def test_json_and_fail_on_missed(shipped: Path, capsys: pytest.CaptureFixture[st
                                       "refused", "why", "breaker"}
 
 
+def test_the_config_says_the_budget_breaker_and_node_groups_it_simulates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The header names what [fleet], [fleet.breaker] and [[group]] set (before: the node
+    groups' line joined the letters of the breaker's groups)."""
+    pytest.importorskip("lightkube")  # [fleet] is the Kubernetes extra's
+    d = _fleet(tmp_path / "d", {"n": (HEALTHY, "")})
+    config = tmp_path / "guardian.toml"
+    config.write_text('[fleet]\nnode = "x"\n[fleet.breaker]\nby = ["zone"]\n'
+                      '[[group]]\nname = "canary"\nlabels = { canary = "true" }\n'
+                      'mode = "shadow"\n')
+    _flood(tmp_path)
+    assert main(["backtest", str(d), "--rules", str(tmp_path / "flood.toml"),
+                 "--config", str(config)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:5] == [
+        "fleet budget: at most 1 node disrupted at once (max_nodes 1 of 1), min_healthy 0",
+        "breaker: trips when more than 0.3 of a group's nodes (and at least 3) fire a "
+        "rule within 10m; groups: the fleet, zone",
+        "node groups: canary (first match by each node's labels)", ""]
+    assert "breaker: did not trip" in out
+
+
 def _runs(bt: Backtest, node: str) -> list[float]:
     return [round(e.time) for e in bt.events if e.node == node and "memcg.release" in e.ran]
 
