@@ -19,6 +19,7 @@ from guardian.core.positions import key_positions
 from guardian.core.snapshot import SignalSpec, labels_of, parse_series_key
 from guardian.engine.history import History
 from guardian.hostio.ethtool import parse_gstats, parse_gstrings
+from guardian.hostio.infiniband import parse_counter, parse_rate, parse_state, parse_word
 from guardian.hostio.irq import parse_cpu_list
 from guardian.hostio.kernelstats import (
     parse_net_dev,
@@ -127,6 +128,15 @@ def test_binary_parsers(raw: bytes) -> None:
             parse(raw)
         except (*CLEAN, __import__("struct").error):
             pass
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_infiniband_attributes_are_a_value_or_none(raw: bytes) -> None:
+    """A /sys/class/infiniband attribute of any bytes is a value or no value (None), never
+    an exception: the fabric source reads hundreds of them a tick."""
+    for parse in (parse_counter, parse_state, parse_rate, parse_word):
+        parse(raw)
 
 
 @FUZZ
