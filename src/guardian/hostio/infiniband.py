@@ -115,8 +115,9 @@ def parse_word(raw: bytes | None) -> str | None:
 @dataclass(frozen=True)
 class Port:
     """One port's directory and the counter files it holds (names as the kernel has
-    them; ``hw_counters`` without ``lifespan``); ``netdev`` the network interface the
-    kernel ties to it, or "" where it has none or it cannot be told."""
+    them; ``hw_counters`` without ``lifespan``); ``link_layer`` as its file says it (None
+    when it cannot be read: it changes only with the device); ``netdev`` the network
+    interface the kernel ties to it, or "" where it has none or it cannot be told."""
 
     device: str
     port: str
@@ -124,6 +125,7 @@ class Port:
     counters: tuple[str, ...]
     hw_counters: tuple[str, ...]
     netdev: str
+    link_layer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,12 +180,14 @@ def _netdev(dev_path: str, port: str, n_ports: int) -> str:
 
 def scan_device(class_dir: str, name: str) -> Device:
     """The layout of device ``name``: its ports (numbered directories) with the counter
-    files each holds, and its device-wide ``hw_counters``. Raises OSError when the
-    device's ``ports`` directory cannot be listed (the device went away)."""
+    files each holds and their link layer, and its device-wide ``hw_counters``. Raises
+    OSError when the device's ``ports`` directory cannot be listed (the device went
+    away)."""
     path = f"{class_dir}/{name}"
     numbers = sorted((p for p in os.listdir(f"{path}/ports") if p.isdigit()), key=int)
     ports = tuple(
         Port(name, p, f"{path}/ports/{p}", _names(f"{path}/ports/{p}/counters"),
-             _names(f"{path}/ports/{p}/hw_counters"), _netdev(path, p, len(numbers)))
+             _names(f"{path}/ports/{p}/hw_counters"), _netdev(path, p, len(numbers)),
+             parse_word(read_raw(f"{path}/ports/{p}/link_layer")))
         for p in numbers)
     return Device(name, path, _names(f"{path}/hw_counters"), ports)

@@ -28,7 +28,6 @@ from guardian.hostio.infiniband import (
     parse_counter,
     parse_rate,
     parse_state,
-    parse_word,
     read_raw,
     saturated,
     scan_device,
@@ -107,7 +106,7 @@ class _PortPlan:
 
     key: Labels
     path: str
-    netdev: str
+    info: Labels | None  # fabric.port.info's member: link layer and netdev (None: unread)
     pma: tuple[tuple[str, str, str, Labels], ...]  # (file, name, signal, saturated key)
     other: tuple[tuple[str, Labels], ...]  # counters/ files the kernel table lacks
     hw: tuple[tuple[str, Labels], ...]
@@ -119,7 +118,10 @@ def _plan(dev: Device) -> tuple[list[_PortPlan], list[tuple[str, Labels]]]:
         key = labels_of({"device": p.device, "port": p.port})
         counters = f"{p.path}/counters"
         ports.append(_PortPlan(
-            key, p.path, p.netdev,
+            key, p.path,
+            None if p.link_layer is None else labels_of(
+                {"device": p.device, "port": p.port, "link_layer": p.link_layer,
+                 "netdev": p.netdev}),
             tuple((f"{counters}/{n}", n, pma_signal(n),
                    labels_of({"device": p.device, "port": p.port, "counter": n}))
                   for n in p.counters if n in PMA_WIDTHS),
@@ -179,7 +181,6 @@ class FabricSource(Source[NoParams]):
         self.device_hw: list[tuple[str, Labels]] = []
         self.scanned: float | None = None
         self._faults: list[str] = []
-        self._info: dict[tuple[Labels, str], Labels] = {}
 
     def unavailable(self) -> str | None:
         if not is_dir(self.host.sys / "class"):
@@ -198,7 +199,6 @@ class FabricSource(Source[NoParams]):
             ports += p
             device_hw += d
         self.names, self.ports, self.device_hw, self.scanned = names, ports, device_hw, now
-        self._info = {}
 
     def collect(self, now: float) -> dict[str, object]:
         names = list_devices(self.class_dir)
@@ -234,9 +234,8 @@ class FabricSource(Source[NoParams]):
                 link_up[key] = 1.0 if ps == LINK_UP else 0.0
             if r is not None:
                 rate[key] = r
-            layer = parse_word(read_raw(path + "/link_layer"))
-            if layer is not None:
-                info[self._info_key(port, layer)] = 1.0
+            if port.info is not None:
+                info[port.info] = 1.0
             for file, name, signal, ckey in port.pma:
                 v = parse_counter(read_raw(file))
                 if v is None:
@@ -262,13 +261,6 @@ class FabricSource(Source[NoParams]):
                 "fabric.port.rate_gbps": rate, "fabric.port.info": info, **pma,
                 "fabric.port.counter": other, "fabric.port.saturated": pegged,
                 "fabric.port.hw_counter": hw, "fabric.device.hw_counter": device_hw}
-
-    def _info_key(self, port: _PortPlan, layer: str) -> Labels:
-        k = (port.key, layer)
-        if k not in self._info:
-            self._info[k] = labels_of({**dict(port.key), "link_layer": layer,
-                                       "netdev": port.netdev})
-        return self._info[k]
 
     def faults(self) -> list[str]:
         return list(self._faults)

@@ -238,7 +238,8 @@ def test_a_collection_of_32_efa_devices_reads_every_file_once(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     """The p5.48xlarge shape: one open and one read per file a tick (no listing once the
-    layout is known), 38 files a device."""
+    layout is known; link_layer, which changes only with the device, read with it), 37
+    files a device: state, phys_state, rate and the counters."""
     efa_tree(tmp_path, 32)
     src = FabricSource(Host(tmp_path))
     src.collect(0.0)
@@ -250,6 +251,6 @@ def test_a_collection_of_32_efa_devices_reads_every_file_once(tmp_path: Path,
         return real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
     monkeypatch.setattr(os, "open", counting_open)
     out = src.collect(15.0)
-    assert len(opened) == len(set(opened)) == 32 * (4 + len(EFA_PORT_COUNTERS)
+    assert len(opened) == len(set(opened)) == 32 * (3 + len(EFA_PORT_COUNTERS)
                                                     + len(EFA_DEVICE_COUNTERS))
     assert len(fam(out, "fabric.port.hw_counter")) == 32 * len(EFA_PORT_COUNTERS)
