@@ -340,6 +340,8 @@ KERNEL: dict[str, KernelPattern] = {
         r" |i/o error at |direct IO failed |Skipping commit of aborted transaction"
         r"|lost page write due to IO error)"
         r"|^btrfs (?:csum failed ino \d+|bad tree block start \d+)"
+        r"|^btrfs: (?:checksum(?:/header)? error|i/o error|unable to fixup \(regular\) error) "
+        r"at logical \d+|^(?:BTRFS|btrfs): open_ctree failed"
         r"|^parent transid verify failed on \d+ wanted \d+ found \d+",
         "btrfs found an error: a device's I/O or checksum failed, metadata is corrupt, or a "
         "transaction was aborted (the filesystem goes read-only)",
@@ -359,7 +361,9 @@ KERNEL: dict[str, KernelPattern] = {
         "%llu on dev %s, physical %llu, root %llu, inode %llu, offset %llu, ...' ('i/o "
         "error', 'checksum error', 'checksum/header error'); direct-io: 'direct IO failed "
         "ino %llu rw %d,%u sector %#Lx len %u err no %d'; transaction.c: 'Skipping commit of "
-        "aborted transaction.'; disk-io.c: 'lost page write due to IO error on %s'"),
+        "aborted transaction.'; disk-io.c: 'lost page write due to IO error on %s'; 3.x: "
+        "scrub.c 'btrfs: %s at logical %llu on dev %s, sector %llu, ...', super.c 'btrfs: "
+        "open_ctree failed' ('BTRFS: open_ctree failed' 3.14-4.x)"),
     "btrfs_error_corrected": KernelPattern(
         r"^BTRFS [a-z]{4,9} \(device [^)]{1,64}\): (?:read error corrected: "
         r"|fixed up error at logical \d+)",
@@ -368,12 +372,15 @@ KERNEL: dict[str, KernelPattern] = {
         "%llu (dev %s sector %llu)' (btrfs_info_rl_in_rcu); scrub.c: 'fixed up error at "
         "logical %llu on dev %s' (btrfs_err_rl_in_rcu)"),
     "memory_error_corrected": KernelPattern(
-        r"^EDAC MC\d+: (?:\d+ CE |CE (?:page 0x|row \d|- no information available))",
-        "the memory controller corrected a memory error",
+        r"^EDAC MC\d+: (?:\d+ CE |CE (?:page 0x|row \d|- no information available))"
+        r"|^RAS: Soft-offlining pfn: 0x[0-9a-f]+",
+        "the memory controller corrected a memory error (or corrected errors repeated on one "
+        "page until the kernel offlined it)",
         "drivers/edac/edac_mc.c edac_ce_error: 'EDAC MC%d: %d CE %s%son %s (...)' (3.5+; "
         "ghes_edac's 'CE Single-bit ECC on ...'); edac_mc_handle_ce to 3.4: 'CE page 0x%lx, "
         "offset 0x%lx, grain %d, syndrome 0x%lx, row %d, channel %d, label \"%s\": %s', "
-        "edac_mc_handle_ce_no_info: 'CE - no information available: %s'",
+        "edac_mc_handle_ce_no_info: 'CE - no information available: %s'; drivers/ras/cec.c "
+        "cec_add_elem: 'Soft-offlining pfn: 0x%llx' (pr_fmt 'RAS: ')",
         "MemoryReadError"),
     "memory_error_uncorrected": KernelPattern(
         r"^EDAC MC\d+: (?:\d+ UE |UE (?:page 0x|row \d|- no information available))",
@@ -442,15 +449,18 @@ KERNEL: dict[str, KernelPattern] = {
         r"|CPU \d+: Machine Check(?: Exception)?: |Machine check: "
         r"|CPU:\d+ \([0-9a-f]+:[0-9a-f]+:[0-9a-f]+\) MC\d+_STATUS\["
         r"|(?:Corrected|Deferred) error, no action required\.|Uncorrected, software )"
-        r"|^Machine check events logged",
-        "the CPU reported a machine check (a hardware error the kernel logged)",
+        r"|^Machine check events logged|^(?:mce: )?CMCI storm detected: switching to poll mode",
+        "the CPU reported a machine check (a hardware error the kernel logged), or so many "
+        "corrected ones that it stopped taking their interrupts (a CMCI storm)",
         "arch/x86/kernel/cpu/mce/core.c mce_notify_irq: '[Hardware Error]: Machine check "
         "events logged' (pr_fmt 'mce: ' 4.x+; bare 'Machine check events logged' in 3.x), "
         "print_mce: 'CPU %d: Machine Check%s: %Lx Bank %d: %016Lx', mce_panic: 'Machine "
         "check: %s'; drivers/edac/mce_amd.c decode_smca_error / amd_decode_mce (HW_ERR "
         "'[Hardware Error]: '): 'CPU:%d (%x:%x:%x) MC%d_STATUS[...]', 'Corrected error, no "
         "action required.', 'Deferred error, no action required.', 'Uncorrected, software "
-        "containable error.' / 'restartable'"),
+        "containable error.' / 'restartable'; arch/x86/kernel/cpu/mce/intel.c "
+        "cmci_storm_detect: 'CMCI storm detected: switching to poll mode' (pr_fmt 'mce: ' "
+        "5.x+; its end, 'CMCI storm subsided: switching to interrupt mode', matches nothing)"),
     "pcie_aer_error": KernelPattern(
         rf"^(?:pcieport|aer) {_PCI_ANY}(?::pcie\d+)?: (?:AER: )?(?:Multiple )?(?:Corrected"
         r"|Correctable|Uncorrect(?:ed|able) \(Non-Fatal\)) error (?:message )?received"
@@ -485,7 +495,7 @@ KERNEL: dict[str, KernelPattern] = {
         rf"|^{_DEVICE} {_PCI}(?::pcie\d+)?: (?:AER: )? {{0,4}}(?:device \[[0-9a-f]{{4}}:"
         r"[0-9a-f]{4}\] error status/mask=|\[ ?\d{1,2}\] [A-Za-z]|TLP Header: "
         r"|aer_(?:status|layer|uncor_severity|cor_status|uncor_status)(?:: |=)"
-        r"|Error of this Agent is reported first|can't find device of ID"
+        r"|Error of this Agent(?:\([0-9a-f]{4}\))? is reported first|can't find device of ID"
         r"|can't recover \(no error_detected callback\)"
         r"|(?:Downstream|Root) Port link has been reset)"
         r"|^EDAC [a-z0-9_]{1,16} MC\d+: (?:HANDLING MCE MEMORY ERROR"
@@ -504,7 +514,8 @@ KERNEL: dict[str, KernelPattern] = {
         "pcie/aer.c aer_print_error / pci_print_aer: '  device [%04x:%04x] error status/"
         "mask=%08x/%08x', '   [%2d] %-22s%s', '  TLP Header: %08x %08x %08x %08x', "
         "'aer_status: 0x%08x, aer_mask: 0x%08x', 'aer_layer=%s, aer_agent=%s', "
-        "'aer_uncor_severity: 0x%08x', '  Error of this Agent is reported first', "
+        "'aer_uncor_severity: 0x%08x', '  Error of this Agent is reported first' ('Agent(%04x)' "
+        "to 4.x), "
         "find_source_device: 'can't find device of ID%04x'; drivers/pci/pcie/err.c "
         "report_error_detected: 'can't recover (no error_detected callback)', "
         "aer_root_reset: '%s Port link has been reset (%d)'; drivers/edac/"

@@ -502,6 +502,17 @@ KERNEL_CASES = [
     ("hardware_error_detail", "nvme 0000:02:00.0:   device [144d:a808] error status/mask="
      "00000001/0000e000", "aer.c aer_print_error '  device [%04x:%04x] error status/mask="
      "%08x/%08x'"),
+    ("hardware_error_detail", "pcieport 0000:00:1c.0:   Error of this Agent(00e0) is reported "
+     "first", "drivers/pci/pcie/aerdrv_errprint.c aer_print_error to 4.x '  Error of this "
+     "Agent(%04x) is reported first'"),
+    ("machine_check", "mce: CMCI storm detected: switching to poll mode",
+     "arch/x86/kernel/cpu/mce/intel.c cmci_storm_detect (pr_notice, pr_fmt 'mce: ')"),
+    ("memory_error_corrected", "RAS: Soft-offlining pfn: 0x17c08ac",
+     "drivers/ras/cec.c cec_add_elem 'Soft-offlining pfn: 0x%llx' (pr_fmt 'RAS: ')"),
+    ("btrfs_error", "btrfs: checksum error at logical %llu on dev %s, sector %llu, root %llu, "
+     "inode %llu, offset %llu, length %llu, links %u (path: %s)",
+     "fs/btrfs/scrub.c scrub_print_warning 3.x ('btrfs: %s at logical ...')"),
+    ("btrfs_error", "BTRFS: open_ctree failed", "fs/btrfs/super.c btrfs_mount 3.14-4.x"),
     ("hardware_error_detail", "nvme 0000:02:00.0:    [ 0] RxErr                  (First)",
      "aer.c __aer_print_error '   [%2d] %-22s%s'"),
     # PCIe AER: the device's own report, every severity; recovery and containment
@@ -536,6 +547,7 @@ NOT_MATCHED = [
     ("EDAC MC0: Giving out device to module skx_edac controller Skylake Socket#0 IMC#0: DEV "
      "0000:3a:0a.0 (INTERRUPT)", set(), "EDAC at boot"),
     ("mce: CPU0: Thermal monitoring enabled (TM1)", set(), "mce at boot"),
+    ("CMCI storm subsided: switching to interrupt mode", set(), "a CMCI storm's end"),
 ]
 
 
