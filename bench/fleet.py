@@ -2,12 +2,13 @@
 the Kubernetes API at the default tick, and how long the breaker takes to hold a wave.
 
 1,000 simulated nodes in 4 zones (250 each) against the API stand-in
-(tests/support/kube_standin.py: the real wire format, every request recorded by verb and
-path), on a simulated clock at the default 15 s tick. Each node is what the DaemonSet
-runs: an engine with a ``fleet = true`` rule (``for = "5m"``, a disruptive action), the
-fleet budget (guardian.kube.fleet.FleetBudget, its defaults: one node at once; ``renew``
-every tick, as the executor calls it), the holds reader (guardian.kube.holds.KubeHolds:
-the ConfigMap and this node's annotation) and the breaker
+(guardian.testing.kubeapi, the tests' tests/support/kube_standin.py: the real wire
+format, every request recorded by verb and path), on a simulated clock at the default 15
+s tick. Each node is what the DaemonSet runs: an engine with a ``fleet = true`` rule
+(``for = "5m"``, a disruptive action), the fleet budget
+(guardian.kube.fleet.FleetBudget, its defaults: one node at once; ``renew`` every tick,
+as the executor calls it), the holds reader (guardian.kube.holds.KubeHolds: the
+ConfigMap and this node's annotation) and the breaker
 (guardian.kube.breaker.KubeBreaker, ``by`` the zone, its defaults otherwise), each read
 whole once a tick on the loop's thread (the service reads them on a worker: the same
 requests). One lightkube client serves every node (one connection: the requests are the
@@ -26,7 +27,6 @@ import json
 import os
 import random
 import re
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,11 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common import REPO, figure
-
-sys.path.insert(0, str(REPO))
-
-from tests.support.kube_standin import kubeconfig, serve
+from common import figure
 
 import guardian.kube.breaker as kbreaker
 import guardian.kube.fleet as kfleet
@@ -47,6 +43,7 @@ from guardian import Engine, Snapshot, load_text
 from guardian.kube.client import make_client
 from guardian.model.breaker import BreakerParams
 from guardian.runtime.operate import holding
+from guardian.testing.kubeapi import kubeconfig, serve
 
 NODES = int(os.environ.get("GUARDIAN_BENCH_FLEET_NODES", "1000"))
 ZONES = "abcd"
