@@ -43,6 +43,9 @@ _PCI = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 _PCI_ANY = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _IFNAME = r"(?:[^\s:/]+|\(unnamed net_device\))(?: \([a-z ]+\))?"
 ENA_PREFIX = rf"^ena(?: {_PCI}(?: {_IFNAME})?)?: "
+# Reports quote the Tx-completion lines from the interface name on ("ens5: The number of
+# lost tx completions ...", amzn-drivers#163); their wording is the ENA driver's alone, so
+# those patterns take a bare interface name too.
 
 # a block device other than a virtual CD-ROM (sr0) or floppy (fd0): every cloud VM has
 # them, empty, and the kernel reports reading them at boot as I/O errors
@@ -75,7 +78,8 @@ ENA: dict[str, KernelPattern] = {
         "(reset reason SUSPECTED_POLL_STARVATION)",
         f"{_OOT} ena_tx_timeout (2.2.12+); {_INTREE} 6.9+"),
     "ena_tx_missing_completion": KernelPattern(
-        ENA_PREFIX + r"(?:Found a Tx that wasn't completed on time|TX hasn't completed, qid"
+        rf"^{_IFNAME}: (?:Found a Tx that wasn't completed on time|TX hasn't completed, qid)|"
+        + ENA_PREFIX + r"(?:Found a Tx that wasn't completed on time|TX hasn't completed, qid"
                      r"|\[1/2\] \d+ new missed TX completions)",
         "Tx completions are overdue on a queue (the early warning before a reset)",
         f"{_OOT} check_missing_comp_in_tx_queue: \"Found a Tx that wasn't completed on "
@@ -83,8 +87,7 @@ ENA: dict[str, KernelPattern] = {
         "qid %d, index %d. ...\" (2.7.2-2.16.1; in-tree 6.9+), '[1/2] %d new missed TX "
         "completions, qid: %d, ...' (2.17.0)"),
     "ena_tx_lost_completions": KernelPattern(
-        rf"^(?:ena(?: {_PCI})? )?{_IFNAME}: The number of lost tx completions? is above the "
-        r"threshold|"
+        rf"^{_IFNAME}: The number of lost tx completions? is above the threshold|"
         + ENA_PREFIX + r"(?:The number of lost tx completions? is above the threshold"
                      r"|(?:\[1/2\] )?Lost TX completions are above (?:the )?threshold)",
         "missed Tx completions passed the driver's threshold: it resets the device",

@@ -94,6 +94,12 @@ ENA_CASES = [
     ("ena_tx_lost_completions", "netdev_err",
      "The number of lost tx completion is above the threshold (%d > %d). Reset the device",
      "ena_netdev.c 1.1.2-1.1.3"),
+    ("ena_tx_lost_completions", "none", "ens5: The number of lost tx completions is above the "
+     "threshold (%d > %d). Reset the device", "as amzn-drivers#163 quotes it (driver 2.4.0g): "
+     "from the interface name on"),
+    ("ena_tx_missing_completion", "none", "ens5: TX hasn't completed, qid %d, index %d. %u "
+     "usecs from last napi execution, napi scheduled: %d", "ena_netdev.c 2.7.2-2.8.9, quoted "
+     "from the interface name on"),
     ("ena_tx_lost_completions", "netdev_err",
      "The number of lost tx completions is above the threshold (%d > %d). Reset the device",
      "ena_netdev.c 1.2.0-2.7.1; in-tree before 6.9"),
