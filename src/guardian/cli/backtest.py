@@ -19,9 +19,8 @@ from guardian.policy.loader import load_rules
 if TYPE_CHECKING:
     from guardian.runtime.backtest import Backtest, Caught
 
-# the decisions the timeline shows: all but pending and inactive (--json has those)
-SHOWN = ("firing", "retry", "suppressed", "held", "escalated", "resolved", "validating",
-         "demoted")
+# the decisions the timeline leaves out (--json has them)
+HIDDEN = ("pending", "inactive")
 
 
 def cmd_backtest(args: argparse.Namespace) -> ExitCode:
@@ -113,12 +112,12 @@ def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
                      ",".join(r.node.problems) or "-"])
     out += columns(rows)
     out.append("")
-    rows = timeline_rows(bt, SHOWN)
+    rows = timeline_rows(bt, HIDDEN)
     if rows:
         out += columns([["TIME", "NODE", "RULE", "DECISION", "WHAT"], *rows], right={0})
     else:
         out.append("no rule fired on any node")
-    pending = sum(1 for e in bt.events if e.decision.kind not in SHOWN)
+    pending = sum(1 for e in bt.events if e.decision.kind in HIDDEN)
     if pending:
         out.append(f"({pending} pending or inactive decision{'s' if pending != 1 else ''} "
                    f"not shown; --json has every decision)")

@@ -388,17 +388,12 @@ def _caught(problem: str, res: NodeResult, ruleset: Ruleset) -> Caught:
     return Caught(problem, cause, t, "its cause")
 
 
-def timeline_rows(bt: Backtest, kinds: Iterable[str] | None = None) -> list[list[str]]:
-    """The backtest's events as table rows (time, node, rule, decision, what), only the
-    decision ``kinds`` given (None: all)."""
-    wanted = None if kinds is None else set(kinds)
-    rows = []
-    for ev in bt.events:
-        d = ev.decision
-        if wanted is not None and d.kind not in wanted:
-            continue
-        rows.append([at(ev.time), ev.node, d.rule, d.kind, what(ev)])
-    return rows
+def timeline_rows(bt: Backtest, hide: Iterable[str] = ()) -> list[list[str]]:
+    """The backtest's events as table rows (time, node, rule, decision, what), but for
+    the decisions of the kinds in ``hide``."""
+    hidden = set(hide)
+    return [[at(ev.time), ev.node, ev.decision.rule, ev.decision.kind, what(ev)]
+            for ev in bt.events if ev.decision.kind not in hidden]
 
 
 def what(ev: Event) -> str:
