@@ -135,6 +135,9 @@ class DecisionRecord(_Record):
     mode: str = Field("act", description="observe: a shadow rule")
     held_actions: list[dict[str, Any]] = Field(default_factory=list,
                                                description="actions a hold or window keeps")
+    approval: dict[str, Any] | None = Field(None, description="who approved its gated "
+                                            "actions, why and when (rule, by, why, at, "
+                                            "source)")
     manual: bool = False
 
 
@@ -173,6 +176,8 @@ class OutcomeRecord(_Record):
     rule: str
     use: str
     outcome: dict[str, Any]
+    approval: dict[str, Any] | None = Field(None, description="a gated action's approval: "
+                                            "who approved it, why and when")
 
 
 class LateOutcomeRecord(_Record):

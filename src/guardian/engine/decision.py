@@ -10,6 +10,7 @@ from typing import Any
 
 from guardian.core.evidence import values_text
 from guardian.core.snapshot import Family, SignalSpec, Value, format_key
+from guardian.model.approvals import Approval
 from guardian.model.condition import Condition
 from guardian.model.kinds import DecisionKind
 from guardian.model.ruleset import BoundAction, CompiledRule
@@ -31,8 +32,11 @@ class Decision:
     it, or outside its maintenance window; the reason says which, and ``would`` lists the
     held actions, planned and audited but not applied), ``escalated`` (its actions ran
     their limit and it still fires: the rule's ``escalate`` actions, once; it needs a
-    human), ``resolved``, ``inactive`` (pending ended without firing); outside the engine,
-    ``manual``, ``explain`` and ``would-fire`` (see :data:`~guardian.model.kinds.DecisionKind`).
+    human), ``awaiting_approval`` (an approval gate's wait begins: ``would`` lists the
+    actions that wait for a human's approval, planned and audited; ``approval`` on the
+    decision that runs them says who approved, why and when), ``resolved``, ``inactive``
+    (pending ended without firing); outside the engine, ``manual``, ``explain`` and
+    ``would-fire`` (see :data:`~guardian.model.kinds.DecisionKind`).
     ``mode`` is ``observe`` for a shadow rule: its actions are planned and audited, never
     applied.
     """
@@ -56,6 +60,8 @@ class Decision:
     # since it fired: the outcome metrics read them
     step: int = field(default=0, compare=False)
     lasted: float | None = field(default=None, compare=False)
+    # the approval that let its gated actions run (``approve``): who, why, when
+    approval: Approval | None = field(default=None, compare=False)
     _mark: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -89,6 +95,7 @@ class Decision:
             **({"mode": self.mode} if self.mode != "act" else {}),
             **({"held_actions": [{"use": a.use, **a.public_params} for a in self.would]}
                if self.would else {}),
+            **({"approval": self.approval.to_dict()} if self.approval else {}),
         }
 
 

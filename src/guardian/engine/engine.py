@@ -42,7 +42,7 @@ from guardian.core.durations import format_duration
 from guardian.core.errors import GuardianError
 from guardian.core.evidence import values_text
 from guardian.core.snapshot import Snapshot, check_values
-from guardian.engine import bounds, causes, outcomes, waits
+from guardian.engine import bounds, causes, gate, outcomes, waits
 from guardian.engine.bounds import Budget
 from guardian.engine.decision import (
     ENGINE_MARK,
@@ -54,6 +54,7 @@ from guardian.engine.decision import (
 )
 from guardian.engine.history import History
 from guardian.engine.lifecycle import RuleState, advance
+from guardian.model.approvals import Approval
 from guardian.model.holds import Hold
 from guardian.model.kinds import EngineKind
 from guardian.model.ruleset import BoundAction, CompiledRule, Ruleset
@@ -68,11 +69,13 @@ class StaleProposal(GuardianError):
 class Operating:
     """What operators say, for one evaluation: the holds in force (pauses and silences,
     each with its expiry), the Unix time they and the maintenance windows are judged at
-    (None: the snapshot's time) and the config's default maintenance window."""
+    (None: the snapshot's time), the config's default maintenance window and the
+    approvals given (:mod:`guardian.engine.gate`)."""
 
     holds: tuple[Hold, ...] = ()
     wall: float | None = None  # once committed: the time they were judged at
     window: Window | None = None
+    approvals: tuple[Approval, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,28 +209,32 @@ class Engine:
         self.history.record(snapshot.time, snapshot.values)
 
     def evaluate(self, snapshot: Snapshot, *, holds: Iterable[Hold] = (),
-                 wall: float | None = None, window: Window | None = None) -> list[Decision]:
+                 wall: float | None = None, window: Window | None = None,
+                 approvals: Iterable[Approval] = ()) -> list[Decision]:
         """One tick proposed and committed at once (:meth:`propose`, :meth:`commit`): for
         callers that have nothing to make durable first."""
-        evaluation = self.propose(snapshot, holds=holds, wall=wall, window=window)
+        evaluation = self.propose(snapshot, holds=holds, wall=wall, window=window,
+                                  approvals=approvals)
         self.commit(evaluation.proposal)
         return evaluation.decisions
 
     def propose(self, snapshot: Snapshot, *, holds: Iterable[Hold] = (),
-                wall: float | None = None, window: Window | None = None) -> Evaluation:
+                wall: float | None = None, window: Window | None = None,
+                approvals: Iterable[Approval] = ()) -> Evaluation:
         """One tick: evaluate every enabled rule against ``snapshot``, under the
-        ``holds`` in force at Unix time ``wall`` (None: the snapshot's time) and the
-        default maintenance ``window``. Returns the decisions and the proposed next state;
-        the engine's state is unchanged until :meth:`commit`. The signals the rules use
-        are held to their specs first unless the snapshot was checked already (a value
-        that breaks its spec is unknown, and ``snapshot.errors`` says why)."""
+        ``holds`` in force at Unix time ``wall`` (None: the snapshot's time), the
+        default maintenance ``window`` and the ``approvals`` given. Returns the
+        decisions and the proposed next state; the engine's state is unchanged until
+        :meth:`commit`. The signals the rules use are held to their specs first unless
+        the snapshot was checked already (a value that breaks its spec is unknown, and
+        ``snapshot.errors`` says why)."""
         if not snapshot.checked:
             self._check(snapshot)
         now = snapshot.time
         values = snapshot.values
         self.history.record(now, values)
         hist = self.history
-        operating = Operating(tuple(holds), wall, window)
+        operating = Operating(tuple(holds), wall, window, tuple(approvals))
         tick = _Tick(self.global_runs, now, values, operating)
         out = tick.out
         new = tick.states
@@ -255,7 +262,7 @@ class Engine:
                         continue  # false, and was
                 elif st.phase == "firing" and st.keep_firing_since is None and (
                         not acting or (not rule.steps and not st.held
-                        and st.last_run is not None
+                        and st.awaiting is None and st.last_run is not None
                         and now - st.last_run < rule.spec.cooldown)) and (
                         not self.boot or (st.boots and st.boots[-1] == self.boot)):
                     continue  # a retry that would not act (none to run, or cooling down)
@@ -274,6 +281,7 @@ class Engine:
                 outcomes.fired(st, now)
                 st.validating = st.valid_since = None  # the problem is back: no clean-up
                 st.validation = ""
+                gate.ended(st)  # a new episode: a wait of the last one is over
                 if not act(tick, rule, st, result, "firing", acting):
                     out.append(self._decision(rule, "firing", now, values, result))
             elif kind == "retry":
@@ -292,7 +300,8 @@ class Engine:
             if ds is not None and ds.shadow:
                 d.mode = "observe"
         proposal = Proposal(self.generation, new, tick.global_runs, bool(self.ending),
-                            Operating(operating.holds, tick.wall, window))
+                            Operating(operating.holds, tick.wall, window,
+                                      operating.approvals))
         return Evaluation(out, proposal)
 
     def commit(self, proposal: Proposal) -> None:
@@ -332,6 +341,12 @@ class Engine:
         now, values, out = tick.now, tick.values, tick.out
         held, why_held, planned = self._held(tick, rule, acting)
         owed = st.held and not held  # what was held runs now
+        approve = gate.gate_of(rule)
+        waiting = gate.gated(approve, [a for a in acting if a not in held])
+        if not waiting:
+            gate.ended(st)
+        elif st.awaiting is not None:
+            owed = True  # an approval (or the timeout) is looked for at every tick
         if not owed and bounds.cooling_down(rule, st, now):
             return False
         global_runs = tick.runs()
@@ -350,14 +365,32 @@ class Engine:
             return False
         if held:
             acting = [a for a in acting if a not in held]
+        approval: Approval | None = None
+        said = "what was held runs now" if st.held and not held else ""
+        if approve is not None and waiting:
+            verdict = gate.judge(approve, rule, st, waiting, tick.operating.approvals, now,
+                                 tick.wall)
+            if verdict.said == "begins":
+                return self._awaits(tick, rule, st, result, kind,
+                                    [a for a in acting if a not in waiting], waiting,
+                                    verdict.why, 1, held, why_held, planned)
+            if verdict.said == "waits":
+                return False
+            if verdict.said == "timed_out":
+                self._not_approved(tick, rule, st, result, verdict.why)
+                return False
+            approval = verdict.approval
+            said = "; ".join(w for w in (said, verdict.why) if w)
+            gate.ended(st)
         st.last_run = now  # held or not: the next look is after the cooldown
         st.said_suppressed = False
         if acting:
             bounds.record_run(rule, st, global_runs, now)
             st.step, st.step_at = 1, now  # for its record: its actions are one step
             out.append(self._decision(rule, kind, now, values, result, actions=acting,
-                                      reason="what was held runs now" if owed else ""))
+                                      reason=said))
             out[-1].step = 1
+            out[-1].approval = approval
         elif kind == "firing":
             out.append(self._decision(rule, kind, now, values, result))
         st.held = bool(held)
@@ -423,8 +456,31 @@ class Engine:
                 st.said_suppressed = True
                 return True
             return False
+        approve = gate.gate_of(rule, i)
+        waiting = gate.gated(approve, step.actions)
+        approval: Approval | None = None
+        if not waiting:
+            gate.ended(st)
+        elif approve is not None:
+            verdict = gate.judge(approve, rule, st, waiting, tick.operating.approvals, now,
+                                 tick.wall)
+            if verdict.said == "begins":
+                return self._awaits(tick, rule, st, result, kind,
+                                    [a for a in step.actions if a not in waiting], waiting,
+                                    f"{of} ({step.uses}): {verdict.why}", i + 1)
+            if verdict.said == "waits":
+                return False
+            if verdict.said == "timed_out":
+                self._not_approved(tick, rule, st, result, f"{of}: {verdict.why}")
+                return False
+            approval = verdict.approval
+            gate.ended(st)
         bounds.record_run(rule, st, global_runs, now)
         words = [f"{of}: {step.uses}, verify {format_duration(step.verify)}"]
+        if waiting and approve is not None:
+            words.append(approval.describe() if approval is not None else
+                         f"not approved within {format_duration(approve.timeout)}: runs "
+                         f"without an approval (approve.then = \"proceed\")")
         if step.recurs is not None:
             boots = outcomes.boots_within(st, step.recurs.within, now)
             words.append(f"it fired in {boots} boots within "
@@ -441,9 +497,48 @@ class Engine:
         st.step = i + 1
         d = self._decision(rule, kind, now, values, result, actions=step.actions,
                            reason="; ".join(words))
-        d.step = i + 1
+        d.step, d.approval = i + 1, approval
         out.append(d)
         return True
+
+    def _awaits(self, tick: _Tick, rule: CompiledRule, st: RuleState, result: object,
+                kind: Literal["firing", "retry"], told: list[BoundAction],
+                waiting: list[BoundAction], why: str, step: int,
+                held: list[BoundAction] | None = None, why_held: str = "",
+                planned: list[BoundAction] | None = None) -> bool:
+        """A wait for approval begins: the actions it does not gate (``told``) run now,
+        so a human learns of it (no run of its remedy: not counted against its limit),
+        and an ``awaiting_approval`` decision plans the ``waiting`` ones; what other
+        waits hold (``held``) is said as ever."""
+        now, values, out = tick.now, tick.values, tick.out
+        st.said_suppressed = False
+        if not rule.steps:
+            st.last_run = now
+        if told or kind == "firing":
+            out.append(self._decision(rule, kind, now, values, result, actions=told))
+            out[-1].step = step if told else 0
+        d = self._decision(rule, "awaiting_approval", now, values, result, reason=why)
+        d.would, d.step = list(waiting), step
+        out.append(d)
+        if held:
+            st.held = True
+            h = self._decision(rule, "held", now, values, result, reason=why_held)
+            h.would = list(planned or [])
+            out.append(h)
+        return True
+
+    def _not_approved(self, tick: _Tick, rule: CompiledRule, st: RuleState,
+                      result: object, why: str) -> None:
+        """Past its gate's timeout without an approval: it needs a human, once (its
+        escalate actions run, or an ``escalated`` decision says so on its own)."""
+        if st.escalated:
+            return
+        said = self._escalate(tick, rule, st, result, why, f"needs a human: {why}")
+        if st.escalated and not said:
+            d = self._decision(rule, "escalated", tick.now, tick.values, result,
+                               reason=f"needs a human: {why}")
+            d.step = st.step
+            tick.out.append(d)
 
     def _validate(self, tick: _Tick, rule: CompiledRule, st: RuleState,
                   result: object) -> None:
@@ -500,6 +595,7 @@ class Engine:
         if st.escalated:  # a page that fired resolves too
             cleanup += [a for a in rule.escalate if a.spec.on != "fire"]
             st.escalated, st.escalated_why = False, ""
+        gate.ended(st)
         step, lasted = outcomes.resolved(st, tick.now)
         d = self._decision(rule, "resolved", tick.now, tick.values, result, actions=cleanup,
                            reason=reason)

@@ -74,6 +74,11 @@ class RuleState:
     remedy: StrictStr = ""
     # why it needs a human, said ("its 3 steps ran and it still fires"; "" when it does not)
     escalated_why: StrictStr = ""
+    # an approval gate (`approve`): its disruptive actions wait for a human's approval
+    # since then (the engine's clock: the timeout), and since then on the wall clock (an
+    # approval counts only if given at or after it; never shifted to another clock)
+    awaiting: Time | None = None
+    awaiting_wall: Time | None = None
 
     def copy(self) -> RuleState:
         """An independent copy (what an evaluation changes, while the engine's stays)."""
@@ -85,7 +90,7 @@ class RuleState:
                          list(self.resolve_times), list(self.resolved_at),
                          self.needs_human, list(self.boots), list(self.boot_times),
                          self.tried, self.worked, self.demoted, self.shadow, self.remedy,
-                         self.escalated_why)
+                         self.escalated_why, self.awaiting, self.awaiting_wall)
 
     def shifted(self, t: Callable[[float], float]) -> RuleState:
         """A copy with every time mapped through ``t`` (from one clock to another)."""
@@ -97,6 +102,7 @@ class RuleState:
         out.runs = [t(x) for x in self.runs]
         out.step_at, out.fired_at = opt(self.step_at), opt(self.fired_at)
         out.validating, out.valid_since = opt(self.validating), opt(self.valid_since)
+        out.awaiting = opt(self.awaiting)
         out.boot_times = [t(x) for x in self.boot_times]
         return out
 
@@ -108,6 +114,8 @@ class RuleState:
             return f"step {self.step} of a climb without `step_at`"
         if len(self.boots) != len(self.boot_times):
             return "`boots` and `boot_times` of different lengths"
+        if (self.awaiting is None) != (self.awaiting_wall is None):
+            return "`awaiting` and `awaiting_wall` not both set"
         return ""
 
 

@@ -15,7 +15,7 @@ Phase = Literal["inactive", "pending", "firing"]
 # (see guardian.engine.decision.Decision).
 EngineKind = Literal[
     "pending", "firing", "retry", "resolved", "inactive", "suppressed", "held", "escalated",
-    "validating", "demoted"]
+    "validating", "demoted", "awaiting_approval"]
 
 # Every decision's kind: the engine's, and those made outside it, which only plan or act
 # on an operator's word: "manual" (`guardian act`), "explain" (the plan `guardian

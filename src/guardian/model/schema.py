@@ -60,6 +60,20 @@ class Recurs(BaseModel):
                                      "fired within this long (default 7d)")
 
 
+class Approve(BaseModel):
+    """An approval gate: the disruptive actions wait for a human's approval (``guardian
+    approve``, the node annotation ``guardian.io/approve``); the others run meanwhile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout: PositiveDuration = Field(description="how long the disruptive actions wait "
+                                      "for an approval")
+    then: Literal["needs_human", "proceed"] = Field(
+        "needs_human", description="past the timeout without an approval: needs_human "
+        "(the escalate actions run once, the gated actions never run in this episode), or "
+        "proceed (they run without one, and the decision says so)")
+
+
 class Step(BaseModel):
     """One rung of a ladder: its actions, and how long the rule has to resolve after they
     ran before the next step runs."""
@@ -74,6 +88,10 @@ class Step(BaseModel):
         "within `within`: then a climb starts at it (the steps before are skipped); before, "
         "it is skipped. The durable fix for what recurs boot after boot (disable or mask a "
         "unit)")
+    approve: Approve | None = Field(None, description="the step's disruptive actions "
+                                    "wait for a human's approval (its other actions run "
+                                    "when the wait begins, the whole step once approved); "
+                                    "default: the rule's `approve`")
     action: list[ActionSpec] = Field(min_length=1)
 
 
@@ -125,6 +143,11 @@ class Rule(BaseModel):
         "it would do and never applies it")
     window: Window | None = Field(None, description="when its disruptive actions may run "
                                   "(default: [engine.window] of guardian.toml, else always)")
+    approve: Approve | None = Field(
+        None, description="its disruptive actions wait for a human's approval (`guardian "
+        "approve`, the node annotation guardian.io/approve), for at most `timeout`; its "
+        "other actions (log, notify, kube.event) run meanwhile. On a ladder: each step's "
+        "that has none of its own")
     caused_by: list[str] = Field(
         default_factory=list, description="rules that cause this one: while any of them is "
         "pending or firing, this rule's disruptive actions are held (its log, condition and "

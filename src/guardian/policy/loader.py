@@ -198,6 +198,7 @@ def _load_source(text: str, path: str, reg: Registry, cat: Mapping[str, SignalSp
             _check_fleet(spec, [*actions, *escalate, *(a for s in steps for a in s.actions)],
                          loc, report)
             _check_ladder(spec, loc, report)
+            _check_approve(spec, actions, steps, loc, report)
         if spec is not None and condition is not None and actions is not None \
                 and escalate is not None and steps is not None \
                 and (validation is not None or spec.validate_ is None):
@@ -276,6 +277,25 @@ def _check_ladder(spec: Rule, loc: tuple[str | int, ...], report: Reporter) -> N
                f"({format_duration(spec.validate_within)}): the validation could never hold "
                f"long enough before it needs a human; make `validate_within` longer",
                value=True)
+
+
+def _check_approve(spec: Rule, actions: list[BoundAction], steps: list[CompiledStep],
+                   loc: tuple[str | int, ...], report: Reporter) -> None:
+    """An approval gate holds only disruptive actions: one on a rule or step that has
+    none would wait for nothing (a mistake, said where it is written)."""
+    gates: list[tuple[tuple[str | int, ...], list[BoundAction]]] = []
+    if spec.approve is not None:
+        gates.append(((*loc, "approve"), [a for s in steps for a in s.actions] if steps
+                      else [a for a in actions if a.spec.on != "resolve"]))
+    gates += [((*loc, "step", i, "approve"), s.actions)
+              for i, (s, raw) in enumerate(zip(steps, spec.step, strict=False))
+              if raw.approve is not None]
+    for where, acts in gates:
+        if not any(a.disruptive for a in acts):
+            uses = ", ".join(a.use for a in acts) or "no action"
+            report(where, f"rule {spec.name!r}: `approve` holds only disruptive actions "
+                   f"for a human's approval, and these have none ({uses}): nothing would "
+                   f"wait; remove it")
 
 
 def _rule_words(loc: tuple[str | int, ...], kind: str) -> str | None:

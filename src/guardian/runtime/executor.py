@@ -248,7 +248,10 @@ class Executor:
         started = time.monotonic()
         outcome = self._apply(action, plan, ctx, d.rule, use)
         outcome.data.setdefault("seconds", round(time.monotonic() - started, 6))
-        self.audit_entry(OutcomeRecord(rule=d.rule, use=use, outcome=outcome.to_dict()))
+        approved = ({"approval": d.approval.to_dict()}
+                    if d.approval is not None and type(action).disruptive else {})
+        self.audit_entry(OutcomeRecord(rule=d.rule, use=use, outcome=outcome.to_dict(),
+                                       **approved))
         if not outcome.ok:
             log.error("rule %s: action %s failed: %s", d.rule, use, outcome.error)
         return self._done(Executed(d, use, plan, outcome))

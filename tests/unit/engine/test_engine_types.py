@@ -18,7 +18,7 @@ from guardian.runtime.state import rule_state
 
 def test_every_kind_the_engine_emits_is_an_engine_kind() -> None:
     """One rule goes through every kind (a second, paused, is held; a third validates;
-    the first, escalated, is demoted);
+    the first, escalated, is demoted; a fourth awaits approval);
     the metrics count
     each kind, and the decision, context and state fields are typed with these types."""
     rules = load_text('''version = 1
@@ -47,6 +47,15 @@ name = "gated"
 summary = "x is high, its clean-up gated by a validation that fails"
 when = "memcg.dying > 10"
 validate = "memcg.dying < 0"
+
+[[rule]]
+name = "asks"
+summary = "x is high, its command waits for a human's approval"
+when = "memcg.dying > 10"
+approve = { timeout = "1h" }
+  [[rule.action]]
+  use = "command"
+  argv = ["/bin/true"]
 ''')
     engine = Engine(rules)
     holds = [Hold(1000.0, "maintenance", "alice", rule="paused")]

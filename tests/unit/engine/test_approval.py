@@ -1,0 +1,246 @@
+"""The approval gate (issue 45): a rule's (or a ladder step's) disruptive actions wait for
+a human's approval, its other actions run meanwhile; an approval given for this wait lets
+them run once, with who and why in the decision and the audit; one given before the wait
+began (a previous episode's, or one already used) approves nothing; past the timeout it
+needs a human and never applies (or, with then = "proceed", runs and says so); a restart
+keeps waiting. All on a simulated clock (the snapshot's time, and a wall clock beside it).
+
+Before: `approve` was no key of a rule (a located error), and a disruptive action ran as
+soon as its rule fired."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
+from guardian.core.audit import AuditLog, read_audit
+from guardian.core.diagnostics import RuleError
+from guardian.core.snapshot import Snapshot, Value
+from guardian.engine.decision import Decision
+from guardian.model.approvals import Approval, parse_approvals
+from guardian.plugin.contract import NoParams
+from guardian.plugin.registry import Registry, default_registry
+from guardian.runtime import state as state_file
+
+WALL = 1_800_000_000.0  # the wall clock at the snapshot's time 0
+ILL: dict[str, Value] = {"memcg.dying": 500.0}
+WELL: dict[str, Value] = {"memcg.dying": 0.0}
+
+
+class Disrupts(Action[NoParams]):
+    """A disruptive action that touches nothing (a cordon's stand-in)."""
+
+    name: ClassVar[str] = "test.disrupts"
+    disruptive: ClassVar[bool] = True
+
+    def plan(self, ctx: ActionContext) -> Plan:
+        return Plan(self.name, ctx.rule)
+
+    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
+        return Outcome(ok=True)
+
+
+def registry() -> Registry:
+    reg = default_registry().copy()
+    reg.add_action(Disrupts)
+    return reg
+
+
+def rules(approve: str = 'approve = { timeout = "2h" }') -> str:
+    return f'''version = 1
+[[rule]]
+name = "nic-stall"
+summary = "s"
+when = "memcg.dying > 100"
+cooldown = "10m"
+{approve}
+  [[rule.action]]
+  use = "log"
+  [[rule.action]]
+  use = "test.disrupts"
+'''
+
+
+def engine(text: str | None = None) -> Engine:
+    return Engine(load_text(text or rules(), registry=registry()))
+
+
+def approval(at: float, rule: str = "nic-stall", by: str = "alice",
+             why: str = "drained by hand") -> Approval:
+    return Approval(rule, by, why, WALL + at, source="cli")
+
+
+def tick(e: Engine, t: float, values: dict[str, Value] | None = None,
+         approvals: list[Approval] | None = None) -> list[Decision]:
+    return e.evaluate(Snapshot(t, dict(ILL if values is None else values)),
+                      wall=WALL + t, approvals=approvals or [])
+
+
+def said(decisions: list[Decision]) -> list[tuple[str, list[str], list[str]]]:
+    return [(d.kind, [a.use for a in d.actions], [a.use for a in d.would])
+            for d in decisions]
+
+
+def test_a_gated_action_waits_then_runs_once_with_who_and_why_in_the_audit(
+        tmp_path: Path) -> None:
+    e = engine()
+    first = tick(e, 0)
+    assert said(first) == [("firing", ["log"], []),
+                           ("awaiting_approval", [], ["test.disrupts"])]
+    assert first[1].reason.startswith("test.disrupts waits for approval (times out in 2h, "
+                                      "then it needs a human): approve with `guardian "
+                                      "approve nic-stall --why TEXT`")
+    # nothing approves it: each tick looks, none acts, nothing more is said
+    for t in (15, 600, 3600):
+        assert tick(e, t, approvals=[approval(-60), approval(30, rule="other")]) == []
+    # approved at 1h05m: it runs at the next tick (not after a cooldown), once
+    path = tmp_path / "audit.jsonl"
+    ex = Executor(Host(), dry_run=False, audit=AuditLog(path))
+    ok = [approval(3900)]
+    snap = Snapshot(3915, dict(ILL))
+    run = e.evaluate(snap, wall=WALL + 3915, approvals=ok)
+    assert said(run) == [("retry", ["log", "test.disrupts"], [])]
+    assert run[0].approval == ok[0]
+    assert run[0].reason == "approved by alice at 2027-01-15T09:05:00Z: drained by hand"
+    assert [r.result for r in ex.run(run, snap)] == ["ok", "ok"]
+    records = [r for r in read_audit(path) if isinstance(r, dict)]
+    decision = next(r for r in records if r["type"] == "decision")
+    assert decision["approval"] == {"rule": "nic-stall", "by": "alice",
+                                    "why": "drained by hand", "at": "2027-01-15T09:05:00Z",
+                                    "source": "cli"}
+    outcomes = {r["use"]: r.get("approval") for r in records if r["type"] == "outcome"}
+    assert outcomes == {"log": None, "test.disrupts": decision["approval"]}
+    # used: the same approval never approves the next wait (after the cooldown)
+    assert tick(e, 3930, approvals=ok) == []
+    again = tick(e, 3915 + 600, approvals=ok)
+    assert said(again) == [("retry", ["log"], []),
+                           ("awaiting_approval", [], ["test.disrupts"])]
+    assert tick(e, 3915 + 700, approvals=ok) == []
+
+
+def test_a_stale_approval_from_the_last_episode_approves_nothing() -> None:
+    e = engine()
+    tick(e, 0)
+    used = [approval(60)]
+    assert said(tick(e, 120, approvals=used))[0] == ("retry", ["log", "test.disrupts"], [])
+    assert said(tick(e, 200, WELL)) == [("resolved", [], [])]
+    # the annotation stays on the node; a new episode begins: it waits again
+    assert said(tick(e, 1000, approvals=used))[-1] == (
+        "awaiting_approval", [], ["test.disrupts"])
+    assert tick(e, 1100, approvals=used) == []
+    expired = [Approval("nic-stall", "bob", "ok", WALL + 1050, WALL + 1090)]
+    assert tick(e, 1100, approvals=expired) == []  # given for it, but past its `until`
+    fresh = [*used, approval(1150, by="bob")]
+    run = tick(e, 1200, approvals=fresh)
+    assert [d.approval.by for d in run if d.approval] == ["bob"]
+
+
+def test_past_the_timeout_it_needs_a_human_and_never_applies() -> None:
+    e = engine(rules('approve = { timeout = "30m" }\n'
+                     '  [[rule.escalate]]\n  use = "log"'))
+    tick(e, 0)
+    assert tick(e, 1799) == []
+    out = tick(e, 1800)
+    assert said(out) == [("escalated", ["log"], [])]
+    assert out[0].reason == ("needs a human: not approved within 30m: test.disrupts never "
+                             "runs in this episode")
+    [rule] = e.ruleset.rules
+    assert e.states[rule.name].escalated and e.states[rule.name].needs_human == 1
+    # a late approval does not apply it either: the episode needs a human
+    for t in (1815, 3600, 7200):
+        assert all(a.use != "test.disrupts" for d in tick(e, t, approvals=[approval(1810)])
+                   for a in d.actions)
+    # a rule without escalate actions says it too, in an escalated decision of its own
+    plain = engine(rules('approve = { timeout = "30m" }'))
+    tick(plain, 0)
+    assert said(tick(plain, 1800)) == [("escalated", [], [])]
+
+
+def test_then_proceed_runs_without_an_approval_and_says_so() -> None:
+    e = engine(rules('approve = { timeout = "30m", then = "proceed" }'))
+    assert "then they run without one" in tick(e, 0)[1].reason
+    out = tick(e, 1800)
+    assert said(out) == [("retry", ["log", "test.disrupts"], [])]
+    assert out[0].approval is None
+    assert out[0].reason == ('not approved within 30m: test.disrupts runs without an '
+                             'approval (approve.then = "proceed")')
+
+
+def test_a_restart_keeps_waiting_and_its_timeout(tmp_path: Path) -> None:
+    e = engine()
+    tick(e, 0)
+    clock = state_file.Clock(monotonic=lambda: 100.0, wall=lambda: WALL + 100,
+                             boot=lambda: "b1")
+    path = tmp_path / "state.json"
+    state_file.save(e, path, clock=clock)
+    again = engine()
+    assert state_file.load(again, path, clock=clock) == ["nic-stall"]
+    st = again.states["nic-stall"]
+    assert (st.awaiting, st.awaiting_wall) == (0.0, WALL)
+    assert tick(again, 300) == []  # still waiting: no second awaiting_approval, no action
+    assert [d.approval.by for d in tick(again, 400, approvals=[approval(350)])
+            if d.approval] == ["alice"]
+    # and one restarted past its timeout needs a human at its first tick
+    late = engine()
+    state_file.load(late, path, clock=clock)
+    assert said(tick(late, 7200)) == [("escalated", [], [])]
+
+
+def test_a_ladder_step_waits_whole_for_its_approval() -> None:
+    e = engine('''version = 1
+[[rule]]
+name = "nic-stall"
+summary = "s"
+when = "memcg.dying > 100"
+limit = { runs = 3, within = "1h" }
+  [[rule.step]]
+  verify = "5m"
+    [[rule.step.action]]
+    use = "log"
+  [[rule.step]]
+  verify = "5m"
+  approve = { timeout = "1h" }
+    [[rule.step.action]]
+    use = "log"
+    [[rule.step.action]]
+    use = "test.disrupts"
+''')
+    assert said(tick(e, 0)) == [("firing", ["log"], [])]
+    out = tick(e, 300)
+    assert said(out) == [("retry", ["log"], []), ("awaiting_approval", [], ["test.disrupts"])]
+    assert out[1].step == 2 and out[1].reason.startswith("step 2 of 2 (log, test.disrupts):")
+    assert tick(e, 400) == []
+    run = tick(e, 500, approvals=[approval(450)])
+    assert said(run) == [("retry", ["log", "test.disrupts"], [])]
+    assert run[0].step == 2 and "approved by alice" in run[0].reason
+    assert e.states["nic-stall"].awaiting is None
+
+
+def test_approve_is_checked_where_it_is_written() -> None:
+    with pytest.raises(RuleError) as err:
+        load_text(rules('approve = { timeout = "2h", then = "maybe" }'), registry=registry())
+    assert "approve.then" in str(err.value)
+    # a gate on a rule with nothing disruptive would wait for nothing: said where it is
+    with pytest.raises(RuleError) as err:
+        load_text(rules('approve = { timeout = "2h" }').replace('use = "test.disrupts"',
+                                                               'use = "log"'),
+                  registry=registry())
+    assert err.value.diagnostics[0].line == 7
+    assert "`approve` holds only disruptive actions" in str(err.value)
+
+
+def test_an_approval_that_cannot_be_read_approves_nothing() -> None:
+    good = json.dumps({"rule": "r", "by": "alice", "why": "ok",
+                       "at": "2027-01-15T09:05:00Z"})
+    ok, problems = parse_approvals(good, "node n1")
+    assert [a.by for a in ok] == ["alice"] and problems == []
+    for bad in ('{"rule": "r", "by": "alice", "why": "ok"}',  # no `at`: no time to judge
+                '{"rule": "r", "by": " ", "why": "ok", "at": "2027-01-15T09:05:00Z"}',
+                '{"rule": "r", "by": "a", "why": "ok", "at": "2027-01-15T09:05:00"}',
+                "not json", "[1]", b"\xff"):
+        got, problems = parse_approvals(bad, "node n1")
+        assert got == [] and problems, bad
