@@ -145,6 +145,12 @@ class RecordedNvml:
         names = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
         return int(_answer(self._link(h, link)[names[counter]]))
 
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: int, link: int) -> int:
+        answers = self._link(h, link)
+        if "remote" not in answers:
+            _raise("NOT_SUPPORTED")
+        return int(_answer(answers["remote"]))
+
     # -- gpu.reset's questions -----------------------------------------------------------
     def _procs(self, h: int, kind: str) -> list[Any]:
         return [SimpleNamespace(pid=p, usedGpuMemory=None)

@@ -38,6 +38,7 @@ EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_p
 NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS of the drivers H100/H200 run (18 links)
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+AMPERE = 7  # nvml.h NVML_DEVICE_ARCH_AMPERE
 MAX_EVENTS = 1000  # events taken in one drain (a flood costs bounded time)
 
 
@@ -122,6 +123,10 @@ class ResetFacts:
     active_nvlinks: int | None
     architecture: int | None = None  # nvml.h nvmlDeviceArchitecture_t (7 Ampere, 9 Hopper)
     failures: list[Failure] = field(default_factory=list)
+    # an active NVLink reaches an NVSwitch (nvmlDeviceGetNvLinkRemoteDeviceType SWITCH);
+    # asked of Ampere GPUs with active links only (their reset alone needs Fabric
+    # Manager there), else None
+    nvswitch: bool | None = None
 
 
 def _key(handle: Any) -> Any:
@@ -388,6 +393,8 @@ class Nvml:
         links = GpuReading(index)
         self._nvlinks(links, handle)
         f += links.failures
+        nvswitch = self._nvswitch(index, handle, f) if arch == AMPERE and \
+            links.values.get("nvlink.active") else None
         return ResetFacts(
             index, _text(uuid) if uuid is not None else "",
             _text(pci.busId) if pci is not None else "", pids,
@@ -400,7 +407,26 @@ class Nvml:
                                                   else None),
             int(links.values["nvlink.active"]) if "nvlink.active" in links.values else (
                 0 if "nvlink" in links.unsupported else None),
-            int(arch) if arch is not None else None, f)
+            int(arch) if arch is not None else None, f, nvswitch)
+
+    def _nvswitch(self, index: int, handle: Any, f: list[Failure]) -> bool | None:
+        """Whether an active NVLink of the GPU reaches an NVSwitch (None: NVML could not
+        say)."""
+        n = self.nvml
+        for link in range(NVLINK_MAX_LINKS):
+            state = self._call(index, f"nvlink {link} state", n.nvmlDeviceGetNvLinkState, [],
+                               handle, link)
+            if state is None:
+                break  # past the last link (read in full by _nvlinks)
+            if not state:
+                continue
+            kind = self._call(index, f"nvlink {link} remote device type",
+                              n.nvmlDeviceGetNvLinkRemoteDeviceType, f, handle, link)
+            if kind is None:
+                return None
+            if int(kind) == n.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                return True
+        return False
 
 
 # nvmlInit's errors as people read them (nvml.h: nvmlInit_v2's return values)

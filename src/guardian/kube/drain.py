@@ -158,21 +158,7 @@ class KubeDrain(OwnedNodeAction[DrainParams]):
         if refused:
             return Outcome(ok=False, error="; ".join(refused), data={"cordon": cordon.detail})
         uid = {_key(pod): (pod.metadata.uid if pod.metadata else None) for pod in evict}
-        waiting = self._evict_and_wait(uid, t0 + p.wait, said)
-        forced: list[str] = []
-        if waiting and p.force:
-            for key in sorted(waiting):
-                try:
-                    self.client().delete(Pod, key[1], namespace=key[0],
-                                         grace_period=p.grace_period)
-                    said(key, "deleted (force)")
-                    forced.append(f"{key[0]}/{key[1]}")
-                except ApiError as exc:
-                    if exc.status.code != 404:
-                        said(key, f"delete failed: {_why(exc)}")
-                except API_ERRORS as exc:
-                    said(key, f"delete failed: {_why(exc)}")
-            waiting = self._wait_gone(waiting, time.monotonic() + p.force_wait, said, uid)
+        waiting, forced = self.evict_pods(uid, t0 + p.wait, said)
         data: dict[str, Any] = {
             "cordon": cordon.detail, "skipped": skipped,
             "gone": sorted(f"{k[0]}/{k[1]}" for k in uid if k not in waiting),
@@ -192,6 +178,30 @@ class KubeDrain(OwnedNodeAction[DrainParams]):
                            detail=f"drained; cannot read back: {_why(exc)}")
         return Outcome(ok=True, verified=cordoned and not left, data=data,
                        detail=f"node {node} drained: {len(uid)} pod(s) gone")
+
+    def evict_pods(self, uid: dict[tuple[str, str], str | None], deadline: float, said: Any
+                   ) -> tuple[dict[tuple[str, str], str], list[str]]:
+        """Evict the pods (``(namespace, name)`` -> UID) and wait until ``deadline`` for
+        them to be gone; with ``force``, delete those still there and wait ``force_wait``
+        more. Returns the pods left (with why) and those deleted by force. ``said(pod,
+        what)`` hears each pod's progress."""
+        p = self.params
+        waiting = self._evict_and_wait(uid, deadline, said)
+        forced: list[str] = []
+        if waiting and p.force:
+            for key in sorted(waiting):
+                try:
+                    self.client().delete(Pod, key[1], namespace=key[0],
+                                         grace_period=p.grace_period)
+                    said(key, "deleted (force)")
+                    forced.append(f"{key[0]}/{key[1]}")
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        said(key, f"delete failed: {_why(exc)}")
+                except API_ERRORS as exc:
+                    said(key, f"delete failed: {_why(exc)}")
+            waiting = self._wait_gone(waiting, time.monotonic() + p.force_wait, said, uid)
+        return waiting, forced
 
     def _evict_and_wait(self, uid: dict[tuple[str, str], str | None], deadline: float,
                         said: Any) -> dict[tuple[str, str], str]:

@@ -36,8 +36,10 @@ _SOME_ADDRESS = ipaddress.ip_address("192.0.2.1")
 
 def errors(rs: Ruleset, config: Config) -> list[Diagnostic]:
     """A reboot on a Kubernetes node without the fleet budget (it could take every node
-    down at once), and a drain that may outlast the executor's ``apply_timeout``."""
-    found = [*_reboot_errors(rs, config), *_drain_errors(rs, config)]
+    down at once), a drain that may outlast the executor's ``apply_timeout``, and a
+    ``gpu.reset`` that evicts pods past it or without credentials for the API."""
+    found = [*_reboot_errors(rs, config), *_drain_errors(rs, config),
+             *_gpu_reset_errors(rs, config)]
     return [Diagnostic(r.path, r.line, 1, why) for r, why in found]
 
 
@@ -58,6 +60,17 @@ def _drain_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
     if not drains:
         return []
     from guardian.kube.drain import check
+
+    return check(rs.rules, config.service.apply_timeout)
+
+
+def _gpu_reset_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
+    evicts = any(a.use == "gpu.reset" and a.params.get("evict_pods") not in (None, False)
+                 for r in rs.rules
+                 for a in [*r.actions, *r.escalate, *(a for s in r.steps for a in s.actions)])
+    if not evicts:
+        return []
+    from guardian.actions.gpu import check
 
     return check(rs.rules, config.service.apply_timeout)
 

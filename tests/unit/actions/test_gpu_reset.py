@@ -151,3 +151,29 @@ def test_guardian_pid_1_and_kernel_threads_are_named_never_stopped(tmp_path: Pat
 def test_a_process_pod_from_its_cgroup(tmp_path: Path, cgroup: str, uid: str | None) -> None:
     _pid(tmp_path, 4242, "python", cgroup)
     assert pod_uid_of(tmp_path / "proc", 4242) == uid
+
+
+@pytest.mark.parametrize(("arch", "remote", "fabric_manager", "refusal"), [
+    (7, 2, False, "an Ampere GPU on NVSwitches while Fabric Manager (nv-fabricmanager) does "
+                  "not run: its NVLink peers must be reset in the same command"),
+    (7, 2, True, None),
+    (7, 0, False, None),  # NVLinks to GPUs directly (no NVSwitch): no Fabric Manager there
+    (9, 2, False, None),  # Hopper: "the dependency on Fabric Manager ... is removed"
+    (7, {"error": "NO_PERMISSION"}, True, "nvlink 0 remote device type: NVML NO_PERMISSION"),
+], ids=["ampere-nvswitch-no-fm", "ampere-nvswitch-fm", "ampere-direct", "hopper-nvswitch",
+        "remote-unknown"])
+def test_nvlink_peers_as_nvidia_smi_says(tmp_path: Path, arch: int, remote: Any,
+                                         fabric_manager: bool, refusal: str | None) -> None:
+    """nvidia-smi(1), -r: Ampere GPUs on NVSwitch systems reset alone only while Fabric
+    Manager runs; direct-connected Ampere+ and Hopper+ on NVSwitches reset alone. Before:
+    any Ampere GPU was reset alone, with or without Fabric Manager."""
+    (tmp_path / "proc").mkdir()
+    if fabric_manager:  # comm keeps 15 characters of nv-fabricmanager
+        _pid(tmp_path, 900, "nv-fabricmanage", "/system.slice/nvidia-fabricmanager.service")
+    links = [{**link, "remote": remote} for link in H100["gpus"][2]["nvlinks"]]
+    action, _ = _action(_with(architecture=arch, nvlinks=links))
+    plan = action.plan(_ctx(tmp_path, GPU2))
+    if refusal is None:
+        assert plan.refused == [] and plan.data["target"] == "00000000:3A:00.0"
+    else:
+        assert any(refusal in r for r in plan.refused), plan.refused
