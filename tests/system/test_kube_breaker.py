@@ -106,7 +106,8 @@ def test_half_a_zone_trips_the_breaker_and_a_lone_node_elsewhere_is_remediated(
         reason = held["a-00"]
         assert reason.startswith("kube.cordon held: breaker tripped 2026-12-03T00:03:00Z "
                                  "(node a-03): 4 of 10 nodes in topology.kubernetes.io/"
-                                 "zone=a fired memcg-leak within 10m: share 0.40 > 0.3; "
+                                 "zone=a fired memcg-leak within 10m (40%, above the bound of "
+                                 "30%); "
                                  "until a human releases it: guardian breaker release "
                                  "memcg-leak --why TEXT (or kubectl -n kube-system delete "
                                  "lease guardian-breaker-"), reason
@@ -156,9 +157,9 @@ def test_guardian_breaker_lists_and_a_human_releases(tmp_path: Path,
         assert main(["breaker", "--config", str(config)]) == 0
         out = capsys.readouterr().out
         assert out.startswith("memcg-leak in fleet: tripped 2026-12-03T00:01:00Z by node "
-                              "n1: 2 of 3 nodes in the fleet fired memcg-leak within 10m: "
-                              "share 0.67 > 0.3 (release: guardian breaker release "
-                              "memcg-leak --why TEXT)"), out
+                              "n1: 2 of 3 nodes in the fleet fired memcg-leak within 10m "
+                              "(67%, above the bound of 30%) (release: guardian breaker "
+                              "release memcg-leak --why TEXT)"), out
         assert main(["breaker", "release", "memcg-leak", "--config", str(config)]) == 2
         assert main(["breaker", "release", "memcg-leak", "--why", "bad rule, fixed",
                      "--author", "alice", "--config", str(config)]) == 0

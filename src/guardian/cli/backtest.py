@@ -80,7 +80,7 @@ def _failed(bt: Backtest, fail_on: list[str]) -> list[str]:
 
 def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
     """The backtest for people."""
-    from guardian.runtime.backtest import timeline_rows
+    from guardian.runtime.backtest import describe, timeline_rows
     from guardian.runtime.status import at, for_people
     n = len(bt.nodes)
     how = "each recording's start at +0s" if bt.align == "start" else \
@@ -90,10 +90,13 @@ def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
     out.append("fleet budget: " + (bt.budget.describe(n) if bt.budget else
                                    "none ([fleet] not configured: a fleet = true rule's "
                                    "disruptive actions are refused)"))
+    for group, own, count in bt.group_budgets():
+        out.append(f"node group {group.name}'s own budget: {describe(own, count)}"
+                   + (", and the fleet budget's" if bt.budget else ""))
     if bt.breaker is not None:
         b = bt.breaker
-        out.append(f"breaker: trips when more than {b.share:g} of a group's nodes (and at "
-                   f"least {b.min_nodes}) fire a rule within {for_people(b.window)}; "
+        out.append(f"breaker: trips when more than {b.share * 100:g}% of a group's nodes "
+                   f"(and at least {b.min_nodes}) fire a rule within {for_people(b.window)}; "
                    f"groups: {', '.join(['the fleet', *b.by])}")
     else:
         out.append("breaker: none ([fleet.breaker] not configured)")
@@ -177,7 +180,10 @@ def data(bt: Backtest) -> dict[str, Any]:
         "end": round(bt.end, 3),
         "budget": None if bt.budget is None else {
             "max_nodes": bt.budget.max_nodes, "max_percent": bt.budget.max_percent,
-            "min_healthy": bt.budget.min_healthy},
+            "min_healthy": bt.budget.min_healthy,
+            "groups": {g.name: {"max_nodes": own.max_nodes, "max_percent": own.max_percent,
+                                "min_healthy": own.min_healthy, "nodes": count}
+                       for g, own, count in bt.group_budgets()}},
         "breaker": None if bt.breaker is None else bt.breaker.model_dump(),
         "nodes": [{
             "name": r.name, "recording": r.node.path.name, "labels": r.node.labels,

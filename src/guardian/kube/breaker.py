@@ -46,7 +46,7 @@ from guardian.kube.actions import API_ERRORS, _why
 from guardian.kube.client import make_client
 from guardian.kube.fleet import FleetParams
 from guardian.kube.holds import KubeHolds, KubeHoldsParams
-from guardian.model.breaker import FLEET, BreakerParams, NodeFiring, Trip, judge
+from guardian.model.breaker import FLEET, BreakerParams, NodeFiring, Trip, judge, words
 from guardian.model.holds import Hold
 
 log = logging.getLogger("guardian.breaker")
@@ -85,6 +85,18 @@ def parse_firing(text: str | None) -> dict[str, float]:
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
 
 
+def _words(record: dict[str, Any], rule: str, group: str) -> str:
+    """What a latch's record says: said again from its numbers (a latch an older guardian
+    wrote says them as this one does), else its ``why`` as written."""
+    try:
+        firing, nodes = int(record["firing"]), int(record["nodes"])
+        bound, window = float(record["bound"]), float(record["window"])
+    except (KeyError, TypeError, ValueError):
+        return str(record.get("why", ""))
+    where = "the fleet" if group == FLEET else group
+    return words(firing, nodes, where, rule, window, bound)
+
+
 def _stamp(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -96,7 +108,7 @@ class Latch:
         self.name, self.holder = name, holder
         self.rule = str(record.get("rule", ""))
         self.group = str(record.get("group", FLEET))
-        self.why = str(record.get("why", ""))
+        self.why = _words(record, self.rule, self.group)
         self.at = float(record.get("at", 0.0))
 
     def hold(self, namespace: str) -> Hold:

@@ -90,11 +90,30 @@ class Trip:
 
     @property
     def why(self) -> str:
-        """``7 of 12 nodes in topology.kubernetes.io/zone=a fired memcg-leak within 10m:
-        share 0.58 > 0.3``."""
-        return (f"{self.firing} of {self.nodes} nodes in {self.where} fired {self.rule} "
-                f"within {format_duration(self.window)}: share {self.share:.2f} > "
-                f"{self.bound:g}")
+        """``7 of 12 nodes in topology.kubernetes.io/zone=a fired memcg-leak within 10m
+        (58%, above the bound of 30%)``."""
+        return words(self.firing, self.nodes, self.where, self.rule, self.window,
+                     self.bound)
+
+
+def percents(share: float, bound: float) -> tuple[str, str]:
+    """``share`` and ``bound`` (fractions, ``share > bound``) as percentages that read
+    as what they are: the share gets as many decimals as it takes to be visibly above
+    the bound as shown (76 of 250 with a bound of 0.3 is ``30.4%``, never ``30%``)."""
+    shown_bound = f"{bound * 100:g}"
+    for digits in range(7):
+        shown = f"{share * 100:.{digits}f}"
+        if float(shown) > float(shown_bound) or share <= bound:
+            break
+    return f"{shown}%", f"{shown_bound}%"
+
+
+def words(firing: int, nodes: int, where: str, rule: str, window: float,
+          bound: float) -> str:
+    """What a trip says (:attr:`Trip.why`; a latch's record read back says the same)."""
+    share, limit = percents(firing / nodes if nodes else 0.0, bound)
+    return (f"{firing} of {nodes} nodes in {where} fired {rule} within "
+            f"{format_duration(window)} ({share}, above the bound of {limit})")
 
 
 def groups_of(labels: Mapping[str, str], by: Iterable[str]) -> list[str]:

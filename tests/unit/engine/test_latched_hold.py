@@ -23,7 +23,7 @@ cooldown = "1m"
   argv = ["/bin/true"]
 '''
 WHY = ("breaker tripped: 7 of 12 nodes in topology.kubernetes.io/zone=a fired memcg-leak "
-       "within 10m: share 0.58 > 0.3")
+       "within 10m (58%, above the bound of 30%)")
 
 
 def latch(rule: str = "memcg-leak") -> Hold:

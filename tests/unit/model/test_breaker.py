@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from guardian.model.breaker import FLEET, BreakerParams, NodeFiring, groups_of, judge
+from guardian.model.breaker import FLEET, BreakerParams, NodeFiring, groups_of, judge, percents
 
 ZONE = "topology.kubernetes.io/zone"
 NOW = 1_800_000_000.0
@@ -25,15 +25,15 @@ def fleet(zone_a: int, firing_a: int, zone_b: int, firing_b: int, rule: str = "m
 
 
 def test_half_of_one_zone_trips_that_zone_only() -> None:
-    """7 of 12 nodes in zone a fire: zone a trips (0.58 > 0.3); the whole fleet (8 of
+    """7 of 12 nodes in zone a fire: zone a trips (58% > 30%); the whole fleet (8 of
     24 = 0.33) trips too; zone b's one failing node does not trip zone b."""
     p = BreakerParams(by=[ZONE])
     trips = judge(fleet(12, 7, 12, 1), NOW, p)
     assert [(t.rule, t.group, t.firing, t.nodes) for t in trips] == [
         ("memcg-leak", FLEET, 8, 24), ("memcg-leak", f"{ZONE}=a", 7, 12)]
     zone = trips[1]
-    assert zone.why == (f"7 of 12 nodes in {ZONE}=a fired memcg-leak within 10m: "
-                        "share 0.58 > 0.3")
+    assert zone.why == (f"7 of 12 nodes in {ZONE}=a fired memcg-leak within 10m "
+                        "(58%, above the bound of 30%)")
     assert zone.names == tuple(f"a-{i:02d}" for i in range(7))
     assert zone.first == zone.last == NOW - 120
     assert trips[0].why.startswith("8 of 24 nodes in the fleet fired")
@@ -88,3 +88,31 @@ def test_params_refuse_nonsense() -> None:
         with pytest.raises(ValidationError):
             BreakerParams.model_validate(bad)
     assert BreakerParams.model_validate({"window": "15m"}).window == 900
+
+
+def test_the_numbers_read_as_true_where_the_share_is_just_above_the_bound() -> None:
+    """76 of 250 is 0.304, above 0.3; before, the words said "share 0.30 > 0.3", which
+    reads as false. The share gets the decimals that show it above the bound."""
+    [trip] = judge(fleet(250, 76, 0, 0), NOW, BreakerParams())
+    assert trip.why == ("76 of 250 nodes in the fleet fired memcg-leak within 10m "
+                        "(30.4%, above the bound of 30%)")
+    assert percents(0.3000001, 0.3) == ("30.00001%", "30%")
+    assert percents(1 / 3, 0.333) == ("33.33%", "33.3%")
+    assert percents(0.4, 0.3) == ("40%", "30%")
+
+
+def test_a_latch_written_before_says_its_numbers_in_todays_words() -> None:
+    """A latch's record is said again from its numbers (`guardian breaker`, the hold's
+    reason): one an older guardian wrote, with "share 0.30 > 0.3", reads true; a record
+    without numbers keeps its words."""
+    pytest.importorskip("lightkube")
+    from guardian.kube.breaker import Latch
+
+    old = {"rule": "memcg-leak", "group": f"{ZONE}=a", "at": NOW, "firing": 76,
+           "nodes": 250, "share": 0.304, "bound": 0.3, "window": 600.0,
+           "why": f"76 of 250 nodes in {ZONE}=a fired memcg-leak within 10m: share "
+                  "0.30 > 0.3"}
+    assert Latch("l", old, "a-0075").why == (
+        f"76 of 250 nodes in {ZONE}=a fired memcg-leak within 10m (30.4%, above the "
+        "bound of 30%)")
+    assert Latch("l", {"rule": "r", "why": "as written"}, "n").why == "as written"

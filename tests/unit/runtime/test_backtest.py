@@ -132,7 +132,7 @@ def test_the_config_says_the_budget_breaker_and_node_groups_it_simulates(
     out = capsys.readouterr().out.splitlines()
     assert out[1:5] == [
         "fleet budget: at most 1 node disrupted at once (max_nodes 1 of 1), min_healthy 0",
-        "breaker: trips when more than 0.3 of a group's nodes (and at least 3) fire a "
+        "breaker: trips when more than 30% of a group's nodes (and at least 3) fire a "
         "rule within 10m; groups: the fleet, zone",
         "node groups: canary (first match by each node's labels)", ""]
     assert "breaker: did not trip" in out
@@ -184,6 +184,8 @@ def test_the_breaker_holds_a_zone_and_spares_a_lone_node_in_another(tmp_path: Pa
     bt = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=5), breaker=params)
     assert [(round(t), trip.rule, trip.group, trip.names) for t, trip in bt.trips] == [
         (145, "memcg-flood", "zone=a", ("a-chain", "b-incident"))]
+    assert bt.trips[0][1].why == ("2 of 3 nodes in zone=a fired memcg-flood within 10m "
+                                  "(67%, above the bound of 60%)")
     held = [(e.node, round(e.time)) for e in bt.events if e.breaker]
     assert ("a-chain", 175) in held and ("b-incident", 175) in held
     assert _runs(bt, "a-chain") == [] and _runs(bt, "b-incident") == []
@@ -258,3 +260,47 @@ def test_the_budgets_counting_rules() -> None:
     assert budget.verdict("a", 10, 8, {"a", "b"}, 2, "80%") == ""
     assert budget.verdict("a", 10, 8, {"b", "c"}, 2, "0") == (
         "2 other node(s) already disrupted (b, c); at most 2 at once")
+
+
+def test_a_node_groups_own_budget_counts_its_nodes_within_the_fleets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three nodes flood at +2m25s: the two of group gpu share its budget of one (the
+    second refused, naming the group) while the node in no group acts beside them under
+    [fleet]'s budget of three; [fleet]'s budget bounds the group too (one slot: one node
+    acts); without the group's budget all three act."""
+    fleet = read_fleet(_fleet(tmp_path / "d", {
+        "a-chain": (CHAIN, 'labels = { pool = "gpu" }'),
+        "b-incident": (INCIDENT, 'labels = { pool = "gpu" }'),
+        "c-incident": (INCIDENT, 'labels = { pool = "cpu" }')}))
+    rules = _flood(tmp_path)
+    gpu = NodeGroup(name="gpu", labels={"pool": "gpu"}, max_nodes=1)
+    bt = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=3), groups=[gpu])
+    assert next((e.node, round(e.time), e.why) for e in bt.events if e.refused) == (
+        "b-incident", 145, "fleet budget: node group gpu: 1 other node(s) already "
+        "disrupted (a-chain); at most 1 at once")
+    assert _runs(bt, "a-chain")[0] == 145 and _runs(bt, "c-incident")[0] == 145
+    assert _runs(bt, "b-incident")[0] == 265  # after a-chain gave the group's slot back
+    assert bt.peak[0] == 2
+    wide = gpu.model_copy(update={"max_nodes": 2})
+    bound = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=1), groups=[wide])
+    assert bound.peak[0] == 1
+    free = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=3))
+    assert [_runs(free, n)[0] for n in ("a-chain", "b-incident", "c-incident")] == [145] * 3
+    # the command says the group's budget, in words and in --json
+    config = tmp_path / "guardian.toml"
+    config.write_text('[fleet]\nnode = "x"\nmax_nodes = 3\n[[group]]\nname = "gpu"\n'
+                      'labels = { pool = "gpu" }\nmax_nodes = 1\n')
+    pytest.importorskip("lightkube")  # [fleet] is the Kubernetes extra's
+    args = ["backtest", str(tmp_path / "d"), "--rules", str(tmp_path / "flood.toml"),
+            "--config", str(config)]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:3] == [
+        "fleet budget: at most 3 nodes disrupted at once (max_nodes 3 of 3), min_healthy 0",
+        "node group gpu's own budget: at most 1 node disrupted at once (max_nodes 1 of 2), "
+        "min_healthy 0, and the fleet budget's"]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["data"]
+    assert data["budget"]["groups"] == {"gpu": {"max_nodes": 1, "max_percent": None,
+                                                "min_healthy": "0", "nodes": 2}}
+    assert data["peak"]["nodes"] == 2
