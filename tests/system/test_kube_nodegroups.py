@@ -11,6 +11,7 @@ from pathlib import Path
 
 from guardian import Engine, Executor, Host, Snapshot, load_text
 from guardian.core.audit import AuditLog
+from guardian.kube.fleet import FleetBudget, FleetParams
 from guardian.kube.holds import KubeHolds, KubeHoldsParams
 from guardian.model.nodegroups import NodeGroup
 from guardian.runtime.config import Config
@@ -74,3 +75,28 @@ def test_a_shadow_group_never_acts_while_the_others_do(tmp_path: Path) -> None:
             ("log", "would_act"), ("kube.cordon", "would_act")}
         assert results["node-5"][0].decision.reason.startswith(
             "this node's labels are not known")
+
+
+def test_a_groups_own_budget_is_its_own_pool_of_leases_within_the_fleets(
+        tmp_path: Path) -> None:
+    """Group gpu's budget of one is the Leases guardian-gpu-slot-<i>, counted among its
+    nodes: the second gpu node is refused (naming the group) while a node in no group
+    takes [fleet]'s guardian-slot-0; [fleet]'s budget of two counts the gpu node's slot
+    too, so a third node waits; the gpu slot given back, the other gpu node takes it."""
+    gpu = NodeGroup(name="gpu", labels={"pool": "gpu"}, max_nodes=1)
+    with serve() as (url, store):
+        for n, pool in (("g1", "gpu"), ("g2", "gpu"), ("c1", "cpu"), ("c2", "cpu")):
+            store.add_node(n, {"pool": pool})
+        kc = str(kubeconfig(tmp_path, url))
+        budgets = {n: FleetBudget(FleetParams(kubeconfig=kc, node=n, max_nodes=2),
+                                  groups=[gpu]) for n in ("g1", "g2", "c1", "c2")}
+        assert budgets["g1"].hold("r") == ("guardian-gpu-slot-0", "")
+        assert budgets["g2"].hold("r") == (None, "fleet budget: node group gpu: 1 other "
+                                           "node(s) already disrupted (g1); at most 1 at once")
+        assert budgets["c1"].hold("r") == ("guardian-slot-0", "")
+        assert budgets["c2"].hold("r") == (None, "fleet budget: 2 other node(s) already "
+                                           "disrupted (c1, g1); at most 2 at once")
+        budgets["g1"].done("r")
+        assert store.objects["leases"][("kube-system", "guardian-gpu-slot-0")][
+            "spec"].get("holderIdentity") is None
+        assert budgets["g2"].hold("r") == ("guardian-gpu-slot-0", "")

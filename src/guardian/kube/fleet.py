@@ -20,6 +20,13 @@ slot is what keeps a second node from going down under a budget of one. It is ke
 the node is back and Ready, where its restarted guardian takes it up again (or, with no
 guardian there, it expires a TTL after the node was last seen down). A holder no longer
 among the nodes (deleted) loses it after its TTL as before.
+
+A node group with a budget of its own (``[[group]]`` with ``max_nodes``, ``max_percent``
+or ``min_healthy``) has its own pool of slots, ``<name>-<group>-slot-<i>``, counted
+among the group's nodes (read from the same list of the nodes); a node of that group
+takes its slot there, and only when ``[fleet]``'s budget, over every node, admits it too
+(:func:`guardian.model.budget.admit`). A node in no group with a budget takes
+``<name>-slot-<i>``. Every pool's live slots count as disrupted nodes fleet-wide.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from lightkube import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -40,6 +47,7 @@ from guardian.kube.actions import API_ERRORS, _why
 from guardian.kube.client import KubeParams, make_client, node_name
 from guardian.model import budget
 from guardian.model.breaker import BreakerParams
+from guardian.model.nodegroups import NodeGroup, count_or_percent
 
 log = logging.getLogger("guardian.fleet")
 
@@ -64,20 +72,22 @@ class FleetParams(KubeParams):
     @field_validator("min_healthy")
     @classmethod
     def _count_or_percent(cls, v: str) -> str:
-        n = v[:-1] if v.endswith("%") else v
-        if not n.replace(".", "", 1).isdigit():
-            raise ValueError(f"min_healthy {v!r}: expected a count or a percentage")
-        return v
+        return count_or_percent(v)
 
 
 class FleetBudget:
     """This node's view of the fleet budget: hold a slot while disrupting, give it back
-    after clean-up. ``clock`` gives the time written into Leases (tests simulate it)."""
+    after clean-up. ``clock`` gives the time written into Leases (tests simulate it);
+    ``groups``: the config's node groups (those with a budget of their own have their own
+    pool of slots)."""
 
     def __init__(self, params: FleetParams,
                  clock: Callable[[], dt.datetime] | None = None,
-                 monotonic: Callable[[], float] | None = None) -> None:
+                 monotonic: Callable[[], float] | None = None,
+                 groups: Sequence[NodeGroup] = ()) -> None:
         self.p = params
+        self.groups = list(groups)
+        self.limits = budget.Limits(params.max_nodes, params.max_percent, params.min_healthy)
         self.me = node_name(params)
         self.client = make_client(params)
         self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
@@ -122,7 +132,7 @@ class FleetBudget:
         back."""
         if not self.adopted:
             try:  # an unreachable API: looked for again at the next tick
-                mine = self._own(self._survey()[2]) if self.slot is None else None
+                mine = self._own(self._survey()[1]) if self.slot is None else None
                 self.adopted = True
             except API_ERRORS as exc:
                 log.warning("fleet budget: cannot look for a slot held from before a "
@@ -151,25 +161,48 @@ class FleetBudget:
             log.warning("fleet budget: cannot renew slot %s: %s", self.slot, _why(exc))
 
     # -- the budget ----------------------------------------------------------------------
-    def _survey(self) -> tuple[list[Node], int, dict[str, str]]:
-        """The nodes, how many may be disrupted at once, and the live slots' holders."""
+    def _survey(self) -> tuple[list[Node], dict[str, str]]:
+        """The nodes, and the live slots' holders of every pool."""
         nodes = list(self.client.list(Node))
-        limit = budget.slots(len(nodes), self.p.max_nodes, self.p.max_percent)
         down = {_name(n) for n in nodes if not _ready(n)}
-        return nodes, limit, self._holders(limit, down)
+        holders: dict[str, str] = {}
+        for prefix, count in self._pools(nodes).values():
+            holders.update(self._holders(prefix, count, down))
+        return nodes, holders
+
+    def _pools(self, nodes: list[Node]) -> dict[str | None, tuple[str, int]]:
+        """Each pool of slots (None: [fleet]'s; else a node group with a budget of its
+        own): its Leases' name prefix and how many slots it has among ``nodes``."""
+        out: dict[str | None, tuple[str, int]] = {None: (
+            f"{self.p.name}-slot", budget.slots(len(nodes), self.p.max_nodes,
+                                                self.p.max_percent))}
+        labels = _labels(nodes)
+        for g in self.groups:
+            own = budget.Limits.of(g)
+            if own is not None:
+                n = len(budget.members(g, labels, self.groups))
+                out[g.name] = (f"{self.p.name}-{g.name}-slot",
+                               budget.slots(n, own.max_nodes, own.max_percent))
+        return out
+
+    def _pool(self, nodes: list[Node]) -> tuple[str, int]:
+        """This node's pool: its group's, where that has a budget of its own (a node
+        not listed, whose group cannot be told, is refused by the verdict first)."""
+        mine = _labels(nodes).get(self.me) or {}
+        group = budget.budget_group(mine, self.groups)
+        return self._pools(nodes)[group.name if group is not None else None]
 
     def _limits(self) -> tuple[int, str]:
-        """(slots, reason not to act or "")."""
-        nodes, limit, holders = self._survey()
-        why = self._verdict(nodes, limit, holders)
-        return (0, why) if why else (limit, "")
+        """(this node's pool's slots, reason not to act or "")."""
+        nodes, holders = self._survey()
+        why = self._verdict(nodes, holders)
+        return (0, why) if why else (self._pool(nodes)[1], "")
 
-    def _verdict(self, nodes: list[Node], limit: int, holders: dict[str, str]) -> str:
-        """Why this node may not start disrupting now, or ""."""
-        disrupted = self._disrupted(nodes, holders)
-        ready = sum(1 for n in nodes if _ready(n) and _name(n) not in disrupted)
-        return budget.verdict(self.me, len(nodes), ready, disrupted, limit,
-                              self.p.min_healthy)
+    def _verdict(self, nodes: list[Node], holders: dict[str, str]) -> str:
+        """Why this node may not start disrupting now, or "": [fleet]'s budget and its
+        node group's own (:func:`guardian.model.budget.admit`)."""
+        return budget.admit(self.me, _labels(nodes), {_name(n) for n in nodes if _ready(n)},
+                            self._disrupted(nodes, holders), self.limits, self.groups)
 
     def _disrupted(self, nodes: list[Node], holders: dict[str, str]) -> set[str]:
         """Nodes that hold a live slot, are cordoned, or carry guardian's condition."""
@@ -181,12 +214,12 @@ class FleetBudget:
                 out.add(_name(n))
         return out
 
-    def _holders(self, count: int, down: set[str]) -> dict[str, str]:
-        """Slot name -> holder, for the first ``count`` slots, held and not expired (a
-        holder among ``down``, the nodes not Ready, keeps its slot)."""
+    def _holders(self, prefix: str, count: int, down: set[str]) -> dict[str, str]:
+        """Slot name -> holder, for the pool's first ``count`` slots, held and not
+        expired (a holder among ``down``, the nodes not Ready, keeps its slot)."""
         out: dict[str, str] = {}
         for i in range(count):
-            name = f"{self.p.name}-slot-{i}"
+            name = f"{prefix}-{i}"
             try:
                 lease = self.client.get(Lease, name=name, namespace=self.p.namespace)
             except ApiError as exc:
@@ -218,7 +251,7 @@ class FleetBudget:
 
     def _mine(self) -> str | None:
         try:
-            _, _, holders = self._survey()
+            _, holders = self._survey()
         except API_ERRORS:
             return None
         return self._own(holders)
@@ -231,18 +264,21 @@ class FleetBudget:
         """A slot's Lease name (this node's own, if it already holds one), or None and
         why not."""
         try:
-            nodes, slots, holders = self._survey()
+            nodes, holders = self._survey()
             mine = self._own(holders)
             if mine is not None:
                 return mine, ""
-            why = self._verdict(nodes, slots, holders)
+            why = self._verdict(nodes, holders)
             if why:
                 return None, f"fleet budget: {why}"
             down = {_name(n) for n in nodes if not _ready(n)}
+            prefix, slots = self._pool(nodes)
             for i in range(slots):
-                name = f"{self.p.name}-slot-{i}"
+                name = f"{prefix}-{i}"
                 if name not in holders and self._take(name, down):
                     # a node cordoned meanwhile, without a slot, may have used up the budget
+                    # (or, under node groups' own budgets, one of another pool took the
+                    # fleet-wide budget's last room)
                     try:
                         _, why = self._limits()
                     except API_ERRORS as exc:
@@ -312,3 +348,8 @@ def _ready(n: Node) -> bool:
 
 def _name(n: Node) -> str:
     return (n.metadata and n.metadata.name) or ""
+
+
+def _labels(nodes: list[Node]) -> dict[str, dict[str, str] | None]:
+    """Each node's name and labels."""
+    return {_name(n): dict((n.metadata and n.metadata.labels) or {}) for n in nodes}

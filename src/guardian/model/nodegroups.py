@@ -13,6 +13,8 @@ mode = "shadow"              # decisions recorded, actions planned and audited, 
 name = "gpu"
 labels = { "nvidia.com/gpu.present" = "true" }
 rules = ["xid-*", "memcg-leak"]   # only these act here; the others run in shadow
+max_nodes = 2                # its own fleet budget, counted among its nodes (and the
+min_healthy = "90%"          # [fleet] budget must admit too: guardian.model.budget)
 ```
 A node is in the first group whose labels all match its own (the order of the tables),
 or in none (then every rule acts as its own ``mode`` says). A node whose labels are not
@@ -23,11 +25,16 @@ in the wrong group).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: what a Lease's name may hold of a group's name (a DNS subdomain's characters): the
+#: name of a group with its own budget is part of its slots' Lease names
+LEASE_SAFE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class NodeGroup(BaseModel):
@@ -42,6 +49,43 @@ class NodeGroup(BaseModel):
     rules: list[str] = Field(default_factory=lambda: ["*"], description="the rules (names "
                              "or shell-style patterns) that act on this group's nodes; "
                              "the others run in shadow there")
+    max_nodes: int | None = Field(None, ge=1, description="this group's own fleet "
+                                  "budget: its nodes that may be disrupted at once "
+                                  "(unset, with max_percent and min_healthy unset: the "
+                                  "group has no budget of its own, [fleet]'s counts it)")
+    max_percent: float | None = Field(None, gt=0, le=100, description="or this share "
+                                      "of the group's nodes (the smaller of the two when "
+                                      "both)")
+    min_healthy: str | None = Field(None, description="a count or a percentage (\"80%\") "
+                                    "of the group's nodes that must be Ready and "
+                                    "undisrupted for one of them to start disrupting")
+
+    @field_validator("min_healthy")
+    @classmethod
+    def _count_or_percent(cls, v: str | None) -> str | None:
+        return None if v is None else count_or_percent(v)
+
+    @model_validator(mode="after")
+    def _lease_safe(self) -> NodeGroup:
+        if self.has_budget and not LEASE_SAFE.match(self.name):
+            raise ValueError(f"node group {self.name!r} has its own budget, so its name is "
+                             "part of its slots' Lease names: lower-case letters, digits, "
+                             "'-' and '.' only, beginning and ending with a letter or digit")
+        return self
+
+    @property
+    def has_budget(self) -> bool:
+        """Whether the group counts its own fleet budget (any of its three set)."""
+        return not (self.max_nodes is None and self.max_percent is None
+                    and self.min_healthy is None)
+
+
+def count_or_percent(v: str) -> str:
+    """``min_healthy``'s value checked: a count (``"3"``) or a percentage (``"80%"``)."""
+    n = v[:-1] if v.endswith("%") else v
+    if not n.replace(".", "", 1).isdigit():
+        raise ValueError(f"min_healthy {v!r}: expected a count or a percentage")
+    return v
 
 
 class NodeConfig(BaseModel):

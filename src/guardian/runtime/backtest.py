@@ -12,8 +12,10 @@ in the order of the nodes' names.
 What the engine decides on a node is carried out as the executor would, without
 touching any host: a ``fleet = true`` rule's disruptive actions need a slot of the fleet
 budget (``[fleet]``: the counting rules of :mod:`guardian.model.budget`, over slots held
-and nodes cordoned or carrying guardian's condition, every node Ready), a slot is given
-back when every rule that took it has resolved.
+and nodes cordoned or carrying guardian's condition, every node Ready; a node of a
+``[[group]]`` with a budget of its own is admitted by that one too, counted among the
+group's nodes, as :class:`guardian.kube.fleet.FleetBudget` does), a slot is given back
+when every rule that took it has resolved.
 
 Where ``[fleet.breaker]`` is configured, the breaker is simulated as it runs on a cluster
 (:mod:`guardian.kube.breaker`): each node tells it the ``fleet = true`` rules whose
@@ -47,6 +49,7 @@ from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine
 from guardian.model import budget
 from guardian.model.breaker import BreakerParams, NodeFiring, Trip, groups_of, judge
+from guardian.model.budget import Limits
 from guardian.model.holds import Hold
 from guardian.model.nodegroups import NodeGroup, shadow_why
 from guardian.model.ruleset import BoundAction, Ruleset
@@ -81,14 +84,25 @@ class BudgetParams:
         return cls(fleet.max_nodes, fleet.max_percent, fleet.min_healthy,
                    tuple(fleet.condition_types))
 
+    @property
+    def limits(self) -> Limits:
+        """These settings as the budget's counting rules take them."""
+        return Limits(self.max_nodes, self.max_percent, self.min_healthy)
+
     def describe(self, nodes: int) -> str:
-        """``at most 1 node disrupted at once (max_nodes 1), min_healthy 0``."""
-        limit = budget.slots(nodes, self.max_nodes, self.max_percent)
-        how = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in
-                        (("max_nodes", self.max_nodes), ("max_percent", self.max_percent))
-                        if v is not None)
-        return (f"at most {limit} node{'s' if limit != 1 else ''} disrupted at once "
-                f"({how} of {nodes}), min_healthy {self.min_healthy}")
+        """``at most 1 node disrupted at once (max_nodes 1 of 4), min_healthy 0``."""
+        return describe(self.limits, nodes)
+
+
+def describe(limits: Limits, nodes: int) -> str:
+    """A budget in words, over ``nodes``: ``at most 1 node disrupted at once (max_nodes 1
+    of 4), min_healthy 0``."""
+    limit = budget.slots(nodes, limits.max_nodes, limits.max_percent)
+    how = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in
+                    (("max_nodes", limits.max_nodes), ("max_percent", limits.max_percent))
+                    if v is not None)
+    return (f"at most {limit} node{'s' if limit != 1 else ''} disrupted at once "
+            f"({how}{' ' if how else ''}of {nodes}), min_healthy {limits.min_healthy}")
 
 
 @dataclass
@@ -167,6 +181,15 @@ class Backtest:
     trips: list[tuple[float, Trip]] = field(default_factory=list)  # as each latched
     budget: BudgetParams | None = None
     breaker: BreakerParams | None = None
+    groups: list[NodeGroup] = field(default_factory=list)
+
+    def group_budgets(self) -> list[tuple[NodeGroup, Limits, int]]:
+        """Each node group with a budget of its own, that budget, and how many of the
+        backtest's nodes are in the group."""
+        labels: dict[str, dict[str, str] | None] = {
+            r.name: r.node.labels for r in self.nodes}
+        return [(g, own, len(budget.members(g, labels, self.groups)))
+                for g in self.groups if (own := Limits.of(g)) is not None]
 
     @property
     def peak(self) -> tuple[int, float | None, tuple[str, ...]]:
@@ -194,9 +217,11 @@ class Backtest:
 class _Budget:
     """The fleet budget over simulated nodes: slots held (by rule) and marks."""
 
-    def __init__(self, params: BudgetParams | None, nodes: int) -> None:
+    def __init__(self, params: BudgetParams | None, labels: dict[str, dict[str, str]],
+                 groups: list[NodeGroup]) -> None:
         self.p = params
-        self.nodes = nodes
+        self.labels: dict[str, dict[str, str] | None] = dict(labels)
+        self.groups = groups
         self.slots: dict[str, set[str]] = {}  # node -> rules that hold its slot
         self.cordons: dict[str, set[str]] = {}  # node -> rules that claim its cordon
         self.conditions: dict[str, set[str]] = {}  # node -> rules that set a condition
@@ -210,11 +235,9 @@ class _Budget:
         """Take (or keep) ``node``'s slot for ``rule``: "" or why not."""
         if self.p is None:
             return "the rule needs the fleet budget, and [fleet] is not configured"
-        if node not in self.slots:
-            disrupted = self.counted()
-            limit = budget.slots(self.nodes, self.p.max_nodes, self.p.max_percent)
-            why = budget.verdict(node, self.nodes, self.nodes - len(disrupted), disrupted,
-                                 limit, self.p.min_healthy)
+        if node not in self.slots:  # every node Ready: a recording says nothing else
+            why = budget.admit(node, self.labels, set(self.labels), self.counted(),
+                               self.p.limits, self.groups)
             if why:
                 return f"fleet budget: {why}"
         self.slots.setdefault(node, set()).add(rule)
@@ -253,10 +276,11 @@ def backtest(fleet: Fleet, ruleset: Ruleset, *, align: Align = "start",
     first = min((n.started for n in fleet.nodes), default=0.0)
     results = [NodeResult(n, n.started - first if align == "wall" else 0.0,
                           Replay(Engine(ruleset, engine_budget))) for n in fleet.nodes]
-    bt = Backtest(results, align, budget=fleet_budget, breaker=breaker)
+    bt = Backtest(results, align, budget=fleet_budget, breaker=breaker,
+                  groups=list(groups or []))
     specs: list[dict[str, SignalSpec]] = [{**n.recording.catalogue, **ruleset.signals}
                                           for n in fleet.nodes]
-    gate = _Budget(fleet_budget, len(results))
+    gate = _Budget(fleet_budget, {n.name: n.labels for n in fleet.nodes}, groups or [])
     acting: dict[str, set[str]] = {}  # node -> rules that ran a disruptive action
     breakers = _Breaker(breaker, ruleset, fleet) if breaker is not None else None
     queue = [(r.offset + s.time, i, k) for i, r in enumerate(results)

@@ -261,7 +261,7 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
         evidence = EvidenceConfig.model_validate(data.get("evidence", {}))
     except ValidationError as exc:
         report.validation(exc, ("evidence",), EvidenceConfig)
-    node, groups = _groups(data, report)
+    node, groups = _groups(data, report, fleet="fleet" in data)
     raw_sources: dict[str, Any] = dict(data.get("sources", {}))
     disabled = raw_sources.pop("disabled", [])
     if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
@@ -292,8 +292,10 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
                   dropins=[str(f) for f in dropins])
 
 
-def _groups(data: dict[str, Any], report: Reporter) -> tuple[NodeConfig, list[NodeGroup]]:
-    """``[node]`` and the ``[[group]]`` tables (names unique)."""
+def _groups(data: dict[str, Any], report: Reporter, fleet: bool
+            ) -> tuple[NodeConfig, list[NodeGroup]]:
+    """``[node]`` and the ``[[group]]`` tables (names unique; a group's own budget
+    counted in ``[fleet]``'s Leases, so only with ``[fleet]``)."""
     node = NodeConfig()
     try:
         node = NodeConfig.model_validate(data.get("node", {}))
@@ -312,6 +314,12 @@ def _groups(data: dict[str, Any], report: Reporter) -> tuple[NodeConfig, list[No
             continue
         if any(g.name == group.name for g in groups):
             report(("group", i, "name"), f"node group {group.name!r} is named twice", True)
+        if group.has_budget and not fleet:
+            key = next(k for k in ("max_nodes", "max_percent", "min_healthy")
+                       if getattr(group, k) is not None)
+            report(("group", i, key), f"node group {group.name!r} has its own fleet budget, "
+                   "which is counted in [fleet]'s Leases and bounded by [fleet]'s budget: "
+                   "set [fleet] too")
         groups.append(group)
     return node, groups
 

@@ -128,7 +128,7 @@ def _executor(opts: ServiceOptions, config: Config, host: Host) -> Executor:
         from guardian.kube.fleet import FleetBudget, FleetParams
         assert isinstance(config.fleet, FleetParams)
         try:
-            executor.fleet = FleetBudget(config.fleet)
+            executor.fleet = FleetBudget(config.fleet, groups=config.groups)
         except Exception as exc:  # lightkube's: no kubeconfig, no service account
             if audit is not None:
                 audit.close()
