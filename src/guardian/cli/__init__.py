@@ -413,6 +413,19 @@ def _parser() -> argparse.ArgumentParser:
     config_option(br)
     br.set_defaults(func=_command("breaker", "cmd_breaker"))
 
+    ap = sub.add_parser("approve", help="approve RULE's disruptive actions that wait for a "
+                        "human (approve = { timeout }): who and why go into the audit")
+    ap.add_argument("rule", help="the rule whose waiting actions to approve")
+    ap.add_argument("--why", required=True, help="why (in the audit log and the decision)")
+    ap.add_argument("--by", help="who (default: $SUDO_USER, else the user)")
+    ap.add_argument("--approvals-file", metavar="FILE", help="where approvals are kept "
+                    "(default: approvals.json beside guardian pause's holds)")
+    ap.add_argument("--state", metavar="FILE", help="the service's saved state, read to say "
+                    "whether RULE waits (default: the service's)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    config_option(ap)
+    ap.set_defaults(func=_command("approve", "cmd_approve"))
+
     im = sub.add_parser("import", help="another tool's configuration as guardian's "
                         "(node-problem-detector: guardian import npd FILE.json)")
     im.add_argument("tool", choices=["npd"], help="npd: a node-problem-detector monitor "

@@ -68,7 +68,7 @@ def cmd_why(args: argparse.Namespace) -> ExitCode:
             coll = host_collector(args.root, config)
             snap = warm_snapshot(coll, args.warmup, engine)
             decisions = engine.evaluate(snap, holds=op.holds, wall=op.wall,
-                                        window=op.window)
+                                        window=op.window, approvals=op.approvals)
             # this command applies nothing: what the engine decides now, it would do now
             chain = why.links(engine, snap, decisions, when=lambda _: "now")
             now, total = snap.time, len(rules.rules)

@@ -7,7 +7,16 @@ kubectl -n guardian create configmap guardian-holds --from-file=holds.toml
 kubectl annotate node n1 guardian.io/hold='{"until": "2026-12-05T06:00:00Z",
   "reason": "kernel rollout", "author": "alice"}'
 ```
-When the API cannot be read, the holds last read stay in force (until they expire): a
+The same read of the node gives the approvals of rules whose disruptive actions wait for
+one (``approve``): the annotation ``guardian.io/approve`` holds one (JSON) or a list,
+each naming the rule, who, why and when (``at``, RFC 3339 with a zone: only a wait that
+began at or before then is approved)::
+
+    kubectl annotate --overwrite node n1 guardian.io/approve="{\"rule\": \"nic-stall\",
+      \"by\": \"alice\", \"why\": \"drained by hand\", \"at\": \"$(date -u +%FT%TZ)\"}"
+
+Whoever may patch the node (RBAC) may approve; one that cannot be parsed approves
+nothing. When the API cannot be read, the holds last read stay in force (until they expire): a
 pause must not lift because the API server is busy. A key or annotation that cannot be
 parsed, in whole or in one entry, holds every rule until it is fixed (the holds last
 read stay in force beside it). The cost: one GET of the ConfigMap and
@@ -40,6 +49,7 @@ from pydantic import Field
 
 from guardian.kube.actions import API_ERRORS, _why
 from guardian.kube.client import KubeParams, make_client, node_name
+from guardian.model.approvals import Approval, parse_approvals
 from guardian.model.holds import Hold, parse_holds
 
 log = logging.getLogger("guardian.holds")
@@ -55,6 +65,10 @@ class KubeHoldsParams(KubeParams):
     key: str = Field("holds.toml", description="its key: [[hold]] tables")
     annotation: str = Field("guardian.io/hold", description="a node annotation: one hold "
                             "(JSON) or a list of them, for this node only (\"\" for none)")
+    approve_annotation: str = Field(
+        "guardian.io/approve", description="a node annotation: one approval (JSON: rule, "
+        "by, why, at) or a list of them, for the rules of this node that wait for one "
+        "(\"\" for none)")
 
 
 class _Cut:
@@ -144,6 +158,7 @@ class KubeHolds:
         self._client: Client | None = None
         self.cut = _Cut()
         self.last: dict[str, list[Hold]] = {"configmap": [], "annotation": []}
+        self.last_approvals: list[Approval] = []  # as the node last read gave them
         self.said: set[str] = set()  # problems already logged
         # this node's labels as last read with its annotation (None: not read yet): its
         # node group (guardian.model.nodegroups)
@@ -161,6 +176,11 @@ class KubeHolds:
                 self._say("cannot bound an API read as a whole in this lightkube; each "
                           "request is bounded per read, off the loop")
         return self._client
+
+    def approvals(self) -> list[Approval]:
+        """The approvals of the last read of the node that finished: never blocks."""
+        with self._lock:
+            return list(self.last_approvals)
 
     def holds(self) -> list[Hold]:
         """The holds of the last read that finished: never blocks."""
@@ -232,17 +252,31 @@ class KubeHolds:
                     self._say(f"{where}: {_why(exc)}; keeping the holds last read")
             except API_ERRORS as exc:
                 self._say(f"{where}: {_why(exc)}; keeping the holds last read")
-        if p.annotation:
+        if p.annotation or p.approve_annotation:
             try:
                 node = client.get(Node, name=self.me)
                 self.labels = dict((node.metadata and node.metadata.labels) or {})
-                text = ((node.metadata and node.metadata.annotations) or {}).get(
-                    p.annotation, "")
-                annotation = self._parse(
-                    text, f"node {self.me} annotation {p.annotation}", "json", annotation)
+                notes = (node.metadata and node.metadata.annotations) or {}
+                if p.annotation:
+                    annotation = self._parse(notes.get(p.annotation, ""),
+                                             f"node {self.me} annotation {p.annotation}",
+                                             "json", annotation)
+                if p.approve_annotation:
+                    self._approvals(notes.get(p.approve_annotation, ""))
             except API_ERRORS as exc:
                 self._say(f"node {self.me}: {_why(exc)}; keeping the holds last read")
         return configmap, annotation
+
+    def _approvals(self, text: str) -> None:
+        """The approvals in the node's annotation (none where it cannot be parsed)."""
+        found: list[Approval] = []
+        if text.strip():
+            source = f"node {self.me} annotation {self.p.approve_annotation}"
+            found, problems = parse_approvals(text, source)
+            for problem in problems:
+                self._say(f"{problem}; it approves nothing")
+        with self._lock:
+            self.last_approvals = found
 
     def _parse(self, text: str, source: str, fmt: str, last: list[Hold]) -> list[Hold]:
         """The holds in ``text``, with the last good ones kept and a hold on every rule

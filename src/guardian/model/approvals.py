@@ -48,7 +48,11 @@ class ApprovalSpec(BaseModel):
 
 
 def _utc(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in UTC, to the microsecond where the time has a fraction (written back,
+    it must say the same time: an approval a moment after a wait began still counts)."""
+    when = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if when.microsecond else
+                         "%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,7 @@ class Operations(PromCollector):
         self.needs_human: dict[str, bool] = {}
         self.validating: dict[str, bool] = {}
         self.demoted: dict[str, bool] = {}
+        self.awaiting: dict[str, bool] = {}
 
     def collect(self) -> Iterator[Metric]:
         fam = GaugeMetricFamily("guardian_hold_expiry_timestamp_seconds", "holds in force "
@@ -210,7 +211,10 @@ class Operations(PromCollector):
                  "(uncordon, untaint) waits for its validation", self.validating),
                 ("guardian_rule_demoted", "1 while the rule is demoted to shadow mode: its "
                  "remedy did not work here (demote: too few of its attempts resolved "
-                 "without a human)", self.demoted)):
+                 "without a human)", self.demoted),
+                ("guardian_rule_awaiting_approval", "1 while the rule's disruptive actions "
+                 "wait for a human's approval (approve: guardian approve, or the node "
+                 "annotation guardian.io/approve)", self.awaiting)):
             g = GaugeMetricFamily(name, doc, labels=["rule"])
             for rule, on in sorted(values.items()):
                 g.add_metric([rule], 1.0 if on else 0.0)

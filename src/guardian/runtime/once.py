@@ -123,7 +123,8 @@ def run_once(rules: Ruleset, coll: Collector, engine: Engine, executor: Executor
     cannot apply."""
     snap = warm_snapshot(coll, warmup, engine)
     op = operating or Operating()
-    decisions = engine.evaluate(snap, holds=op.holds, wall=op.wall, window=op.window)
+    decisions = engine.evaluate(snap, holds=op.holds, wall=op.wall, window=op.window,
+                                approvals=op.approvals)
     if state_path is not None:
         state_file.save(engine, state_path)
     executed = executor.run(decisions, snap)

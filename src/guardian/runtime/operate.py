@@ -1,5 +1,6 @@
 """The service's per-tick link to what operators set: the holds in force from every
-source and the default maintenance window, with the wall time they are judged at, are
+source, the approvals given and the default maintenance window, with the wall time they
+are judged at, are
 read into an :class:`~guardian.engine.engine.Operating` that each evaluation takes as an
 argument; the metrics show the holds, the paused and shadow rules, and the rules that
 need a human."""
@@ -12,8 +13,10 @@ from pathlib import Path
 
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine, Operating
+from guardian.model.approvals import Approval
 from guardian.model.holds import Hold, in_force
 from guardian.model.nodegroups import shadow_why
+from guardian.runtime.approvals import ApprovalFile
 from guardian.runtime.config import Config
 from guardian.runtime.holds import DropIn, HoldFile, HoldReader
 from guardian.runtime.metrics import Metrics
@@ -26,6 +29,12 @@ def holds_path(config: Config, state_path: Path | None) -> Path | None:
     if config.holds.file:
         return Path(config.holds.file)
     return state_path.parent / "holds.json" if state_path is not None else None
+
+
+def approvals_path(config: Config, state_path: Path | None) -> Path | None:
+    """`guardian approve`'s file: approvals.json beside `guardian pause`'s."""
+    path = holds_path(config, state_path)
+    return path.parent / "approvals.json" if path is not None else None
 
 
 def readers(config: Config, state_path: Path | None) -> list[HoldReader]:
@@ -68,6 +77,8 @@ class Operations:
         self.seen: set[Hold] = set()
         self.groups = list(config.groups)
         self.static_labels = config.node.labels
+        path = approvals_path(config, state_path)
+        self.approvers: list[object] = [ApprovalFile(path)] if path is not None else []
 
     def labels(self) -> dict[str, str] | None:
         """This node's labels: ``[node] labels``, else as a Kubernetes reader last read
@@ -103,7 +114,21 @@ class Operations:
         for h in sorted(self.seen - set(held), key=lambda h: h.until):
             log.info("hold from %s on rules %s ended", h.source, h.matcher)
         self.seen = set(held)
-        return Operating(tuple(held), wall, self.window)
+        return Operating(tuple(held), wall, self.window, tuple(self.approvals()))
+
+    def approvals(self) -> list[Approval]:
+        """The approvals given: `guardian approve`'s file and the sources of holds that
+        read them too (the node annotation guardian.io/approve)."""
+        out: list[Approval] = []
+        for src in [*self.approvers, *self.sources]:
+            read = getattr(src, "approvals", None)
+            if not callable(read):
+                continue
+            try:
+                out.extend(read())
+            except Exception as exc:  # a source's bug must not stop the loop
+                log.error("approvals: %s failed: %r", type(src).__name__, exc)
+        return out
 
     def after(self, engine: Engine, metrics: Metrics) -> None:
         ops = metrics.operations
@@ -111,6 +136,7 @@ class Operations:
         ops.paused = {n: bool(st.paused) for n, st in engine.states.items()}
         ops.needs_human = {n: st.escalated for n, st in engine.states.items()}
         ops.validating = {n: st.validating is not None for n, st in engine.states.items()}
+        ops.awaiting = {n: st.awaiting is not None for n, st in engine.states.items()}
         ops.demoted = {n: bool(st.demoted) for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}
 

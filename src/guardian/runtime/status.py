@@ -14,13 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from guardian.core import numbers
-from guardian.engine import bounds, causes, outcomes, waits
+from guardian.engine import bounds, causes, gate, outcomes, waits
 from guardian.engine.decision import Decision
-from guardian.engine.engine import Engine
+from guardian.engine.engine import Engine, next_step
 from guardian.engine.lifecycle import RuleState
 from guardian.model.ruleset import BoundAction, CompiledRule
 
-__all__ = ["Tally", "acted_line", "at", "climb_words", "for_people", "held_by",
+__all__ = ["Tally", "acted_line", "approval_words", "at", "climb_words", "for_people", "held_by",
            "now_words", "record_line", "state_words", "tally"]
 
 ACTS = ("firing", "retry", "escalated")  # decision kinds that run actions
@@ -113,6 +113,7 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
     spec = rule.spec
     acted = [d for d in mine if d.kind in ACTS and d.actions]
     held = next((d for d in mine if d.kind == "held"), None)
+    awaits = next((d for d in mine if d.kind == "awaiting_approval"), None)
     limited = next((d for d in mine if d.kind in ("suppressed", "firing") and d.reason
                     and not d.actions), None)
     parts: list[str] = []
@@ -129,6 +130,8 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
             elif d.kind == "retry":
                 verb += " again (its cooldown is over)"
             parts.append(f"{verb}: {_uses(d.actions)}{shadow}")
+    if awaits is not None:
+        parts.append(f"awaiting approval now: {awaits.reason}")
     if held is not None:
         parts.append(f"held now: {held.reason}")
     if limited is not None:
@@ -145,6 +148,9 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
     if not _acting(rule):
         return "no action: it has none to run while firing"
     paused = f"; {st.paused}" if st.paused else ""
+    awaiting = approval_words(rule, st, now)
+    if awaiting:
+        return awaiting + paused
     if rule.steps:
         return climb_words(engine, rule, engine.previous(rule.name) if own else st, now,
                            mine if own else None) + paused
@@ -164,6 +170,19 @@ def _firing_now(engine: Engine, rule: CompiledRule, st: RuleState,
     if reason:
         return f"not acting: {reason}{paused}"
     return f"no action at this evaluation{paused}"
+
+
+def approval_words(rule: CompiledRule, st: RuleState, now: float) -> str:
+    """Where the rule's wait for approval stands (since when, when it times out, how to
+    approve), or "" when it does not wait (see :func:`guardian.engine.gate.words`)."""
+    if st.awaiting is None:
+        return ""
+    step = None
+    if rule.steps:
+        step = next_step(rule, st, now)
+        if step is None:
+            return ""
+    return gate.words(rule, st, step, now)
 
 
 def climb_words(engine: Engine, rule: CompiledRule, st: RuleState, now: float,

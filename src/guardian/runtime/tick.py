@@ -78,7 +78,7 @@ class TickTransaction:
         """Evaluate ``snap`` under ``op``, act on what it decides once it is durable, and
         commit the proposal or drop it whole."""
         evaluation = self.engine.propose(snap, holds=op.holds, wall=op.wall,
-                                         window=op.window)
+                                         window=op.window, approvals=op.approvals)
         decisions = evaluation.decisions
         proposal: Proposal | None = evaluation.proposal
         # what this evaluation left the rules as, whatever becomes of its proposal

@@ -22,7 +22,7 @@ from guardian.model.ruleset import CompiledRule
 from guardian.model.schema import Mode, Severity
 from guardian.runtime.coverage import Blind
 from guardian.runtime.evidence import compared
-from guardian.runtime.status import at, climb_words, record_line
+from guardian.runtime.status import approval_words, at, climb_words, record_line
 
 ACTIVE: tuple[Phase, ...] = ("pending", "firing")
 
@@ -50,6 +50,7 @@ class Link:
     units: dict[str, str] = field(default_factory=dict)  # its signals' units, for people
     climb: str = ""  # a ladder's: where the climb is (step 2 of 3, verifying for 4m more)
     validating: str = ""  # stopped firing, its clean-up waits: where the validation is
+    awaiting: str = ""  # its disruptive actions wait for a human's approval: since, how
     record: str = ""  # its record: fired, resolved, after which step, how fast
     compared: list[str] = field(default_factory=list)  # what its condition compared, said
 
@@ -61,6 +62,7 @@ class Link:
                 "needs_human_why": self.needs_human_why,
                 "paused": self.paused, "unseen_causes": self.unseen_causes,
                 "units": self.units, "climb": self.climb, "validating": self.validating,
+                "awaiting": self.awaiting,
                 "record": self.record, "compared": self.compared}
 
     @classmethod
@@ -98,6 +100,7 @@ def links(engine: Engine, snapshot: Snapshot, decisions: list[Decision],
                                            decisions if own else None)
                          if rule.steps and st.phase == "firing" else "",
                          validating=st.validation if st.validating is not None else "",
+                         awaiting=approval_words(rule, st, snapshot.time),
                          record=record_line(rule, saved),
                          compared=compared(rule, engine.ruleset.signals, snapshot.values,
                                            engine.history,
@@ -219,6 +222,8 @@ def _chain_text(chain: list[Link], now: float, acted: str) -> list[str]:
             lines.append(f"{pad}   {link.climb}")
         if link.validating:
             lines.append(f"{pad}   {link.validating}")
+        if link.awaiting:
+            lines.append(f"{pad}   AWAITING APPROVAL: {link.awaiting}")
         if link.needs_human:
             lines.append(f"{pad}   NEEDS A HUMAN: {link.needs_human_why or 'it escalated'}")
         if link.paused:

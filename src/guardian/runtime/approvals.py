@@ -1,0 +1,67 @@
+"""Where approvals come from on a node: `guardian approve` writes them to a JSON file in
+the state directory (``approvals.json`` beside the holds file), read at every tick; in a
+DaemonSet the node annotation ``guardian.io/approve`` too (:mod:`guardian.kube.holds`,
+in the read of the node it already makes). Only who can write the state directory (root,
+or guardian's own user) can approve here: a file that anyone else could have put there or
+could replace (its owner, its mode, a directory above it) approves nothing, and neither
+does one that cannot be read or parsed (said once in the log)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Protocol
+
+from guardian.core.atomicfile import write_json
+from guardian.hostio.safefile import read_regular, replaceable_by_others
+from guardian.model.approvals import MAX_APPROVAL_BYTES, Approval, parse_approvals
+
+log = logging.getLogger("guardian.approvals")
+
+
+class ApprovalReader(Protocol):
+    def approvals(self) -> list[Approval]:
+        """The approvals now, at once (called on the service's loop at every tick)."""
+        ...
+
+
+class ApprovalFile:
+    """`guardian approve`'s approvals: a JSON list, written atomically (mode 0600)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.said: set[str] = set()
+
+    def approvals(self) -> list[Approval]:
+        """The approvals in the file; none when it is missing, cannot be read or parsed,
+        or could have been written by someone else (each problem logged once)."""
+        try:
+            data = read_regular(self.path, MAX_APPROVAL_BYTES)
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            self._say(f"cannot read {self.path}: {getattr(exc, 'strerror', None) or exc}; "
+                      f"it approves nothing")
+            return []
+        untrusted = replaceable_by_others(self.path.absolute())
+        if untrusted:
+            self._say(f"{self.path} approves nothing: {untrusted}")
+            return []
+        found, problems = parse_approvals(data.strip() or b"[]", f"file {self.path}")
+        for p in problems:
+            self._say(f"{p}; it approves nothing")
+        return found
+
+    def write(self, approvals: list[Approval]) -> None:
+        """Replace the file's approvals. Raises OSError."""
+        data = []
+        for a in approvals:
+            d = a.to_dict()
+            del d["source"]
+            data.append(d)
+        write_json(self.path, data)
+
+    def _say(self, problem: str) -> None:
+        if problem not in self.said:
+            self.said.add(problem)
+            log.error("approvals: %s", problem)
