@@ -8,6 +8,7 @@ release lifts it and zone a is remediated under the fleet budget."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,39 @@ def test_guardian_breaker_lists_and_a_human_releases(tmp_path: Path,
         assert main(["breaker", "release", "memcg-leak", "--why", "again",
                      "--config", str(config)]) == 1
         assert breaker.fetch() == []  # the node's holds lift at its next read
+
+
+def test_a_node_held_by_a_latch_of_its_rule_no_longer_lists_the_nodes(
+        tmp_path: Path) -> None:
+    """Zone a's latch of memcg-leak exists: a node of zone a on which the rule began a
+    minute ago is held by it and lists no Node at its reads (before: one LIST of every
+    Node each ``every`` for the whole window, 0.9 MB at 1,000 nodes); a node of zone b
+    firing the same rule is not held and still judges (one LIST)."""
+    with serve() as (url, store):
+        for n in ("a-0", "a-1", "b-0"):
+            store.add_node(n, {ZONE: n[0]})
+        kc = str(kubeconfig(tmp_path, url))
+        record = {"rule": "memcg-leak", "group": f"{ZONE}=a", "at": T0, "firing": 3,
+                  "nodes": 4, "bound": 0.3, "window": 600.0, "why": "w"}
+        store.put("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                             "metadata": {"name": "guardian-breaker-x",
+                                          "namespace": "kube-system",
+                                          "labels": {"guardian.io/breaker": "tripped"},
+                                          "annotations": {"guardian.io/breaker":
+                                                          json.dumps(record)}},
+                             "spec": {"holderIdentity": "a-1"}})
+        now = [0.0]
+        lists = {}
+        for n in ("a-0", "b-0"):
+            p = FleetParams(kubeconfig=kc, node=n, breaker=BreakerParams(by=[ZONE]))
+            breaker = KubeBreaker(p, clock=lambda: T0 + 60 + now[0],
+                                  monotonic=lambda: now[0])
+            breaker.firing(["memcg-leak"])
+            breaker.onsets["memcg-leak"] = T0
+            k = len(store.requests)
+            for now[0] in (0.0, 30.0, 60.0):
+                held = breaker.fetch()
+            lists[n] = store.requests[k:].count(("GET", "/api/v1/nodes"))
+            assert [h.source for h in held] == (["breaker topology.kubernetes.io/zone=a"]
+                                                if n == "a-0" else [])
+        assert lists == {"a-0": 0, "b-0": 3}

@@ -6,9 +6,12 @@ objects and Leases guardian already uses, no server of its own.
   ``guardian.io/firing`` (JSON ``{"rule": since}``), written only when that changes.
 - A node on which such a rule began within the breaker's ``window`` judges the fleet
   (one list of the Nodes, at most every ``every``) with
-  :func:`guardian.model.breaker.judge`. Each (rule, group) pair over the bound is latched
-  as a Lease ``<name>-breaker-<digest>`` in the fleet's namespace, created if absent: the
-  node whose create succeeds (201) raises the one fleet-level signal (a Warning Event
+  :func:`guardian.model.breaker.judge`, unless a latch of that rule already holds it:
+  a wave's nodes stop listing the Nodes once their group is latched (every node that
+  fires the rule unheld still judges, so any other group it trips is still found).
+  Each (rule, group) pair over the bound is latched as a Lease
+  ``<name>-breaker-<digest>`` in the fleet's namespace, created if absent: the node
+  whose create succeeds (201) raises the one fleet-level signal (a Warning Event
   ``GuardianBreakerTripped`` on that Lease, and its log line); the others get 409.
 - Every node lists the latches (one list of Leases by the label ``guardian.io/breaker``)
   at each read and holds the rule's disruptive actions where it is in the latch's group
@@ -202,13 +205,16 @@ class KubeBreaker(KubeHolds):
             self._say(f"node {self.me}: cannot publish {FIRING}: {_why(exc)}")
 
     def _judge(self, client: Client, latches: list[Latch]) -> list[Latch]:
-        """Judge the fleet when a rule began holding here within the window (at most
-        every ``every``); latch what trips. The latches this node created."""
+        """Judge the fleet when a rule began holding here within the window and no latch
+        of it holds this node yet (at most every ``every``); latch what trips. The
+        latches this node created."""
         now, mono = self.clock(), self.monotonic()
         with self._lock:
             onsets = dict(self.onsets)
         have = {(x.rule, x.group) for x in latches}
-        recent = [r for r, s in onsets.items() if now - s <= self.bp.window]
+        held = {x.rule for x in latches if in_group(x.group, self.labels)}
+        recent = [r for r, s in onsets.items()
+                  if now - s <= self.bp.window and r not in held]
         if not recent or mono - self.judged < self.bp.every:
             return []
         self.judged = mono
