@@ -2,7 +2,7 @@
 reading its own Node's labels as the service does ([holds.kube], off the loop). The same
 rule fires on all of them: the two canaries, in a shadow group, plan and audit the cordon
 and never apply it, while the others are cordoned; a node that cannot read its labels
-does not cordon (it cannot tell its group)."""
+does not cordon (it cannot tell its group) and still logs."""
 
 from __future__ import annotations
 
@@ -44,8 +44,10 @@ def test_a_shadow_group_never_acts_while_the_others_do(tmp_path: Path) -> None:
         kc = str(kubeconfig(tmp_path, url))
         results: dict[str, list[Executed]] = {}
         for n in names:
-            # node-5 reads no Node object (annotation ""): its labels stay unknown
-            reader = KubeHolds(KubeHoldsParams(kubeconfig=kc, node=n, configmap="",
+            # node-5's reader reads no Node object (annotation "", and a name the
+            # cluster does not know): its labels stay unknown
+            reader = KubeHolds(KubeHoldsParams(kubeconfig=kc, configmap="",
+                                               node="unknown" if n == "node-5" else n,
                                                annotation="" if n == "node-5"
                                                else "guardian.io/hold"))
             ops = Operations(config, None, sources=[reader])
@@ -70,9 +72,10 @@ def test_a_shadow_group_never_acts_while_the_others_do(tmp_path: Path) -> None:
                        (tmp_path / f"{n}.jsonl").read_text().splitlines()]
             assert any(r.get("would_act") and r.get("use") == "kube.cordon" for r in records)
             assert not any(r.get("outcome") for r in records)  # nothing applied
-        # labels unknown: the disruptive decision in shadow, never as if in no group
+        # labels unknown: the disruptive action in shadow, never as if in no group; the
+        # log runs (a human learns of the problem)
         assert {(r.use, r.result) for r in results["node-5"]} == {
-            ("log", "would_act"), ("kube.cordon", "would_act")}
+            ("log", "ok"), ("kube.cordon", "would_act")}
         assert results["node-5"][0].decision.reason.startswith(
             "this node's labels are not known")
 

@@ -18,9 +18,9 @@ min_healthy = "90%"          # [fleet] budget must admit too: guardian.model.bud
 ```
 A node is in the first group whose labels all match its own (the order of the tables),
 or in none (then every rule acts as its own ``mode`` says). A node whose labels are not
-known (its Node object not read yet, or nothing reads it) cannot be placed: its decisions
-that would run a disruptive action run in shadow until they are (it must not act as if
-in the wrong group).
+known (its Node object not read yet, or nothing reads it) cannot be placed: a decision's
+disruptive actions run in shadow until they are (it must not act as if in the wrong
+group), its other actions run (the executor asks :func:`shadow_why` of each part).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from guardian.core.audit import (
@@ -117,7 +117,9 @@ class Executor:
     apply_timeout: float = 300.0
     fleet: FleetGate | None = None
     # why a decision must run in shadow on this node ("" when it acts as its rule says):
-    # its node group (guardian.model.nodegroups), judged at each run
+    # its node group (guardian.model.nodegroups), judged at each run. Where its
+    # non-disruptive actions alone would act (this node's group cannot be told), only
+    # the disruptive ones are planned: the rest run, so a human learns of the problem
     shadow: Callable[[Decision], str] | None = None
 
     audit_fault: str = ""  # why the audit log cannot be written now ("" when it can)
@@ -149,13 +151,19 @@ class Executor:
             self.audit_fault = f"audit log: {fault.strerror or fault}" if fault else ""
         results: list[Executed] = []
         for d in decisions:
+            shadowed = False  # its disruptive actions planned only, the others run
             if self.shadow is not None and d.mode != "observe" and d.actions:
                 why = self.shadow(d)
-                if why:  # its node group: planned and audited as would_act, not applied
+                calm = [a for a in d.actions if not a.disruptive]
+                if why and calm and len(calm) < len(d.actions) and \
+                        not self.shadow(replace(d, actions=calm)):
+                    shadowed = True
+                elif why:  # its node group: planned and audited as would_act, not applied
                     d.mode = "observe"
+                if why:
                     d.reason = f"{d.reason}; {why}" if d.reason else why
             self.audit_entry(DecisionRecord(**d.to_dict()))
-            results.extend(self._carry_out(d, snapshot))
+            results.extend(self._carry_out(d, snapshot, shadowed))
             if d.fleet and d.kind == "resolved" and not self.dry_run and self.fleet \
                     and d.mode != "observe":
                 self.fleet.done(d.rule)  # clean-up has run: the node gives its slot back
@@ -163,7 +171,10 @@ class Executor:
             self.fleet.renew()
         return results
 
-    def _carry_out(self, d: Decision, snapshot: Snapshot) -> list[Executed]:
+    def _carry_out(self, d: Decision, snapshot: Snapshot, shadowed: bool = False
+                   ) -> list[Executed]:
+        """``d``'s actions as its mode, holds and the fleet budget allow; ``shadowed``:
+        its disruptive actions are planned and audited as would_act, never applied."""
         if d.would or (d.mode == "observe" and d.actions):
             ctx = self._context(d, snapshot, True)
             how = "would_act" if d.mode == "observe" else "held"
@@ -177,7 +188,7 @@ class Executor:
         results: list[Executed] = []
         ctx = self._context(d, snapshot, self.dry_run)
         may_disrupt = True
-        if d.fleet and not self.dry_run and d.kind != "resolved" and \
+        if d.fleet and not self.dry_run and d.kind != "resolved" and not shadowed and \
                 any(a.disruptive for a in d.actions):
             slot, why = self.fleet.hold(d.rule) if self.fleet else (
                 None, "the rule needs the fleet budget, and [fleet] is not configured")
@@ -188,7 +199,11 @@ class Executor:
                 results.append(self._done(Executed(d, "(fleet budget)", None, None, why,
                                                    refused=True)))
         for bound in d.actions:
-            if may_disrupt or not bound.disruptive:
+            if shadowed and bound.disruptive:
+                results.append(self._plan_only(d, bound.use, bound.action,
+                                               self._context(d, snapshot, True),
+                                               "would_act"))
+            elif may_disrupt or not bound.disruptive:
                 results.append(self._execute(d, bound.use, bound.action, ctx))
         return results
 
