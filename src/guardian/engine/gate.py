@@ -85,6 +85,12 @@ def judge(gate: Approve, rule: CompiledRule, st: RuleState, actions: list[BoundA
                                    f"episode")
 
 
+def awaits(st: RuleState) -> bool:
+    """Whether the rule waits for an approval now (a wait past its timeout needs a human
+    instead: it escalated)."""
+    return st.awaiting is not None and not st.escalated
+
+
 def ended(st: RuleState) -> None:
     """The wait is over (its actions ran, or the episode ended)."""
     st.awaiting = st.awaiting_wall = None

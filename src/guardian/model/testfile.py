@@ -51,6 +51,9 @@ class Expectation(BaseModel):
         "`validate`")
     demoted: list[StrictStr] | None = Field(
         None, description="exactly the rules demoted to shadow mode (`demote`)")
+    awaiting_approval: list[StrictStr] | None = Field(
+        None, description="exactly the rules whose disruptive actions wait for a human's "
+        "approval (`approve`) after this evaluation (a rule test gives none)")
     step: dict[StrictStr, StrictInt] | None = Field(
         None, description="for each rule named, the ladder step it ran at this evaluation "
         "(0: none)")
@@ -65,7 +68,7 @@ class Expectation(BaseModel):
 
 # what an expectation may check, besides `at`
 CHECKS = ("firing", "pending", "actions", "would", "needs_human", "validating", "demoted",
-          "step")
+          "awaiting_approval", "step")
 
 
 class RuleTest(BaseModel):

@@ -43,6 +43,7 @@ from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_toml
 from guardian.core.durations import format_duration
 from guardian.core.errors import GuardianError
 from guardian.core.snapshot import Snapshot, Value, parse_series_key
+from guardian.engine import gate
 from guardian.engine.engine import Engine
 from guardian.hostio.host import Host
 from guardian.model.testfile import Expectation, RuleTest, RuleTestFile
@@ -286,7 +287,9 @@ def _check(exp: Expectation, tname: str, engine: Engine, decisions: list[Any],
             ("needs_human", exp.needs_human, [n for n, s in states.items() if s.escalated]),
             ("validating", exp.validating,
              [n for n, s in states.items() if s.validating is not None]),
-            ("demoted", exp.demoted, [n for n, s in states.items() if s.demoted])):
+            ("demoted", exp.demoted, [n for n, s in states.items() if s.demoted]),
+            ("awaiting_approval", exp.awaiting_approval,
+             [n for n, s in states.items() if gate.awaits(s)])):
         if want_names is not None:
             want = sorted(want_names)
             if want != sorted(got):

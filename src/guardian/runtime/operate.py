@@ -11,6 +11,7 @@ import logging
 import time
 from pathlib import Path
 
+from guardian.engine import gate
 from guardian.engine.decision import Decision
 from guardian.engine.engine import Engine, Operating
 from guardian.model.approvals import Approval
@@ -136,7 +137,7 @@ class Operations:
         ops.paused = {n: bool(st.paused) for n, st in engine.states.items()}
         ops.needs_human = {n: st.escalated for n, st in engine.states.items()}
         ops.validating = {n: st.validating is not None for n, st in engine.states.items()}
-        ops.awaiting = {n: st.awaiting is not None for n, st in engine.states.items()}
+        ops.awaiting = {n: gate.awaits(st) for n, st in engine.states.items()}
         ops.demoted = {n: bool(st.demoted) for n, st in engine.states.items()}
         ops.observe = {r.name: r.observe for r in engine.ruleset.rules}
 

@@ -244,3 +244,32 @@ def test_an_approval_that_cannot_be_read_approves_nothing() -> None:
                 "not json", "[1]", b"\xff"):
         got, problems = parse_approvals(bad, "node n1")
         assert got == [] and problems, bad
+
+
+def test_a_rule_test_expects_the_wait_and_its_timeout(tmp_path: Path) -> None:
+    from guardian.policy.ruletest import run_test_file
+    from tests.support.checkout import write
+    write(tmp_path, "r.toml", rules('approve = { timeout = "30m" }').replace(
+        'use = "test.disrupts"', 'use = "command"\n  argv = ["/bin/true"]'))
+    t = write(tmp_path, "r.test.toml", '''rule_files = ["r.toml"]
+interval = "5m"
+[[test]]
+[test.series]
+"memcg.dying" = "500x10"
+  [[test.expect]]
+  at = "0m"
+  actions = [{ rule = "nic-stall", use = "log" }]
+  awaiting_approval = ["nic-stall"]
+  [[test.expect]]
+  at = "25m"
+  actions = []
+  awaiting_approval = ["nic-stall"]
+  needs_human = []
+  [[test.expect]]
+  at = "30m"
+  actions = []
+  needs_human = ["nic-stall"]
+  awaiting_approval = []
+''')
+    res = run_test_file(t)
+    assert not res.failures, [f.message for f in res.failures]

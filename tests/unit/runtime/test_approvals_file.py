@@ -13,12 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from guardian import Snapshot
 from guardian.cli import main
 from guardian.runtime import state as state_file
 from guardian.runtime.approvals import ApprovalFile
 from guardian.runtime.config import Config
+from guardian.runtime.metrics import Metrics
 from guardian.runtime.operate import Operations, approvals_path
 from tests.unit.engine.test_approval import ILL, engine
 
@@ -33,6 +35,10 @@ def test_guardian_approve_reaches_the_engine_through_the_state_directory(
     wall = time.time() - 60  # the wait began a minute ago
     e.evaluate(Snapshot(0, dict(ILL)), wall=wall, approvals=ops.before(wall).approvals)
     state_file.save(e, state)
+    metrics = Metrics()
+    ops.after(e, metrics)
+    assert 'guardian_rule_awaiting_approval{rule="nic-stall"} 1.0' in \
+        generate_latest(metrics.registry).decode()
     assert main(["approve", "nic-stall", "--why", "drained by hand", "--by", "alice",
                  "--config", str(config), "--state", str(state),
                  "--approvals-file", str(approvals_path(Config(), state))]) == 0
@@ -48,6 +54,9 @@ def test_guardian_approve_reaches_the_engine_through_the_state_directory(
     run = e.evaluate(Snapshot(15, dict(ILL)), wall=op.wall, approvals=op.approvals)
     assert [(d.kind, d.approval.by if d.approval else None) for d in run] == [
         ("retry", "alice")]
+    ops.after(e, metrics)
+    assert 'guardian_rule_awaiting_approval{rule="nic-stall"} 0.0' in \
+        generate_latest(metrics.registry).decode()
 
 
 def test_an_approvals_file_others_could_write_or_nobody_can_parse_approves_nothing(
