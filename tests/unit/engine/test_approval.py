@@ -273,3 +273,21 @@ interval = "5m"
 ''')
     res = run_test_file(t)
     assert not res.failures, [f.message for f in res.failures]
+
+
+def test_why_says_since_when_it_waits_until_when_and_how_to_approve() -> None:
+    from guardian.runtime import why
+    e = engine()
+    snap = Snapshot(0, dict(ILL))
+    decisions = e.evaluate(snap, wall=WALL)
+    [link] = why.links(e, snap, decisions)
+    assert link.awaiting == (
+        "waits for approval since 2027-01-15T08:00:00Z (times out 2027-01-15T10:00:00Z): "
+        "approve with `guardian approve nic-stall --why TEXT` or the node annotation "
+        "guardian.io/approve")
+    assert f"   AWAITING APPROVAL: {link.awaiting}" in why.text([link], 0)
+    tick(e, 7200)  # past its timeout: it needs a human, and says it waited in vain
+    [link] = why.links(e, Snapshot(7200, dict(ILL)), [])
+    assert link.needs_human and link.awaiting == (
+        "waited for approval since 2027-01-15T08:00:00Z: not approved within 2h, it needs "
+        "a human")
