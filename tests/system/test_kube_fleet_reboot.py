@@ -79,3 +79,43 @@ def test_a_node_back_and_ready_without_guardian_loses_the_slot_a_ttl_later(
         assert other.acquire()[0] is None  # Ready: its guardian has a TTL to start
         mono[0] += 601
         assert other.acquire()[0] is not None
+
+
+def test_a_start_lists_the_leases_and_surveys_the_nodes_only_for_its_own_slot(
+        tmp_path: Path) -> None:
+    """At its first renew a node looks for a slot held from before a restart. Before:
+    every node listed every Node (a DaemonSet rollout of 1,000 nodes read 0.9 GB). Now
+    one list of the namespace's Leases; the nodes are surveyed only where a slot of any
+    pool names it (a node group's own pool too), or where Leases may not be listed (403:
+    as before)."""
+    from guardian.model.nodegroups import NodeGroup
+
+    base = dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc)
+    gpu = NodeGroup(name="gpu", labels={"pool": "gpu"}, max_nodes=1)
+    with serve() as (url, store):
+        for name in ("n1", "n2", "n3"):
+            store.add_node(name, {"pool": "gpu" if name == "n2" else "cpu"})
+        kc = str(kubeconfig(tmp_path, url))
+
+        def budget(node: str) -> FleetBudget:
+            return FleetBudget(FleetParams(kubeconfig=kc, node=node), groups=[gpu],
+                               clock=lambda: base)
+
+        assert budget("n2").hold("r")[0] == "guardian-gpu-slot-0"
+        lease_list = ("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
+        k = len(store.requests)
+        fresh = budget("n1")
+        fresh.renew()
+        assert store.requests[k:] == [lease_list] and fresh.slot is None and fresh.adopted
+        k = len(store.requests)
+        restarted = budget("n2")
+        restarted.renew()  # its slot, found and judged by the survey
+        assert restarted.slot == "guardian-gpu-slot-0"
+        assert store.requests[k] == lease_list and ("GET", "/api/v1/nodes") in \
+            store.requests[k:]
+        k = len(store.requests)
+        store.fail_next = [403]
+        no_list = budget("n3")
+        no_list.renew()
+        assert no_list.adopted and no_list.slot is None
+        assert ("GET", "/api/v1/nodes") in store.requests[k:]

@@ -132,7 +132,7 @@ class FleetBudget:
         back."""
         if not self.adopted:
             try:  # an unreachable API: looked for again at the next tick
-                mine = self._own(self._survey()[1]) if self.slot is None else None
+                mine = self._adopt() if self.slot is None else None
                 self.adopted = True
             except API_ERRORS as exc:
                 log.warning("fleet budget: cannot look for a slot held from before a "
@@ -255,6 +255,32 @@ class FleetBudget:
         except API_ERRORS:
             return None
         return self._own(holders)
+
+    def _adopt(self) -> str | None:
+        """The slot this node still holds from before a restart, if any: one list of the
+        namespace's Leases (a handful: the slots and the breaker's latches) finds
+        whether any slot of any pool names this node; only then are the nodes surveyed
+        to judge it as :meth:`acquire` does (before, every node's start listed every
+        Node: a DaemonSet rollout of 1,000 nodes read 0.9 GB). Where Leases may not be
+        listed (403: a Role without ``list``), the survey alone, as before."""
+        try:
+            leases = self.client.list(Lease, namespace=self.p.namespace)
+            named = any(lease.spec and lease.spec.holderIdentity == self.me
+                        and self._slot_name((lease.metadata and lease.metadata.name) or "")
+                        for lease in leases)
+        except ApiError as exc:
+            if exc.status.code != 403:
+                raise
+            named = True
+        return self._own(self._survey()[1]) if named else None
+
+    def _slot_name(self, name: str) -> bool:
+        """Whether ``name`` is a slot's Lease of any pool (``<name>-slot-<i>``,
+        ``<name>-<group>-slot-<i>``)."""
+        prefix, _, index = name.rpartition("-")
+        pools = {f"{self.p.name}-slot", *(f"{self.p.name}-{g.name}-slot"
+                                          for g in self.groups if g.has_budget)}
+        return index.isdigit() and prefix in pools
 
     def _own(self, holders: dict[str, str]) -> str | None:
         """The slot among ``holders`` that this node holds, if any."""
