@@ -225,3 +225,33 @@ def test_evict_pods_without_the_kubernetes_extra_is_refused(
     with pytest.raises(ValueError, match="evict_pods needs the Kubernetes extra"):
         ResetParams.model_validate({"evict_pods": True})
     assert ResetParams.model_validate({}).pods() is None  # off: no extra needed
+
+
+def test_a_ladder_steps_evictions_are_checked_and_reach_the_api_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The shipped rule resets in a ladder's step: its evict_pods is checked there too,
+    and the unit's sandbox is asked for the API server's address."""
+    from guardian.cli import main
+
+    kc = kubeconfig(tmp_path, "https://192.0.2.1:6443")
+    rules = tmp_path / "ladder.toml"
+    rules.write_text(f'''version = 1
+[[rule]]
+name = "reset-then-reboot"
+summary = "ladder"
+fleet = false
+when = "memcg.dying > 10"
+  [[rule.step]]
+  verify = "10m"
+    [[rule.step.action]]
+    use = "gpu.reset"
+    evict_pods = {{ kubeconfig = "{kc}", wait = 200 }}
+''')
+    config = tmp_path / "guardian.toml"
+    config.write_text("")
+    assert main(["check", "--config", str(config), str(rules)]) == 1
+    assert "wait 200s + timeout 120s = 320s is not below" in capsys.readouterr().out
+    needs = GpuReset(ResetParams.model_validate({"evict_pods": {"kubeconfig": str(kc)}})
+                     ).sandbox_needs()
+    assert [e.host for e in needs.egress] == ["192.0.2.1"]
+    assert GpuReset(ResetParams()).sandbox_needs().egress == ()
