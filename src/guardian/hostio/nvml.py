@@ -19,15 +19,12 @@ with pynvml's own exception classes (tests/support/nvml_recorded.py), and a stan
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from guardian.core.errors import GuardianError
-from guardian.hostio.host import read_value
 
 #: NVML's clocks event reasons (nvml.h ``nvmlClocksEventReason*``), by bit.
 EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
@@ -459,27 +456,3 @@ def normal_pci(bus_id: str) -> str:
         return f"{int(domain, 16):04x}:{rest}"
     except ValueError:
         return text
-
-
-NVIDIA_VENDOR = "0x10de"  # PCI vendor id of NVIDIA (include/linux/pci_ids.h)
-
-
-def pci_gpus(sys: Path) -> list[str]:
-    """The PCI addresses of NVIDIA display controllers (vendor 0x10de, class 0x03xxxx:
-    VGA 0x0300 or 3D 0x0302) under ``sys``/bus/pci/devices, whether or not a driver
-    is bound: what tells a GPU node from one without GPUs."""
-    base = sys / "bus" / "pci" / "devices"
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        try:
-            vendor = read_value(base / name / "vendor")
-            klass = read_value(base / name / "class")
-        except (OSError, ValueError):
-            continue
-        if vendor.lower() == NVIDIA_VENDOR and klass.lower().startswith("0x03"):
-            found.append(name)
-    return found

@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.core.xid import ACTION_NAMES, action_of
 from guardian.hostio.host import Host
-from guardian.hostio.nvml import EVENT_REASONS, GpuReading, Nvml, NvmlUnavailable, pci_gpus
+from guardian.hostio.nvml import EVENT_REASONS, GpuReading, Nvml, NvmlUnavailable
+from guardian.hostio.pci import pci_gpus
 from guardian.plugin.contract import Source
 
 log = logging.getLogger("guardian.sources.gpu")
