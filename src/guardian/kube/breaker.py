@@ -123,19 +123,39 @@ class Latch:
                     latched=True)
 
 
+def shares_reads(holds: KubeHoldsParams, fleet: FleetParams) -> bool:
+    """Whether ``[holds.kube]`` reads the same node with the same credentials as
+    ``[fleet]``: then one :class:`KubeBreaker` makes both readers' reads."""
+    return all(getattr(holds, k) == getattr(fleet, k)
+               for k in ("kubeconfig", "node", "service_account"))
+
+
 class KubeBreaker(KubeHolds):
     """This node's part of the breaker: a reader of holds (the latches that cover this
     node) that also publishes this node's firing rules and trips latches; see the
     module. ``clock`` is the wall time (Unix seconds), ``monotonic`` paces the judging
-    (tests simulate both)."""
+    (tests simulate both). ``holds``: ``[holds.kube]`` where :func:`shares_reads`, whose
+    reads (the ConfigMap, this node's hold and approval annotations) it makes too, from
+    the same GET of this node a tick; its whole read is then bounded by the longer of the
+    two timeouts."""
+
+    reads_node = True  # its labels and guardian.io/firing, whatever ``holds`` reads
 
     def __init__(self, fleet: FleetParams, clock: Callable[[], float] | None = None,
-                 monotonic: Callable[[], float] | None = None) -> None:
+                 monotonic: Callable[[], float] | None = None,
+                 holds: KubeHoldsParams | None = None) -> None:
         assert fleet.breaker is not None
-        super().__init__(KubeHoldsParams(
-            kubeconfig=fleet.kubeconfig, node=fleet.node, timeout=min(fleet.timeout, 30.0),
-            service_account=fleet.service_account, namespace=fleet.namespace,
-            configmap="", annotation=""))
+        timeout = min(fleet.timeout, 30.0)
+        if holds is None:
+            holds = KubeHoldsParams(
+                kubeconfig=fleet.kubeconfig, node=fleet.node, timeout=timeout,
+                service_account=fleet.service_account, namespace=fleet.namespace,
+                configmap="", annotation="", approve_annotation="")
+        else:
+            assert shares_reads(holds, fleet)
+            holds = holds.model_copy(update={"timeout": max(holds.timeout, timeout)})
+        super().__init__(holds)
+        self.last["breaker"] = []
         self.fleet = fleet
         self.bp: BreakerParams = fleet.breaker
         self.clock = clock or time.time
@@ -156,37 +176,39 @@ class KubeBreaker(KubeHolds):
             self.onsets = {r: self.onsets.get(r, now) for r in rules}
             self.told = True
 
-    def _read_api(self) -> tuple[list[Hold], list[Hold]]:
-        """One whole read (the worker's): publish, read the latches, judge if due."""
-        last = self.last["configmap"]
+    def _read_api(self) -> dict[str, list[Hold]]:
+        """One whole read (the worker's): the holds' reads and this node (one GET, the
+        base's), then publish, read the latches, judge if due. The breaker's part
+        (``breaker``) is the one last read where the latches cannot be read."""
+        parts = super()._read_api()
+        last = self.last["breaker"]
         try:
             client = self.client
         except Exception as exc:  # lightkube's: no kubeconfig, no service account
             self._say(f"no Kubernetes client: {exc}; keeping the breaker's holds last read")
-            return last, []
-        self._publish(client)
+            return {**parts, "breaker": last}
+        self._publish(client, self.node)
         ns = self.fleet.namespace
         try:
-                found = [_latch(lease) for lease in client.list(
+            found = [_latch(lease) for lease in client.list(
                 Lease, namespace=ns, labels={LABEL: "tripped"})]
         except API_ERRORS as exc:
             self._say(f"breaker latches in {ns}: {_why(exc)}; keeping those last read")
-            return last, []
+            return {**parts, "breaker": last}
         latches = [x for x in found if x is not None]
         fresh = self._judge(client, latches)
-        return [x.hold(ns) for x in [*latches, *fresh]
-                if in_group(x.group, self.labels)], []
+        return {**parts, "breaker": [x.hold(ns) for x in [*latches, *fresh]
+                                     if in_group(x.group, self.labels)]}
 
-    def _publish(self, client: Client) -> None:
-        """Read this node (its labels) and write its firing rules where they changed."""
-        try:
-            node = client.get(Node, name=self.me)
-        except API_ERRORS as exc:
-            self._say(f"node {self.me}: {_why(exc)}; its labels as last read stand (never "
-                      "read: every breaker latch holds it)")
+    def _publish(self, client: Client, node: Node | None) -> None:
+        """Write this node's firing rules where they changed from what ``node`` (this
+        node as this read got it, its labels taken; None: it could not be read) says."""
+        if node is None:
+            self._say(f"node {self.me}: not read; its labels as last read stand (never "
+                      "read: every breaker latch holds it) and its firing rules are not "
+                      "published")
             return
         meta = node.metadata
-        self.labels = dict((meta and meta.labels) or {})
         published = parse_firing(((meta and meta.annotations) or {}).get(FIRING))
         with self._lock:
             if not self.told:

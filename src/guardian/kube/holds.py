@@ -21,7 +21,9 @@ pause must not lift because the API server is busy. A key or annotation that can
 parsed, in whole or in one entry, holds every rule until it is fixed (the holds last
 read stay in force beside it). The cost: one GET of the ConfigMap and
 one of this node a tick (at 15 s ticks, a thousand nodes make ~130 requests a second;
-``annotation = ""`` halves it).
+``annotation = ""`` halves it). With ``[fleet.breaker]`` on the same node and
+credentials, one reader (:class:`guardian.kube.breaker.KubeBreaker`) makes these reads
+and the breaker's: the node is read once a tick for both.
 
 The API is read off the loop. :meth:`KubeHolds.read` (the loop's, at every tick) starts a
 read on a worker thread unless one is under way, waits for it at most ``wait`` (0.2 s)
@@ -151,6 +153,7 @@ class KubeHolds:
     tick answers at once with the last read's holds (see the module)."""
 
     wait = 0.2  # the most a tick waits for a read it started
+    reads_node = False  # read this node at every read even without its annotations
 
     def __init__(self, params: KubeHoldsParams) -> None:
         self.p = params
@@ -158,6 +161,9 @@ class KubeHolds:
         self._client: Client | None = None
         self.cut = _Cut()
         self.last: dict[str, list[Hold]] = {"configmap": [], "annotation": []}
+        # this node's Node object as the read under way got it (None: not read, or
+        # its read failed): a subclass's consumer of the same read (kube/breaker)
+        self.node: Node | None = None
         self.last_approvals: list[Approval] = []  # as the node last read gave them
         self.said: set[str] = set()  # problems already logged
         # this node's labels as last read with its annotation (None: not read yet): its
@@ -185,7 +191,7 @@ class KubeHolds:
     def holds(self) -> list[Hold]:
         """The holds of the last read that finished: never blocks."""
         with self._lock:
-            return [*self.last["configmap"], *self.last["annotation"]]
+            return [h for part in self.last.values() for h in part]
 
     def read(self) -> list[Hold]:
         """The holds now: a read is started off the loop unless one is under way; this
@@ -219,9 +225,9 @@ class KubeHolds:
     def _read_whole(self, done: threading.Event) -> None:
         self.cut.at = time.monotonic() + self.p.timeout
         try:
-            configmap, annotation = self._read_api()
+            parts = self._read_api()
             with self._lock:
-                self.last = {"configmap": configmap, "annotation": annotation}
+                self.last = parts
         except Exception as exc:  # a bug here must not end the reads
             self._say(f"reading the holds failed: {exc!r}; keeping the holds last read")
         finally:
@@ -230,15 +236,17 @@ class KubeHolds:
                 self.reads += 1
             done.set()
 
-    def _read_api(self) -> tuple[list[Hold], list[Hold]]:
-        """What the API holds now, each part the last good one where it cannot be read."""
+    def _read_api(self) -> dict[str, list[Hold]]:
+        """What the API holds now, each part (``configmap``, ``annotation``) the last
+        good one where it cannot be read."""
         p = self.p
         configmap, annotation = self.last["configmap"], self.last["annotation"]
+        self.node = None
         try:
             client = self.client
         except Exception as exc:  # lightkube's: no kubeconfig, no service account
             self._say(f"no Kubernetes client: {exc}; keeping the holds last read")
-            return configmap, annotation
+            return {"configmap": configmap, "annotation": annotation}
         if p.configmap:
             where = f"configmap {p.namespace}/{p.configmap}"
             try:
@@ -252,9 +260,9 @@ class KubeHolds:
                     self._say(f"{where}: {_why(exc)}; keeping the holds last read")
             except API_ERRORS as exc:
                 self._say(f"{where}: {_why(exc)}; keeping the holds last read")
-        if p.annotation or p.approve_annotation:
+        if p.annotation or p.approve_annotation or self.reads_node:
             try:
-                node = client.get(Node, name=self.me)
+                node = self.node = client.get(Node, name=self.me)
                 self.labels = dict((node.metadata and node.metadata.labels) or {})
                 notes = (node.metadata and node.metadata.annotations) or {}
                 if p.annotation:
@@ -265,7 +273,7 @@ class KubeHolds:
                     self._approvals(notes.get(p.approve_annotation, ""))
             except API_ERRORS as exc:
                 self._say(f"node {self.me}: {_why(exc)}; keeping the holds last read")
-        return configmap, annotation
+        return {"configmap": configmap, "annotation": annotation}
 
     def _approvals(self, text: str) -> None:
         """The approvals in the node's annotation (none where it cannot be parsed)."""

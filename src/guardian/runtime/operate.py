@@ -39,22 +39,29 @@ def approvals_path(config: Config, state_path: Path | None) -> Path | None:
 
 
 def readers(config: Config, state_path: Path | None) -> list[HoldReader]:
-    """Every source of holds the config names."""
+    """Every source of holds the config names. ``[holds.kube]`` and ``[fleet.breaker]``
+    on the same node and credentials are one reader (one GET of the node a tick)."""
     out: list[HoldReader] = []
     path = holds_path(config, state_path)
     if path is not None:
         out.append(HoldFile(path))
     if config.holds.dropin:
         out.append(DropIn(Path(config.holds.dropin)))
-    if config.holds.kube is not None:
+    kube, fleet = config.holds.kube, config.fleet
+    if fleet is not None and getattr(fleet, "breaker", None) is None:
+        fleet = None
+    if kube is not None:
         from guardian.kube.holds import KubeHolds, KubeHoldsParams
-        assert isinstance(config.holds.kube, KubeHoldsParams)
-        out.append(KubeHolds(config.holds.kube))
-    fleet = config.fleet
-    if fleet is not None and getattr(fleet, "breaker", None) is not None:
-        from guardian.kube.breaker import KubeBreaker
+        assert isinstance(kube, KubeHoldsParams)
+    if fleet is not None:
+        from guardian.kube.breaker import KubeBreaker, shares_reads
         from guardian.kube.fleet import FleetParams
         assert isinstance(fleet, FleetParams)
+        if kube is not None and shares_reads(kube, fleet):
+            return [*out, KubeBreaker(fleet, holds=kube)]
+    if kube is not None:
+        out.append(KubeHolds(kube))
+    if fleet is not None:
         out.append(KubeBreaker(fleet))
     return out
 
