@@ -12,72 +12,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
-from guardian import Action, ActionContext, Engine, Executor, Host, Outcome, Plan, load_text
+from guardian import Executor, Host, load_text
 from guardian.core.audit import AuditLog, read_audit
 from guardian.core.diagnostics import RuleError
-from guardian.core.snapshot import Snapshot, Value
+from guardian.core.snapshot import Snapshot
 from guardian.engine.decision import Decision
 from guardian.model.approvals import Approval, parse_approvals
-from guardian.plugin.contract import NoParams
-from guardian.plugin.registry import Registry, default_registry
 from guardian.runtime import state as state_file
-
-WALL = 1_800_000_000.0  # the wall clock at the snapshot's time 0
-ILL: dict[str, Value] = {"memcg.dying": 500.0}
-WELL: dict[str, Value] = {"memcg.dying": 0.0}
-
-
-class Disrupts(Action[NoParams]):
-    """A disruptive action that touches nothing (a cordon's stand-in)."""
-
-    name: ClassVar[str] = "test.disrupts"
-    disruptive: ClassVar[bool] = True
-
-    def plan(self, ctx: ActionContext) -> Plan:
-        return Plan(self.name, ctx.rule)
-
-    def apply(self, plan: Plan, ctx: ActionContext) -> Outcome:
-        return Outcome(ok=True)
-
-
-def registry() -> Registry:
-    reg = default_registry().copy()
-    reg.add_action(Disrupts)
-    return reg
-
-
-def rules(approve: str = 'approve = { timeout = "2h" }') -> str:
-    return f'''version = 1
-[[rule]]
-name = "nic-stall"
-summary = "s"
-when = "memcg.dying > 100"
-cooldown = "10m"
-{approve}
-  [[rule.action]]
-  use = "log"
-  [[rule.action]]
-  use = "test.disrupts"
-'''
-
-
-def engine(text: str | None = None) -> Engine:
-    return Engine(load_text(text or rules(), registry=registry()))
-
-
-def approval(at: float, rule: str = "nic-stall", by: str = "alice",
-             why: str = "drained by hand") -> Approval:
-    return Approval(rule, by, why, WALL + at, source="cli")
-
-
-def tick(e: Engine, t: float, values: dict[str, Value] | None = None,
-         approvals: list[Approval] | None = None) -> list[Decision]:
-    return e.evaluate(Snapshot(t, dict(ILL if values is None else values)),
-                      wall=WALL + t, approvals=approvals or [])
+from tests.support.approval import ILL, WALL, WELL, approval, engine, registry, rules, tick
 
 
 def said(decisions: list[Decision]) -> list[tuple[str, list[str], list[str]]]:

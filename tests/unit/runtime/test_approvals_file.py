@@ -22,7 +22,7 @@ from guardian.runtime.approvals import ApprovalFile
 from guardian.runtime.config import Config
 from guardian.runtime.metrics import Metrics
 from guardian.runtime.operate import Operations, approvals_path
-from tests.unit.engine.test_approval import ILL, engine
+from tests.support.approval import ILL, engine
 
 
 def test_guardian_approve_reaches_the_engine_through_the_state_directory(
