@@ -64,6 +64,7 @@ from guardian.hostio.host import Host, exists, is_dir
 from guardian.hostio.programs import read_pipe
 from guardian.hostio.records import read_json
 from guardian.plugin.contract import SampleError, Source
+from guardian.sources.journal_patterns import PATTERN_SETS
 
 SKIP_REASONS = ("flood", "too_long", "json", "uid", "unit", "container")
 _COALESCE = 0.05           # at most ~20 wake-ups a second
@@ -101,7 +102,13 @@ class JournalConfig(BaseModel):
 
     patterns: dict[str, str | JournalPattern] = Field(
         default_factory=dict, description="name -> regular expression over an entry's "
-        "MESSAGE, or a table {regex, units}; with none the source does not run")
+        "MESSAGE, or a table {regex, units}; with none (and nothing included) the source "
+        "does not run")
+    include: list[str] = Field(
+        default_factory=list, description="pattern sets guardian ships, by name, each "
+        "pattern scoped to its own units (" + ", ".join(
+            f"{n}: {', '.join(sorted(s))}" for n, s in PATTERN_SETS.items()) +
+        "); a pattern of `patterns` with the same name replaces the shipped one")
     units: list[str] = Field(
         default_factory=lambda: list(DEFAULT_UNITS), description="the units a pattern "
         "without its own `units` matches entries of (journald's _SYSTEMD_UNIT; systemd's "
@@ -132,6 +139,15 @@ class JournalConfig(BaseModel):
 
     _units = field_validator("units")(_check_units)
 
+    @field_validator("include")
+    @classmethod
+    def _known_sets(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in PATTERN_SETS:
+                raise ValueError(f"no shipped pattern set {name!r} (there are: "
+                                 f"{', '.join(sorted(PATTERN_SETS))})")
+        return v
+
     @model_validator(mode="after")
     def _scoped(self) -> JournalConfig:
         for name, rx in self.patterns.items():
@@ -144,10 +160,13 @@ class JournalConfig(BaseModel):
         return self
 
     def scoped(self) -> dict[str, tuple[str, tuple[str, ...]]]:
-        """Each pattern's regex and the units whose entries it may match."""
-        return {name: (rx, tuple(self.units)) if isinstance(rx, str)
-                else (rx.regex, tuple(rx.units or self.units))
-                for name, rx in self.patterns.items()}
+        """Each pattern's regex and the units whose entries it may match: the included
+        sets' patterns, then ``patterns`` (which replace a shipped one of their name)."""
+        shipped = {name: (p.regex, p.units) for s in self.include
+                   for name, p in PATTERN_SETS[s].items()}
+        return shipped | {name: (rx, tuple(self.units)) if isinstance(rx, str)
+                          else (rx.regex, tuple(rx.units or self.units))
+                          for name, rx in self.patterns.items()}
 
     def all_units(self) -> list[str]:
         """The units journalctl reads: every pattern's, in order, once."""
@@ -260,7 +279,7 @@ class JournalSource(Source[JournalConfig]):
         self.empty_failures = 0  # runs in a row that failed before any line
 
     def unconfigured(self) -> str | None:
-        return None if self.patterns else "no patterns in [sources.journal]"
+        return None if self.patterns else "no patterns or include in [sources.journal]"
 
     def unavailable(self) -> str | None:
         if (lacks := self.unconfigured()) is not None:
@@ -510,19 +529,28 @@ class JournalSource(Source[JournalConfig]):
                 "additionalProperties": False,
                 "properties": {"message": {"type": "string",
                                            "description": "a journal entry's MESSAGE"},
+                               "unit": {"type": "string", "description": "the unit that "
+                                        "logged it (_SYSTEMD_UNIT): a pattern matches only "
+                                        "entries of its units; unset, any unit"},
                                "matches": {"type": "array", "items": {"type": "string"},
                                            "description": "the patterns it must match"}}}
 
     def check_sample(self, sample: dict[str, Any]) -> str | None:
-        """A ``[[journal]]`` sample: a ``message`` and the patterns it ``matches``."""
-        msg, want = sample.get("message"), sample.get("matches")
-        if not isinstance(msg, str) or not isinstance(want, list):
+        """A ``[[journal]]`` sample: a ``message``, optionally the ``unit`` that logged
+        it, and the patterns it ``matches``: the configured ones, and every shipped set's
+        (:mod:`.journal_patterns`) whether or not it is included."""
+        msg, want, unit = sample.get("message"), sample.get("matches"), sample.get("unit")
+        if not isinstance(msg, str) or not isinstance(want, list) or not isinstance(
+                unit, str | None):
             raise SampleError((), "a [[journal]] sample needs `message` (text) and "
-                                  "`matches` (list)")
-        unknown = [str(w) for w in want if w not in self.patterns]
+                                  "`matches` (list), and `unit` is text")
+        every = JournalConfig(include=list(PATTERN_SETS)).scoped() | self.cfg.scoped()
+        unknown = [str(w) for w in want if w not in every]
         if unknown:
             raise SampleError(("matches",), f"unknown pattern(s) {', '.join(unknown)}")
-        got = sorted(n for n, rx in self.patterns.items() if rx.search(msg))
+        got = sorted(n for n, (rx, units) in every.items()
+                     if (unit is None or any(fnmatch.fnmatchcase(unit, u) for u in units))
+                     and _compiled(rx).search(msg))
         if got == sorted(want):
             return None
         return f"    matches:\n      want: {sorted(want)}\n      got:  {got}\n    message: {msg}"
@@ -538,6 +566,11 @@ class JournalSource(Source[JournalConfig]):
             self.thread = None
         with self.lock:
             self._save()
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
 
 
 def _end(proc: subprocess.Popen[bytes]) -> int:

@@ -259,8 +259,9 @@ def test_overlong_and_broken_lines_are_counted_and_skipped(tmp_path: Path) -> No
 
 
 def test_no_patterns_no_reader_and_bad_config_refused() -> None:
-    assert JournalSource(Host()).unconfigured() == "no patterns in [sources.journal]"
-    assert JournalSource(Host()).unavailable() == "no patterns in [sources.journal]"
+    lacks = "no patterns or include in [sources.journal]"
+    assert JournalSource(Host()).unconfigured() == lacks
+    assert JournalSource(Host()).unavailable() == lacks
     with pytest.raises(ValueError, match="nested quantifiers"):
         JournalConfig.model_validate({"patterns": {"bad": "(a+)+$"}})
     with pytest.raises(ValueError, match="not a unit name"):
