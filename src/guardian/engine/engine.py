@@ -343,9 +343,9 @@ class Engine:
         owed = st.held and not held  # what was held runs now
         approve = gate.gate_of(rule)
         waiting = gate.gated(approve, [a for a in acting if a not in held])
-        if not waiting:
-            gate.ended(st)
-        elif st.awaiting is not None:
+        if not gate.gated(approve, acting):
+            gate.ended(st)  # nothing of it waits for approval (a reload took the gate)
+        elif waiting and st.awaiting is not None:
             owed = True  # an approval (or the timeout) is looked for at every tick
         if not owed and bounds.cooling_down(rule, st, now):
             return False

@@ -236,3 +236,16 @@ def test_why_says_since_when_it_waits_until_when_and_how_to_approve() -> None:
     assert link.needs_human and link.awaiting == (
         "waited for approval since 2027-01-15T08:00:00Z: not approved within 2h, it needs "
         "a human")
+
+
+def test_a_pause_during_the_wait_keeps_it_and_its_approval() -> None:
+    from guardian.model.holds import Hold
+    e = engine()
+    tick(e, 0)
+    pause = [Hold(WALL + 1200, "kernel rollout", "bob", "nic-stall")]
+    paused = e.evaluate(Snapshot(600, dict(ILL)), holds=pause, wall=WALL + 600,
+                        approvals=[approval(300)])
+    assert all(a.use != "test.disrupts" for d in paused for a in d.actions)
+    assert e.states["nic-stall"].awaiting == 0.0  # the wait goes on under the pause
+    run = tick(e, 1300, approvals=[approval(300)])  # the pause ended: approved before it
+    assert [d.approval.by for d in run if d.approval] == ["alice"]
