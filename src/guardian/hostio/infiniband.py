@@ -23,6 +23,12 @@ read (later ones): no value either way.
 
 Values are read with one ``read`` of a small buffer (sysfs answers a whole attribute to
 the first read): a p5.48xlarge has 32 EFA devices of ~40 files, read every tick.
+
+A device's ``device`` link names its parent, the PCI function it drives (the core's
+device_add_class_symlinks(); the efa driver sets ``ibdev.dev.parent = &pdev->dev``):
+:func:`pci_address`. Which PCI functions must have an RDMA device is
+:func:`needs_rdma`'s: an InfiniBand controller (PCI class 0x0207) or an EFA function
+does nothing without one.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from guardian.hostio.pci import PciFunction
 
 #: Width in bits of each PortCounters file, as sysfs.c declares them (PORT_PMA_ATTR);
 #: None for the counters that are 32 bits wide from PortCounters and 64 bits from
@@ -47,6 +55,24 @@ PMA_WIDTHS: dict[str, int | None] = {
     "unicast_xmit_packets": 64, "unicast_rcv_packets": 64,
     "multicast_xmit_packets": 64, "multicast_rcv_packets": 64,
 }
+
+#: PCI class (base class and subclass) of an InfiniBand controller (pci.ids: ``C 02``
+#: Network controller, ``07`` Infiniband controller): a ConnectX in InfiniBand mode
+#: (``Infiniband controller [0207]: ... [ConnectX-7] [15b3:1021]``, as lspci -nn lists
+#: them in NVIDIA/gpu-admin-tools pci/cx7.py).
+INFINIBAND_CLASS = 0x0207
+#: PCI vendor id of Amazon (PCI_VENDOR_ID_AMAZON, 0x1d0f in amzn-drivers' efa_main.c).
+AMAZON_VENDOR = 0x1D0F
+#: The device ids the efa driver binds: efa_pci_tbl in linux
+#: drivers/infiniband/hw/efa/efa_main.c lists PCI_DEV_ID_EFA0_VF 0xefa0 to EFA3_VF 0xefa3;
+#: 0xefa4 was added by "RDMA/efa: Add EFA 0xefa4 PCI ID" (linux-rdma, 2026), and pci.ids
+#: names all five "Elastic Fabric Adapter (EFA)".
+EFA_DEVICES = frozenset({0xEFA0, 0xEFA1, 0xEFA2, 0xEFA3, 0xEFA4})
+#: Drivers that hand a function over whole (to a virtual machine, or to user space):
+#: bound to one of these (or to any vfio driver, such as mlx5_vfio_pci), a function's
+#: RDMA device is made elsewhere, if at all.
+PASSTHROUGH_DRIVERS = frozenset({"pci-stub", "uio_pci_generic", "igb_uio"})
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 _STATE = re.compile(rb"^\s*(\d+)\s*:")
 _RATE = re.compile(rb"^\s*(\d+(?:\.\d+)?)\s+Gb/sec")
@@ -191,3 +217,32 @@ def scan_device(class_dir: str, name: str) -> Device:
              parse_word(read_raw(f"{path}/ports/{p}/link_layer")))
         for p in numbers)
     return Device(name, path, _names(f"{path}/hw_counters"), ports)
+
+
+def pci_address(class_dir: str, name: str) -> str | None:
+    """The PCI address of the function device ``name`` drives (its ``device`` link's
+    last component), or None where it has none (a software device: rxe, siw) or the
+    link cannot be read."""
+    try:
+        target = os.path.basename(os.readlink(f"{class_dir}/{name}/device"))
+    except OSError:
+        return None
+    return target if _PCI_ADDRESS.match(target) else None
+
+
+def passed_through(fn: PciFunction) -> bool:
+    """Whether ``fn`` is bound to a driver that hands it over whole (vfio, pci-stub)."""
+    return "vfio" in fn.driver or fn.driver in PASSTHROUGH_DRIVERS
+
+
+def needs_rdma(fn: PciFunction) -> bool:
+    """Whether ``fn`` must have an RDMA device on this host: an InfiniBand controller
+    (class 0x0207) or an EFA function (vendor 0x1d0f, :data:`EFA_DEVICES`), unless the
+    host made it as an SR-IOV virtual function (handed to a guest or a pod, whose RDMA
+    device may live in another network namespace) or it is bound to a passthrough
+    driver. A ConnectX Ethernet function (class 0x0200) does not count: without
+    mlx5_ib loaded it is a plain NIC."""
+    if fn.virtfn or passed_through(fn):
+        return False
+    return fn.pci_class >> 8 == INFINIBAND_CLASS or (
+        fn.vendor == AMAZON_VENDOR and fn.device in EFA_DEVICES)

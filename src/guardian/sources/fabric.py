@@ -8,15 +8,26 @@ A PortCounters counter that stands at its ceiling (IBTA stops it there; 4 to 32 
 wide) counts nothing more: it has no value (its member is left out, so no ``rate`` or
 ``increase`` reads a false zero over it) and ``fabric.port.saturated`` says which.
 A file that cannot be read (``N/A (no PMA)``, an error from the device) has no value,
-never 0. A host without RDMA devices has none of these members: every family is empty,
-as ``nic.stat`` has no ENA members on a host without an ENA NIC, and the rules over them
-hold false rather than blind.
+never 0.
+
+Which RDMA devices the node should have comes from its PCI bus (read through
+:mod:`guardian.hostio.pci` with the layout, not every tick): every InfiniBand controller
+(class 0x0207) and EFA function must have one (:func:`~guardian.hostio.infiniband.
+needs_rdma`); one that has none (no driver bound, its driver bound without one, or gone
+from the bus since) is ``fabric.devices.missing`` and a fault of the source. ``expect =
+N`` says how many the node has where the bus cannot (ConnectX Ethernet functions for
+RoCE, devices gone before guardian started). With ``devices = "auto"`` (the default) a
+node with no such function and no device in /sys/class/infiniband has nothing for the
+source to read: it is not configured, and the rules over it are blind by choice, named,
+never counted healthy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.hostio.host import Host, is_dir
@@ -25,14 +36,17 @@ from guardian.hostio.infiniband import (
     Device,
     infiniband_dir,
     list_devices,
+    needs_rdma,
     parse_counter,
     parse_rate,
     parse_state,
+    pci_address,
     read_raw,
     saturated,
     scan_device,
 )
-from guardian.plugin.contract import NoParams, Source
+from guardian.hostio.pci import PciFunction, functions
+from guardian.plugin.contract import Source
 
 #: The port states the kernel names (state_show): 4 ACTIVE and 5 ACTIVE_DEFER pass traffic.
 ACTIVE_STATES = frozenset({4, 5})
@@ -98,6 +112,30 @@ def _width(name: str) -> str:
 
 
 _PORT = ("device", "port")
+_MISSING = ("pci", "pci_id", "driver", "state")
+#: What ``state`` of fabric.devices.missing says, in words for the source's fault.
+MISSING_STATES = {"unbound": "no driver bound", "no_rdma": "its driver bound, no RDMA device",
+                  "off_bus": "gone from the PCI bus"}
+
+
+class FabricConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    devices: Literal["auto", "expected"] = Field(
+        "auto", description="auto: read where the PCI bus has an InfiniBand controller "
+        "(class 0x0207) or an EFA function, or /sys/class/infiniband has a device "
+        "(elsewhere the source has nothing to read); expected: this node has RDMA "
+        "devices, so having none is a fault")
+    expect: int | None = Field(
+        None, ge=1, description="the RDMA devices this node has (a p5.48xlarge: 32 EFA): "
+        "fewer in /sys/class/infiniband is a fault, and fabric.devices.expected at least "
+        "this")
+
+
+def _missing_fault(fn: PciFunction, state: str) -> str:
+    driver = f", driver {fn.driver}" if fn.driver else ""
+    return (f"PCI {fn.address} ({fn.pci_id}{driver}): no RDMA device in "
+            f"/sys/class/infiniband ({MISSING_STATES[state]})")
 
 
 @dataclass(frozen=True)
@@ -136,11 +174,23 @@ def _plan(dev: Device) -> tuple[list[_PortPlan], list[tuple[str, Labels]]]:
     return ports, device_hw
 
 
-class FabricSource(Source[NoParams]):
-    """Ports of the host's RDMA devices and their counters."""
+class FabricSource(Source[FabricConfig]):
+    """Ports of the host's RDMA devices and their counters, and the devices the node
+    should have."""
 
     name: ClassVar[str] = "fabric"
+    Config = FabricConfig
     specs: ClassVar[tuple[SignalSpec, ...]] = (
+        SignalSpec("fabric.devices", "RDMA devices in /sys/class/infiniband", "devices"),
+        SignalSpec("fabric.devices.expected", "RDMA devices this node should have at least: "
+                   "the larger of expect and the PCI functions that must have one "
+                   "(InfiniBand controllers, EFA; each seen since start counts until it "
+                   "is back); 1 with devices = \"expected\"", "devices"),
+        SignalSpec("fabric.devices.missing", "1 for a PCI function that must have an RDMA "
+                   "device and has none, by address, vendor:device, bound driver (\"\" for "
+                   "none) and state (unbound: no driver bound; no_rdma: its driver bound "
+                   "without one; off_bus: gone from the PCI bus since it was seen)",
+                   labels=_MISSING),
         SignalSpec("fabric.port.state", "the port's logical state as the kernel numbers it "
                    "(1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)", labels=_PORT),
         SignalSpec("fabric.port.phys_state", "the port's physical state (1 Sleep, 2 "
@@ -173,14 +223,30 @@ class FabricSource(Source[NoParams]):
                    "count", labels=("device", "counter"), counter=True),
     )
 
-    def __init__(self, host: Host, config: NoParams | None = None) -> None:
+    def __init__(self, host: Host, config: FabricConfig | None = None) -> None:
         super().__init__(host, config)
+        self.cfg: FabricConfig = self.config
         self.class_dir = infiniband_dir(host.sys)
+        # PCI functions that must have an RDMA device, each kept (by address) once seen on
+        # the bus: one that leaves the bus is missing, not forgotten
+        self.tracked: dict[str, PciFunction] = {}
+        self.on_bus: dict[str, PciFunction] = {}  # the tracked ones on the bus now
+        self.backed: set[str] = set()  # PCI addresses of the devices listed now
         self.names: list[str] = []
         self.ports: list[_PortPlan] = []
         self.device_hw: list[tuple[str, Labels]] = []
         self.scanned: float | None = None
         self._faults: list[str] = []
+
+    def unconfigured(self) -> str | None:
+        if self.cfg.devices != "auto" or self.cfg.expect is not None or \
+                not is_dir(self.host.sys / "class"):
+            return None  # (without sysfs the source is unavailable, not unconfigured)
+        if list_devices(self.class_dir) or any(needs_rdma(f) for f in functions(self.host.sys)):
+            return None
+        return ('devices = "auto" and no RDMA device on this node: none in '
+                "/sys/class/infiniband, and no InfiniBand controller (PCI class 0x0207) or "
+                "EFA (vendor 0x1d0f) on its PCI bus")
 
     def unavailable(self) -> str | None:
         if not is_dir(self.host.sys / "class"):
@@ -199,6 +265,36 @@ class FabricSource(Source[NoParams]):
             ports += p
             device_hw += d
         self.names, self.ports, self.device_hw, self.scanned = names, ports, device_hw, now
+        self.backed = {a for a in (pci_address(self.class_dir, n) for n in names) if a}
+        bus = {f.address: f for f in functions(self.host.sys)}
+        for address, fn in bus.items():
+            if needs_rdma(fn):
+                self.tracked[address] = fn
+            elif address in self.tracked:  # handed to a guest since: its device is there
+                del self.tracked[address]
+        self.on_bus = {a: bus[a] for a in self.tracked if a in bus}
+
+    def _devices(self, faults: list[str]) -> dict[str, object]:
+        """The devices present, expected and missing, with a fault for each missing."""
+        missing: Family = {}
+        for address, fn in sorted(self.tracked.items()):
+            if address in self.backed:
+                continue
+            now = self.on_bus.get(address)
+            state = "off_bus" if now is None else "unbound" if not now.driver else "no_rdma"
+            fn = now or fn
+            missing[labels_of({"pci": address, "pci_id": fn.pci_id,
+                               "driver": now.driver if now else "", "state": state})] = 1.0
+            faults.append(_missing_fault(fn, state))
+        expected = max(self.cfg.expect or 0, len(self.tracked),
+                       1 if self.cfg.devices == "expected" else 0)
+        if len(self.names) < expected and not missing:
+            faults.append(f"{len(self.names)} RDMA device(s) in /sys/class/infiniband, "
+                          f"{expected} expected" + (f" (expect = {self.cfg.expect})"
+                                                    if self.cfg.expect else ""))
+        return {"fabric.devices": float(len(self.names)),
+                "fabric.devices.expected": float(expected),
+                "fabric.devices.missing": missing}
 
     def collect(self, now: float) -> dict[str, object]:
         names = list_devices(self.class_dir)
@@ -255,8 +351,9 @@ class FabricSource(Source[NoParams]):
         for file, ckey in self.device_hw:
             if (v := parse_counter(read_raw(file))) is not None:
                 device_hw[ckey] = float(v)
+        devices = self._devices(faults)
         self._faults = faults
-        return {"fabric.port.state": state, "fabric.port.phys_state": phys,
+        return {**devices, "fabric.port.state": state, "fabric.port.phys_state": phys,
                 "fabric.port.active": active, "fabric.port.link_up": link_up,
                 "fabric.port.rate_gbps": rate, "fabric.port.info": info, **pma,
                 "fabric.port.counter": other, "fabric.port.saturated": pegged,

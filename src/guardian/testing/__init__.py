@@ -141,6 +141,23 @@ ENA_GENERATIONS: dict[str, EnaGeneration] = {
 # (4X EDR)"), efa_port_link_layer IB_LINK_LAYER_UNSPECIFIED (link_layer_show: "Unknown");
 # no process_mad, so no counters/ directory. The kernel names a device efa_<n>
 # (efa_main.c: ib_register_device(&dev->ibdev, "efa_%d", ...)).
+# Each device's PCI function beside it: vendor 0x1d0f (PCI_VENDOR_ID_AMAZON), device
+# 0xefa1, one of the ids of the driver's efa_pci_tbl (which of them a given instance type
+# has is not claimed), class 0x020000 (lspci lists EFA as an "Ethernet controller"), its
+# driver link to bus/pci/drivers/efa, and the device's "device" link to it (the parent the
+# driver sets: ibdev.dev.parent = &pdev->dev). The addresses are made up: bus 0xe0 on,
+# 32 slots a bus, clear of the GPUs' and NICs' of bench/p5.py.
+EFA_PCI_DEVICE = 0xEFA1
+
+
+def efa_pci_address(n: int) -> str:
+    """The PCI address :func:`efa_tree` gives device ``efa_<n>``."""
+    return f"0000:{0xE0 + n // 32:02x}:{n % 32:02x}.0"
+
+
+def _symlink(at: Path, target: str) -> None:
+    if not at.is_symlink():
+        at.symlink_to(target)
 EFA_DEVICE_COUNTERS = ("submitted_cmds", "completed_cmds", "cmds_err", "no_completion_cmds",
                        "keep_alive_rcvd", "alloc_pd_err", "create_qp_err", "create_cq_err",
                        "reg_mr_err", "alloc_ucontext_err", "create_ah_err", "mmap_err")
@@ -157,13 +174,20 @@ def efa_tree(root: Path, devices: int = 32, values: Mapping[str, int] | None = N
              first: int = 0) -> list[str]:
     """Lay out ``devices`` EFA devices (``efa_<first>``...) under ``root/sys/class/
     infiniband`` as the efa driver makes them (:data:`EFA_DEVICE_COUNTERS`,
-    :data:`EFA_PORT_COUNTERS`, one port): a p5.48xlarge has 32. Counters are 0 unless
-    ``values`` names them. Returns the devices' names."""
+    :data:`EFA_PORT_COUNTERS`, one port), each with its PCI function under
+    ``root/sys/bus/pci/devices`` (:func:`efa_pci_address`): a p5.48xlarge has 32.
+    Counters are 0 unless ``values`` names them. Returns the devices' names."""
     fake = FakeHost(root)
     vals = values or {}
     names = [f"efa_{n}" for n in range(first, first + devices)]
-    for name in names:
+    (root / "sys/bus/pci/drivers/efa").mkdir(parents=True, exist_ok=True)
+    for n, name in enumerate(names, start=first):
         dev = f"sys/class/infiniband/{name}"
+        pci = f"sys/bus/pci/devices/{efa_pci_address(n)}"
+        for file, text in (("vendor", "0x1d0f"), ("device", f"0x{EFA_PCI_DEVICE:04x}"),
+                           ("class", "0x020000")):
+            fake.write(f"{pci}/{file}", text + "\n")
+        _symlink(root / pci / "driver", "../../drivers/efa")
         port = f"{dev}/ports/1"
         for file, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"),
                            ("rate", "100 Gb/sec (4X EDR)"), ("link_layer", "Unknown")):
@@ -172,6 +196,7 @@ def efa_tree(root: Path, devices: int = 32, values: Mapping[str, int] | None = N
             fake.write(f"{where}/hw_counters/lifespan", "10\n")
             for c in counters:
                 fake.write(f"{where}/hw_counters/{c}", f"{vals.get(c, 0)}\n")
+        _symlink(root / dev / "device", f"../../../bus/pci/devices/{efa_pci_address(n)}")
     return names
 
 
