@@ -3,7 +3,9 @@ JSON bodies, Status objects, resourceVersion conflicts as 409, PDB-blocked evict
 429, Leases), served over HTTP on loopback, every request recorded (``Store.requests``:
 method and path). Only what guardian and `kubectl get/cordon/uncordon/drain` use is
 implemented; kubectl, written by others, checks its fidelity
-(tests/system/test_kube_standin.py). The tests import it as tests/support/kube_standin.py."""
+(tests/system/test_kube_standin.py). ``Store.sent`` records each answer's method, path and
+body size in bytes (bench/fleet.py counts what the API server sends). The tests import it
+as tests/support/kube_standin.py."""
 
 from __future__ import annotations
 
@@ -95,6 +97,7 @@ class Store:
         self.stop = threading.Event()
         self.drip_lock = threading.Lock()  # not `lock`: an answer may be sent under it
         self.requests: list[tuple[str, str]] = []
+        self.sent: list[tuple[str, str, int]] = []  # each answer: method, path, body bytes
         self.authorization: list[str] = []
         # a deleted pod stays, with its deletionTimestamp, until its containers have
         # stopped (the kubelet's confirmation): (namespace, name) -> when it goes
@@ -182,12 +185,14 @@ class _Handler(BaseHTTPRequestHandler):
     # headers and body go out as two writes: without TCP_NODELAY, Nagle holds the body
     # until the client's delayed ACK (~40 ms a request on Linux)
     disable_nagle_algorithm = True
+    asked: tuple[str, str] = ("", "")  # the request being answered: method, path
 
     def log_message(self, *args: object) -> None:
         pass
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
+        self.store.sent.append((*self.asked, len(data)))
         if self.store.drip:
             self._drip(code, data)
             return
@@ -244,6 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         st = self.store
         url = urlparse(self.path)
+        self.asked = (method, url.path)
         st.requests.append((method, url.path))
         st.authorization.append(self.headers.get("Authorization", ""))
         if st.delay:
