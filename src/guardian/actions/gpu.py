@@ -26,7 +26,12 @@ NVML and refuses, with why (each refusal quotes the man page beside it, below):
 
 What NVML cannot show: nvidia-smi(1) also counts monitoring applications that hold the
 GPU (another nvidia-smi, DCGM) as users; NVML lists none of them, so such a reset fails
-at nvidia-smi and the ladder climbs.
+at nvidia-smi and the ladder climbs. guardian is one such application itself (the gpu
+source keeps an NVML session open): while nvidia-smi runs, every NVML session of this
+process is shut down, each nvmlInit matched by its nvmlShutdown (NVML counts them, and
+lets the devices go at zero), and none opens until it has ended
+(:class:`guardian.hostio.nvml.Sessions`); the gpu source says why it has no values
+meanwhile and reads anew at its next collect. Not verified on a real GPU.
 
 A reset that nvidia-smi refuses or that does not end within ``timeout`` is a failed
 outcome: a ladder's next step (``node.reboot``) then runs after its ``verify``. After a
@@ -43,7 +48,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.durations import Duration
-from guardian.hostio.nvml import AMPERE, Nvml, NvmlUnavailable, ResetFacts, normal_pci
+from guardian.hostio.nvml import (
+    AMPERE,
+    Nvml,
+    NvmlReleased,
+    NvmlUnavailable,
+    ResetFacts,
+    normal_pci,
+)
 from guardian.hostio.procfs import all_stats, pod_uid_of, read_proc_stat
 from guardian.hostio.programs import Ran, run_bounded
 from guardian.plugin.contract import (
@@ -334,15 +346,29 @@ class GpuReset(Action[ResetParams, ResetPayload]):
                                error=f"GPU {target} not reset: its pods are gone but "
                                      f"{busy} after {time.monotonic() - t0:.0f}s")
         argv = [*self.params.nvidia_smi, "--gpu-reset", "-i", target]
-        ran = self.runner(argv, self.params.timeout)
+        # nvidia-smi(1), -r: "There can't be any applications using these devices (e.g.
+        # ... monitoring application like other instance of nvidia-smi)": guardian's own
+        # NVML sessions are shut down while it runs, and open again after
+        try:
+            with self.reader().sessions.released(
+                    f"NVML released for a GPU reset of {normal_pci(target)}") as released:
+                ran = self.runner(argv, self.params.timeout)
+        except NvmlReleased as exc:
+            return Outcome(ok=False, verified=False, data=data,
+                           error=f"GPU {target} not reset: another GPU reset holds NVML "
+                                 f"released ({exc})")
         said = (ran.stdout + ran.stderr).decode("utf-8", "replace").strip()[-500:]
         data.update({"argv": argv, "status": ran.status, "seconds": round(ran.seconds, 3),
-                     "output": said})
+                     "output": said, "nvml_sessions_released": released.sessions})
+        if released.failures:
+            data["nvml_shutdown_failures"] = released.failures
         if ran.status != 0:
             why = ran.error or ("timed out" if ran.timed_out else f"exit {ran.status}")
+            unshut = (f" (guardian's own NVML session may still hold the GPU: "
+                      f"{'; '.join(released.failures)})" if released.failures else "")
             return Outcome(ok=False, verified=False, data=data,
                            error=f"GPU {target} not reset: nvidia-smi {why}"
-                                 + (f": {said}" if said else ""))
+                                 + (f": {said}" if said else "") + unshut)
         return Outcome(ok=True, verified=self._answers(target), data=data,
                        detail=f"GPU {target} reset ({ran.seconds:.1f}s)"
                               + (f" after {len(plan.data['pods'])} pod(s) evicted"

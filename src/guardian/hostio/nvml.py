@@ -14,13 +14,23 @@ apart from the failures (:attr:`GpuReading.unsupported`), as it is no fault.
 The module is handed in (``nvml``), so tests replay a recording through the same code
 with pynvml's own exception classes (tests/support/nvml_recorded.py), and a stand-in
 ``libnvidia-ml.so.1`` built from nvml.h exercises pynvml itself (tests/system).
+
+Every session (``nvmlInit`` .. ``nvmlShutdown``) is counted in :class:`Sessions`, so
+``gpu.reset`` can shut them all down while ``nvidia-smi --gpu-reset`` runs: nvidia-smi(1)
+counts monitoring applications that hold the GPU as its users, and nvml.h says of
+nvmlShutdown: "This method should be called after NVML work is done, once for each call
+to nvmlInit() A reference count of the number of initializations is maintained. Shutdown
+only occurs when the reference count reaches zero." A session released so reads again
+(initialised anew) at its next :meth:`Nvml.read` after the reset has ended.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +51,59 @@ MAX_EVENTS = 1000  # events taken in one drain (a flood costs bounded time)
 
 class NvmlUnavailable(GuardianError):
     """NVML cannot be used on this host: no library, no driver, a version mismatch."""
+
+
+class NvmlReleased(NvmlUnavailable):
+    """NVML is released in this process while a GPU is reset: no session opens, and the
+    reads wait for the next one after it."""
+
+
+@dataclass
+class Release:
+    """What :meth:`Sessions.released` shut down: the sessions (each nvmlInit matched by
+    its nvmlShutdown), and the shutdowns NVML refused (then the library may still hold
+    the device files)."""
+
+    sessions: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+class Sessions:
+    """This process's NVML sessions (each nvmlInit not yet matched by nvmlShutdown), and
+    the handshake that releases them all for a GPU reset. ``lock`` is held to open or
+    shut a session and for one source read (bounded, never waiting on NVML events), never
+    while the reset runs: a read in progress ends before a release shuts its session,
+    and a read during the release fails at once with why."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: list[Nvml] = []
+        self.why = ""  # why NVML is released now ("" when it is not)
+
+    @contextmanager
+    def released(self, why: str) -> Iterator[Release]:
+        """Shut every open session down and refuse new ones (``why`` is said by each
+        refusal) until the block ends, whether it succeeds or raises. Raises
+        NvmlReleased when a release is under way already."""
+        with self.lock:
+            if self.why:
+                raise NvmlReleased(self.why)
+            self.why = why
+            done = Release()
+            for nvml in list(self.open):
+                failed = nvml._shut()
+                done.sessions += 1
+                if failed:
+                    done.failures.append(failed)
+        try:
+            yield done
+        finally:
+            with self.lock:
+                self.why = ""
+
+
+#: the process's sessions: the gpu source's and gpu.reset's readers share them
+SESSIONS = Sessions()
 
 
 def load() -> Any:
@@ -136,10 +199,12 @@ def _key(handle: Any) -> Any:
 
 class Nvml:
     """NVML, opened once (:meth:`start`) and read many times; every read is bounded and
-    never waits (Xid events are taken with a 0 ms wait)."""
+    never waits (Xid events are taken with a 0 ms wait). Its session is one of
+    ``sessions`` (the process's by default), which a GPU reset may release."""
 
-    def __init__(self, nvml: Any | None = None) -> None:
+    def __init__(self, nvml: Any | None = None, sessions: Sessions = SESSIONS) -> None:
         self.nvml: Any = nvml
+        self.sessions = sessions
         self.opened = False
         self.events: Any = None
         self.registered: dict[Any, int] = {}  # handle key -> index
@@ -148,9 +213,17 @@ class Nvml:
     # -- open and close ------------------------------------------------------------------
     def start(self) -> None:
         """nvmlInit and the Xid event set. Raises NvmlUnavailable with NVML's reason (no
-        library, driver not loaded, library/driver version mismatch, ...)."""
+        library, driver not loaded, library/driver version mismatch, ...), or
+        NvmlReleased while a GPU reset runs."""
+        with self.sessions.lock:
+            self._start()
+
+    def _start(self) -> None:
+        """:meth:`start` with the sessions' lock held."""
         if self.opened:
             return
+        if self.sessions.why:
+            raise NvmlReleased(self.sessions.why)
         if self.nvml is None:
             self.nvml = load()
         try:
@@ -160,6 +233,7 @@ class Nvml:
                                                f"nvmlInit failed: NVML "
                                                f"{error_name(self.nvml, exc)}")) from None
         self.opened = True
+        self.sessions.open.append(self)
 
     def driver_version(self) -> str | None:
         """The driver's version as NVML says it, or None."""
@@ -168,15 +242,28 @@ class Nvml:
 
     def close(self) -> None:
         """Free the event set and shut NVML down (best effort)."""
+        with self.sessions.lock:
+            self._shut()
+
+    def _shut(self) -> str:
+        """:meth:`close` with the sessions' lock held: "" when NVML shut down, else what
+        it refused. The session is closed either way (never shut down twice)."""
         if not self.opened:
-            return
-        try:
-            if self.events is not None:
+            return ""
+        failed = ""
+        if self.events is not None:
+            try:
                 self.nvml.nvmlEventSetFree(self.events)
+            except self.nvml.NVMLError as exc:
+                failed = f"nvmlEventSetFree: NVML {error_name(self.nvml, exc)}"
+        try:
             self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            pass
+        except self.nvml.NVMLError as exc:
+            failed = f"nvmlShutdown: NVML {error_name(self.nvml, exc)}"
         self.events, self.registered, self.opened = None, {}, False
+        if self in self.sessions.open:
+            self.sessions.open.remove(self)
+        return failed
 
     # -- one call ------------------------------------------------------------------------
     def _call(self, gpu: int | None, what: str, fn: Callable[..., Any], failures: list[Failure],
@@ -195,7 +282,14 @@ class Nvml:
 
     # -- the source's read ---------------------------------------------------------------
     def read(self) -> Reading:
-        """Every GPU's health fields, then the Xid events waiting (never blocks)."""
+        """Every GPU's health fields, then the Xid events waiting (never waits on NVML).
+        A session a GPU reset released is opened again first (its event set anew);
+        during the reset this raises NvmlReleased at once."""
+        with self.sessions.lock:
+            self._start()
+            return self._read()
+
+    def _read(self) -> Reading:
         n = self.nvml
         failures: list[Failure] = []
         count = self._call(None, "device count", n.nvmlDeviceGetCount, failures)

@@ -20,6 +20,13 @@ on GPUs that remap rows, NVLink on a PCIe card) is absent and no fault. Without 
 library or the driver the source does not run and says why once (``guardian signals``,
 /healthz): rules over it are blind, never ok. With ``gpus = "auto"`` (the default) a node
 whose PCI bus has no NVIDIA display controller has nothing for it to read.
+
+While ``gpu.reset`` runs ``nvidia-smi --gpu-reset``, the source's NVML session is shut
+down (nvidia-smi counts a process holding the GPU through NVML as a user that blocks the
+reset; :class:`guardian.hostio.nvml.Sessions`): its signals have no value, its error says
+``NVML released for a GPU reset of 0000:3a:00.0``, and Xid events of that time are not
+seen through NVML (the kernel log's ``NVRM: Xid`` lines still are). Its next collect after
+the reset, succeeded or not, opens NVML anew.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ built from NVML's documentation (nvml.h); no GPU in this session."""
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,12 @@ import pytest
 from guardian.actions.gpu import GpuReset, ResetParams
 from guardian.core.snapshot import Snapshot, labels_of
 from guardian.hostio.host import Host
-from guardian.hostio.nvml import Nvml
+from guardian.hostio.nvml import Nvml, Sessions
 from guardian.hostio.procfs import pod_uid_of
 from guardian.hostio.programs import Ran
 from guardian.plugin.contract import ActionContext
+from guardian.runtime.collector import Collector
+from guardian.sources.gpu import GpuConfig, GpuSource
 from tests.support.nvml_recorded import RecordedNvml, load
 
 H100 = load("h100x8.json")
@@ -177,3 +180,54 @@ def test_nvlink_peers_as_nvidia_smi_says(tmp_path: Path, arch: int, remote: Any,
         assert plan.refused == [] and plan.data["target"] == "00000000:3A:00.0"
     else:
         assert any(refusal in r for r in plan.refused), plan.refused
+
+
+# -- guardian's own NVML session and the reset (issue 44) -------------------------------
+
+@pytest.mark.parametrize("status", [0, 255], ids=["reset", "refused-by-nvidia-smi"])
+def test_guardians_own_nvml_session_is_shut_while_nvidia_smi_resets(
+        tmp_path: Path, status: int) -> None:
+    """nvidia-smi(1), -r: "There can't be any applications using these devices (e.g. ...
+    monitoring application like other instance of nvidia-smi)", and the gpu source keeps
+    an NVML session open from its first collect. When nvidia-smi runs, every nvmlInit of
+    the process is matched by its nvmlShutdown (nvml.h: "Shutdown only occurs when the
+    reference count reaches zero"); a collect meanwhile, on another thread as the loop's,
+    has no value and says why at once, and another gpu.reset's plan is refused; the
+    collect after the reset, succeeded or not, opens NVML anew. Before, the source's
+    session stayed open while nvidia-smi ran (one init unmatched)."""
+    fake = RecordedNvml(copy.deepcopy(H100))
+    sessions = Sessions()
+
+    def reader() -> Nvml:
+        return Nvml(fake, sessions)
+
+    source = GpuSource(Host(tmp_path), GpuConfig(gpus="expected"), reader=reader)
+    collector = Collector(Host(tmp_path), [source])
+    assert collector.collect(0.0).values["nvml.gpus"] == 8.0
+    ctx = _ctx(tmp_path, GPU2)
+    other, _ = _action(H100)
+    other.reader = reader
+    seen: dict[str, Any] = {}
+
+    def runner(argv: list[str], timeout: float) -> Ran:
+        seen["open"] = fake.calls.count("nvmlInit") - fake.calls.count("nvmlShutdown")
+        loop = threading.Thread(target=lambda: seen.update(snap=collector.collect(1.0)))
+        loop.start()
+        loop.join()
+        seen["other"] = other.plan(ctx).refused
+        return Ran(status, b"", b"" if status == 0 else b"Unable to reset\n", 4.2)
+
+    action, _ = _action(H100)
+    action.reader, action.runner = reader, runner
+    out = action.apply(action.plan(ctx), ctx)
+    why = "NVML released for a GPU reset of 0000:3a:00.0"
+    assert seen["open"] == 0
+    assert seen["snap"].errors["gpu"] == why
+    assert not any(name.startswith("nvml.") for name in seen["snap"].values)
+    assert seen["other"] == [f"cannot ask NVML: {why}"]
+    assert out.ok is (status == 0) and out.data["nvml_sessions_released"] == 1
+    inits = fake.calls.count("nvmlInit")
+    after = collector.collect(2.0)
+    assert after.values["nvml.gpus"] == 8.0 and "released" not in after.errors["gpu"]
+    assert fake.calls.count("nvmlInit") == inits + 1  # its session, opened anew
+    assert source.nvml is not None and source.nvml.registered  # Xid events anew too
