@@ -94,7 +94,7 @@ def test_replay_text_is_the_golden_file_with_durations_for_people() -> None:
         REPLAY_GOLDEN.write_text(out.stdout)
     assert out.stdout == REPLAY_GOLDEN.read_text()
     assert out.stdout.startswith("recording of vm (kernel 6.18.44-fc-v1147), 145 snapshots "
-                                 "every 5s over 12m; 16 decision(s)\n")
+                                 "every 5s over 12m; 17 decision(s)\n")
     assert "   +6m15s  dying-memcgs           firing     memcg.dying: 11547 cgroups; " \
            "20 * memcg.live: 80 cgroups\n" in out.stdout  # aligned; text, not JSON
     # what the condition compared, as run --once says it: the delta, not the signal

@@ -22,7 +22,8 @@ from guardian.plugin.contract import NoParams, Source
 
 
 class PciSource(Source[NoParams]):
-    """PCI functions by vendor and class (see the module docstring)."""
+    """PCI functions on the bus, counted by vendor and class code (an NVSwitch: NVIDIA
+    0x068000)."""
 
     name: ClassVar[str] = "pci"
     specs: ClassVar[tuple[SignalSpec, ...]] = (
