@@ -162,16 +162,41 @@ static nvmlReturn_t uint_of(nvmlDevice_t device, const char *key, unsigned int *
 }
 
 /* -- the library ---------------------------------------------------------------------- */
+/* nvml.h, nvmlShutdown: "once for each call to nvmlInit() A reference count of the
+ * number of initializations is maintained. Shutdown only occurs when the reference count
+ * reaches zero. For backwards compatibility, no error is reported if nvmlShutdown() is
+ * called more times than nvmlInit()". The count is written, at each change, to the file
+ * $GUARDIAN_NVML_STANDIN_SESSIONS names (when set), for a stand-in nvidia-smi to read. */
+static int sessions;
+
+static void tell_sessions(void) {
+    const char *path = getenv("GUARDIAN_NVML_STANDIN_SESSIONS");
+    FILE *f;
+    if (!path || !(f = fopen(path, "w")))
+        return;
+    fprintf(f, "%d\n", sessions);
+    fclose(f);
+}
+
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     const entry_t *e;
     (void)flags;
     if (load() != 0)
         return DRIVER_NOT_LOADED;
     e = find(-1, "init");
-    return e ? e->error : SUCCESS;
+    if (e && e->error)
+        return e->error;
+    sessions++;
+    tell_sessions();
+    return SUCCESS;
 }
 
-nvmlReturn_t nvmlShutdown(void) { return SUCCESS; }
+nvmlReturn_t nvmlShutdown(void) {
+    if (sessions > 0)
+        sessions--;
+    tell_sessions();
+    return SUCCESS;
+}
 
 const char *nvmlErrorString(nvmlReturn_t result) {
     switch (result) {

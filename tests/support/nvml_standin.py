@@ -14,6 +14,9 @@ import pynvml
 
 SOURCE = Path(__file__).resolve().parent / "nvml_standin.c"
 ENV = "GUARDIAN_NVML_STANDIN"  # the line file the library reads
+#: the file the library writes its count of open sessions to (nvmlInit not yet matched by
+#: nvmlShutdown), at each change
+SESSIONS_ENV = "GUARDIAN_NVML_STANDIN_SESSIONS"
 
 
 def build(directory: Path) -> Path:

@@ -27,7 +27,7 @@ from guardian.hostio.host import Host
 from guardian.hostio.nvml import Nvml
 from guardian.sources.gpu import GpuConfig, GpuSource
 from tests.support.nvml_recorded import RecordedNvml, load
-from tests.support.nvml_standin import ENV, build, lines
+from tests.support.nvml_standin import ENV, SESSIONS_ENV, build, lines
 
 H100 = load("h100x8.json")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -112,3 +112,36 @@ def test_refusals_and_a_card_without_nvlink_through_the_real_binding(
     assert not any(dict(k)["gpu"] == "1" for k in active)
     pages = _members(got["nvml.retired_pages"]["value"])
     assert sorted(pages.values()) == [0.0, 2.0]
+
+
+def test_guardian_act_resets_with_no_nvml_session_of_its_own_open(tmp_path: Path,
+                                                                   standin: Path) -> None:
+    """`guardian act gpu.reset` collects a snapshot first (the gpu source opens NVML
+    through pynvml and keeps it open), then runs nvidia-smi --gpu-reset, which
+    nvidia-smi(1) -r refuses while a monitoring application holds the GPU. The stand-in
+    library counts its open sessions (nvmlInit not yet matched by nvmlShutdown) in a
+    file; the stand-in nvidia-smi reads it and, as the real one would with a user of the
+    GPU, fails while it is not 0. Before, the source's session was open (1) while
+    nvidia-smi ran."""
+    (tmp_path / "nvml.lines").write_text(lines(H100))
+    config = tmp_path / "guardian.toml"
+    config.write_text('[sources.gpu]\ngpus = "expected"\n')
+    count, seen = tmp_path / "sessions", tmp_path / "seen"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nn=$(cat "{count}")\necho "$n" >> "{seen}"\n'
+                   '[ "$n" = 0 ] || { echo "stand-in: $n NVML session(s) open" >&2; '
+                   'exit 1; }\necho "stand-in: GPU $4 reset"\n')
+    smi.chmod(0o755)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(standin),
+           ENV: str(tmp_path / "nvml.lines"), SESSIONS_ENV: str(count)}
+    ran = subprocess.run([sys.executable, "-m", "guardian", "act", "gpu.reset", "--set",
+                          "gpu=00000000:3A:00.0", "--set", f'nvidia_smi=["{smi}"]',
+                          "--warmup", "1ms", "--config", str(config), "--root",
+                          str(tmp_path), "--json"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert seen.read_text() == "0\n", ran.stdout + ran.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    outcome = json.loads(ran.stdout)["data"]["outcome"]
+    assert outcome["ok"] and outcome["verified"] is True
+    assert outcome["data"]["nvml_sessions_released"] == 1  # the gpu source's
+    assert count.read_text() == "0\n"  # every session shut at the end
