@@ -65,8 +65,8 @@ INFINIBAND_CLASS = 0x0207
 AMAZON_VENDOR = 0x1D0F
 #: The device ids the efa driver binds: efa_pci_tbl in linux
 #: drivers/infiniband/hw/efa/efa_main.c lists PCI_DEV_ID_EFA0_VF 0xefa0 to EFA3_VF 0xefa3;
-#: 0xefa4 was added by "RDMA/efa: Add EFA 0xefa4 PCI ID" (linux-rdma, 2026), and pci.ids
-#: names all five "Elastic Fabric Adapter (EFA)".
+#: 0xefa4 is added by "RDMA/efa: Add EFA 0xefa4 PCI ID", posted to linux-rdma in 2026;
+#: pci.ids names all five "Elastic Fabric Adapter (EFA)".
 EFA_DEVICES = frozenset({0xEFA0, 0xEFA1, 0xEFA2, 0xEFA3, 0xEFA4})
 #: Drivers that hand a function over whole (to a virtual machine, or to user space):
 #: bound to one of these (or to any vfio driver, such as mlx5_vfio_pci), a function's
