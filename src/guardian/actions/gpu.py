@@ -417,8 +417,7 @@ def check(rules: list[Any], apply_timeout: float) -> list[tuple[Any, str]]:
 
     out = []
     for rule in rules:
-        for a in [*rule.actions, *rule.escalate,
-                  *(a for step in rule.steps for a in step.actions)]:
+        for a in rule.bound_actions():
             if a.use != "gpu.reset":
                 continue
             params = a.action.params

@@ -275,6 +275,5 @@ def check(rules: list[Any], fleet_configured: bool, kubernetes: bool
 
 def reboots(rule: Any) -> bool:
     """Whether a compiled rule has ``node.reboot`` among its actions, escalation or steps."""
-    return any(a.use == "node.reboot" for a in [
-        *rule.actions, *rule.escalate, *(a for step in rule.steps for a in step.actions)])
+    return any(a.use == "node.reboot" for a in rule.bound_actions())
 

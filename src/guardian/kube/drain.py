@@ -282,12 +282,13 @@ def drain_seconds(p: DrainParams) -> float:
 
 
 def check(rules: list[Any], apply_timeout: float) -> list[tuple[Any, str]]:
-    """``guardian check``'s errors: a drain (kube.drain, or node.reboot's ``drain``) whose
-    waits reach the service's ``apply_timeout``: the executor would give up on it while
-    it goes on evicting and, with ``force``, later deletes pods unseen."""
+    """``guardian check``'s errors: a drain (kube.drain, or node.reboot's ``drain``; an
+    action, an escalation or a ladder's step) whose waits reach the service's
+    ``apply_timeout``: the executor would give up on it while it goes on evicting and,
+    with ``force``, later deletes pods unseen."""
     out = []
     for rule in rules:
-        for a in [*rule.actions, *rule.escalate]:
+        for a in rule.bound_actions():
             if a.use == "kube.drain":
                 p = a.action.params
             elif a.use == "node.reboot" and a.action.params.drain is not None:

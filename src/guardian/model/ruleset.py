@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -98,6 +99,15 @@ class CompiledRule:
     def observe(self) -> bool:
         """Shadow mode: plans and audits what it would do, never applies."""
         return self.spec.mode == "observe"
+
+    def bound_actions(self) -> Iterator[BoundAction]:
+        """Every bound action of the rule: its actions (its clean-up's among them), its
+        escalation, then each ladder step's. What ``guardian check`` asks of actions
+        (their waits, their sandbox) is asked of each of these."""
+        yield from self.actions
+        yield from self.escalate
+        for step in self.steps:
+            yield from step.actions
 
 
 @dataclass

@@ -56,7 +56,7 @@ def _reboot_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
 
 def _drain_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
     drains = any(a.use == "kube.drain" or (a.use == "node.reboot" and a.params.get("drain"))
-                 for r in rs.rules for a in [*r.actions, *r.escalate])
+                 for r in rs.rules for a in r.bound_actions())
     if not drains:
         return []
     from guardian.kube.drain import check
@@ -66,8 +66,7 @@ def _drain_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
 
 def _gpu_reset_errors(rs: Ruleset, config: Config) -> list[tuple[Any, str]]:
     evicts = any(a.use == "gpu.reset" and a.params.get("evict_pods") not in (None, False)
-                 for r in rs.rules
-                 for a in [*r.actions, *r.escalate, *(a for s in r.steps for a in s.actions)])
+                 for r in rs.rules for a in r.bound_actions())
     if not evicts:
         return []
     from guardian.actions.gpu import check
@@ -174,7 +173,7 @@ def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
                                else [])
     report = SandboxReport(unit=" + ".join(names))
     for rule in rs.rules:
-        for bound in [*rule.actions, *rule.escalate]:
+        for bound in rule.bound_actions():  # a ladder's steps' too
             where = f"{rule.path}:{rule.line}: rule {rule.spec.name!r}: {bound.use}"
             _compare(report, box, where, bound.action.sandbox_needs(), root)
     for key, params in _kube_config(config):

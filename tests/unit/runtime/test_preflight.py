@@ -48,6 +48,50 @@ def test_a_ladders_reboot_is_checked_and_a_shadow_rules_is_not(
     assert errors(load_text(shadow, path="r.toml"), Config()) == []
 
 
+LADDER = '''version = 1
+[[rule]]
+name = "nic-stuck"
+summary = "s"
+when = "memcg.dying > 10"
+fleet = false
+  [[rule.step]]
+  verify = "10m"
+  [[rule.step.action]]
+  use = "log"
+  message = "m"
+  [[rule.step]]
+  verify = "30m"
+  [[rule.step.action]]
+  {step}
+'''
+
+
+@pytest.mark.parametrize("step", [
+    'use = "kube.drain"\n  wait = 300',
+    'use = "node.reboot"\n  systemctl = ["/bin/true"]\n'
+    '  drain = { wait = 200, force = true, force_wait = 100 }',
+], ids=["kube.drain", "node.reboot-drain"])
+def test_a_drain_in_a_ladders_step_is_checked_against_the_apply_timeout(step: str) -> None:
+    """kube/drain.check read a rule's actions and escalation only: a drain in a
+    [[rule.step]] that outlasts [service] apply_timeout (300 s) passed `guardian check`."""
+    rules = load_text(LADDER.format(step=step), path="l.toml")
+    [d] = [d for d in errors(rules, Config()) if "apply_timeout" in d.message]
+    assert (d.path, d.line) == ("l.toml", 2)
+    assert "rule 'nic-stuck': " in d.message and "= 300s is not below [service] " \
+        "apply_timeout (300s)" in d.message
+
+
+def test_a_ladders_step_is_told_what_the_units_sandbox_denies_it(tmp_path: Path) -> None:
+    """The sandbox was compared with a rule's actions and escalation only: a step's
+    webhook to a non-loopback address went unwarned."""
+    rules = load_text(LADDER.format(step='use = "notify.webhook"\n'
+                                         '  url = "http://10.213.0.1:8080/hook"'),
+                      path="l.toml")
+    [w] = sandbox(rules, Config(), root=tmp_path).warnings
+    assert w.startswith("l.toml:2: rule 'nic-stuck': notify.webhook: connects to the "
+                        "webhook http://10.213.0.1:8080 (10.213.0.1)")
+
+
 def test_rules_that_neither_reboot_nor_drain_have_nothing_to_check() -> None:
     rules = load_text('version = 1\n[[rule]]\nname = "a"\nsummary = "s"\n'
                       'when = "memcg.dying > 1"\n  [[rule.action]]\n  use = "log"\n')
