@@ -184,8 +184,8 @@ class FabricSource(Source[FabricConfig]):
         SignalSpec("fabric.devices", "RDMA devices in /sys/class/infiniband", "devices"),
         SignalSpec("fabric.devices.expected", "RDMA devices this node should have at least: "
                    "the larger of expect and the PCI functions that must have one "
-                   "(InfiniBand controllers, EFA; each seen since start counts until it "
-                   "is back); 1 with devices = \"expected\"", "devices"),
+                   "(InfiniBand controllers, EFA; one gone from the bus since start still "
+                   "counts); 1 with devices = \"expected\"", "devices"),
         SignalSpec("fabric.devices.missing", "1 for a PCI function that must have an RDMA "
                    "device and has none, by address, vendor:device, bound driver (\"\" for "
                    "none) and state (unbound: no driver bound; no_rdma: its driver bound "
