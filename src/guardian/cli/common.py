@@ -130,7 +130,8 @@ def report_sources(coll: Collector) -> None:
     names = ", ".join(s.name for s in coll.sources) or "none"
     print(f"guardian: sources available: {names}", file=sys.stderr)
     for name, why in sorted(coll.unavailable.items()):
-        print(f"guardian: source {name} unavailable: {why}", file=sys.stderr)
+        state = "not configured" if name in coll.unconfigured else "unavailable"
+        print(f"guardian: source {name} {state}: {why}", file=sys.stderr)
 
 
 def print_plan(p: dict[str, Any], indent: str = " " * 9) -> None:

@@ -79,7 +79,10 @@ def build_components(opts: ServiceOptions, config: Config, registry: Registry,
     collector = Collector.from_registry(Host(opts.root), registry, config)
     try:
         for name, reason in sorted(collector.unavailable.items()):
-            log.warning("source %s unavailable: %s", name, reason)
+            if name in collector.unconfigured:  # the operator's choice, not a fault
+                log.info("source %s not configured: %s", name, reason)
+            else:
+                log.warning("source %s unavailable: %s", name, reason)
         if opts.state_path is not None:
             for src in collector.sources:
                 src.keep_state(opts.state_path.parent)
