@@ -49,6 +49,15 @@ def gated(gate: Approve | None, actions: list[BoundAction]) -> list[BoundAction]
     return [a for a in actions if a.disruptive] if gate is not None else []
 
 
+def ever_waits(rule: CompiledRule) -> bool:
+    """Whether any of ``rule``'s actions can ever wait for an approval: a gate (its own,
+    or a ladder step's) over at least one disruptive action it runs."""
+    if rule.steps:
+        return any(gated(gate_of(rule, i), step.actions)
+                   for i, step in enumerate(rule.steps))
+    return bool(gated(gate_of(rule), rule.actions))
+
+
 def how_to(rule: str) -> str:
     """How a human approves ``rule``."""
     return (f"approve with `guardian approve {rule} --why TEXT` or the node annotation "

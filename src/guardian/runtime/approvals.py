@@ -35,22 +35,27 @@ class ApprovalFile:
     def approvals(self) -> list[Approval]:
         """The approvals in the file; none when it is missing, cannot be read or parsed,
         or could have been written by someone else (each problem logged once)."""
+        found, problems = self.read()
+        for p in problems:
+            self._say(p)
+        return found
+
+    def read(self) -> tuple[list[Approval], list[str]]:
+        """The approvals the service takes from the file, and why it leaves out what it
+        leaves out (``it approves nothing``); `guardian approve` reads back what it
+        wrote with this, the service's own check."""
         try:
             data = read_regular(self.path, MAX_APPROVAL_BYTES)
         except FileNotFoundError:
-            return []
+            return [], []
         except (OSError, ValueError) as exc:
-            self._say(f"cannot read {self.path}: {getattr(exc, 'strerror', None) or exc}; "
-                      f"it approves nothing")
-            return []
+            return [], [f"cannot read {self.path}: "
+                        f"{getattr(exc, 'strerror', None) or exc}; it approves nothing"]
         untrusted = replaceable_by_others(self.path.absolute())
         if untrusted:
-            self._say(f"{self.path} approves nothing: {untrusted}")
-            return []
+            return [], [f"{self.path} approves nothing: {untrusted}"]
         found, problems = parse_approvals(data.strip() or b"[]", f"file {self.path}")
-        for p in problems:
-            self._say(f"{p}; it approves nothing")
-        return found
+        return found, [f"{p}; it approves nothing" for p in problems]
 
     def write(self, approvals: list[Approval]) -> None:
         """Replace the file's approvals. Raises OSError."""

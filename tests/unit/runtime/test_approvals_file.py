@@ -72,3 +72,99 @@ def test_an_approvals_file_others_could_write_or_nobody_can_parse_approves_nothi
     path.write_text('[{"rule": "r", "by": "alice", "why": "x"}]')  # no `at`
     assert ApprovalFile(path).approvals() == []
     assert ApprovalFile(tmp_path / "none.json").approvals() == []
+
+
+APPROVE_RULES = '''version = 1
+[[rule]]
+name = "memcg-leak"
+summary = "s"
+when = "memcg.dying > 100"
+approve = { timeout = "2h" }
+  [[rule.action]]
+  use = "command"
+  argv = ["/bin/true"]
+
+[[rule]]
+name = "ungated"
+summary = "s"
+when = "memcg.dying > 100"
+  [[rule.action]]
+  use = "command"
+  argv = ["/bin/true"]
+
+[[rule]]
+name = "ladder"
+summary = "s"
+when = "memcg.dying > 100"
+  [[rule.step]]
+  verify = "5m"
+    [[rule.step.action]]
+    use = "log"
+  [[rule.step]]
+  verify = "5m"
+  approve = { timeout = "2h" }
+    [[rule.step.action]]
+    use = "command"
+    argv = ["/bin/true"]
+'''
+
+
+def _approve_config(tmp_path: Path) -> Path:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "a.toml").write_text(APPROVE_RULES)
+    (tmp_path / "state").mkdir(mode=0o700)
+    config = tmp_path / "g.toml"
+    config.write_text(f'[service]\nrules = ["{tmp_path / "rules"}"]\n'
+                      f'state_file = "{tmp_path / "state" / "state.json"}"\n')
+    return config
+
+
+def test_approve_refuses_a_name_no_loaded_rule_has_and_a_rule_that_never_waits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of issue 45: `guardian approve memcg-lek` said "approved", exit 0, and a
+    rule without a gate "does not wait for approval now" (it never will). Now both are
+    usage errors (exit 2) that keep nothing, the first answered with the likely meant
+    name as `guardian pause` answers it; a ladder whose second step has the gate waits."""
+    config = _approve_config(tmp_path)
+    kept = tmp_path / "state" / "approvals.json"
+    assert main(["approve", "memcg-lek", "--why", "x", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "guardian approve: no loaded rule is named 'memcg-lek' (did you mean "
+        "'memcg-leak'?); nothing approved\n")
+    assert main(["approve", "ungated", "--why", "x", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "guardian approve: rule ungated has no approve gate: none of its actions ever "
+        "waits for approval; nothing approved\n")
+    assert not kept.exists()
+    assert main(["approve", "ladder", "--why", "x", "--config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith("rule ladder: approved by ")
+    assert main(["approve", "memcg-leak", "--why", "x", "--config", str(config),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["waits"] is None
+    assert [a.rule for a in ApprovalFile(kept).approvals()] == ["ladder", "memcg-leak"]
+
+
+def test_approve_says_the_truth_when_the_service_would_refuse_the_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of issue 45: with a state directory of mode 0777 `guardian approve` promised
+    the gated actions would run (exit 0) while the service's reader refused the file.
+    It now reads back what it wrote with that reader, and says why it is refused."""
+    config = _approve_config(tmp_path)
+    state = tmp_path / "state"
+    state.chmod(0o777)
+    try:
+        assert main(["approve", "memcg-leak", "--why", "drained", "--config",
+                     str(config)]) == 1
+        assert capsys.readouterr().err == (
+            f"guardian approve: the service will not take this approval: "
+            f"{state / 'approvals.json'} approves nothing: {state} is writable by group "
+            f"or others (mode 0777) (kept in {state / 'approvals.json'}: it counts once "
+            f"that is fixed)\n")
+        assert main(["approve", "memcg-leak", "--why", "drained", "--config", str(config),
+                     "--json"]) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["ok"] is False and "is writable by group or others" in \
+            doc["errors"][0]["message"]
+    finally:
+        state.chmod(0o700)
+    assert [a.by for a in ApprovalFile(state / "approvals.json").approvals()] != []
