@@ -70,7 +70,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     try:
         done = once.run_once(rules, coll, engine, executor,
                              warmup=parse_duration(args.warmup), state_path=state_path,
-                             operating=once.operating(config, state))
+                             operating=once.operating(config, state, executor))
         _report(args, rules, engine, coll, done, state_path)
     finally:
         coll.close()

@@ -8,7 +8,7 @@ budget, as the service carries them from tick to tick::
     engine = once.engine_for(rules, config, paths.state, paths.state)
     report = once.run_once(rules, collector, engine, executor, warmup=1.0,
                            state_path=paths.state,
-                           operating=once.operating(config, paths.state))
+                           operating=once.operating(config, paths.state, executor))
 """
 
 from __future__ import annotations
@@ -61,12 +61,17 @@ def engine_for(rules: Ruleset, config: Config, state_path: Path | None,
     return engine
 
 
-def operating(config: Config, holds_state: Path) -> Operating:
+def operating(config: Config, holds_state: Path, executor: Executor) -> Operating:
     """The holds in force now and the maintenance window, as the service sees them
-    (guardian pause's holds beside ``holds_state``), for :func:`run_once`."""
+    (guardian pause's holds beside ``holds_state``), for :func:`run_once`; ``executor``
+    is held to this node's node group (``[[group]]``) as the service's is
+    (:meth:`~guardian.runtime.operate.Operations.govern`): a shadow group's node plans
+    and audits its decisions, never applies them."""
     from guardian.runtime.operate import Operations  # the holds, as the service reads them
 
-    return Operations(config, holds_state).before()
+    ops = Operations(config, holds_state)
+    ops.govern(executor)
+    return ops.before()
 
 
 @dataclass

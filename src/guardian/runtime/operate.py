@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from guardian.engine import gate
 from guardian.engine.decision import Decision
@@ -21,6 +22,9 @@ from guardian.runtime.approvals import ApprovalFile
 from guardian.runtime.config import Config
 from guardian.runtime.holds import DropIn, HoldFile, HoldReader
 from guardian.runtime.metrics import Metrics
+
+if TYPE_CHECKING:
+    from guardian.runtime.executor import Executor
 
 log = logging.getLogger("guardian.holds")
 
@@ -102,6 +106,14 @@ class Operations:
         executor's ``shadow``."""
         return shadow_why(d.rule, any(a.disruptive for a in d.actions), self.labels(),
                           self.groups)
+
+    def govern(self, executor: Executor) -> None:
+        """Hold ``executor`` to this node's node group (its ``shadow``, judged at each
+        run): on a shadow group's node, or for a rule its group does not list, a
+        decision is planned and audited, never applied. The one place the service and
+        ``run --once`` (:func:`guardian.runtime.once.operating`) wire node groups."""
+        if self.groups:
+            executor.shadow = self.shadow
 
     def holds(self, wall: float) -> list[Hold]:
         out: list[Hold] = []

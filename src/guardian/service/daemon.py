@@ -153,8 +153,7 @@ class Daemon:
             self._not_started(str(exc))
             return exc.code
         self.collector, self.flight = parts.collector, parts.flight
-        if self.config.groups:  # node groups: a shadow group's decisions apply nothing
-            parts.executor.shadow = self.operations.shadow
+        self.operations.govern(parts.executor)  # node groups, as run --once's
         self.transaction = TickTransaction(
             engine, parts.executor, self.opts.state_path, act_deadline=self.opts.act_deadline,
             lock=self.lock.take if self.lock else None, lock_fault=lock_fault,

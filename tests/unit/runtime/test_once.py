@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
+
 from guardian import (
     Action,
     ActionContext,
@@ -23,6 +25,7 @@ from guardian import (
     load_text,
 )
 from guardian.model.holds import Hold
+from guardian.model.nodegroups import NodeConfig, NodeGroup
 from guardian.model.ruleset import Ruleset
 from guardian.plugin.contract import NoParams
 from guardian.plugin.registry import Registry
@@ -78,20 +81,22 @@ enabled = {str(enabled).lower()}
 ''', registry=_registry())
 
 
-def _config(tmp_path: Path) -> Config:
-    return Config(holds=HoldsConfig(dropin=str(tmp_path / "holds.d")))
+def _config(tmp_path: Path, **more: object) -> Config:
+    return Config(holds=HoldsConfig(dropin=str(tmp_path / "holds.d")), **more)
 
 
-def _pass(tmp_path: Path, rules: Ruleset, *, dry_run: bool = False) -> once.Pass:
+def _pass(tmp_path: Path, rules: Ruleset, *, dry_run: bool = False,
+          config: Config | None = None) -> once.Pass:
     state = tmp_path / "state.json"
     state_path = None if dry_run else state
+    config = config or _config(tmp_path)
     coll = Collector(Host(), [Level(Host())])
-    engine = once.engine_for(rules, _config(tmp_path), state_path, state)
+    engine = once.engine_for(rules, config, state_path, state)
     executor = Executor(coll.host, dry_run=dry_run)
     try:
         return once.run_once(rules, coll, engine, executor, warmup=0.0,
                              state_path=state_path,
-                             operating=once.operating(_config(tmp_path), state))
+                             operating=once.operating(config, state, executor))
     finally:
         coll.close()
 
@@ -187,6 +192,25 @@ def test_a_pause_on_every_rule_holds_the_action(tmp_path: Path) -> None:
     [report] = done.rules
     assert report.decisions == ["firing", "held"] and not report.acted
     assert [ex.result for ex in done.executed] == ["held"] and Count.applied == 0
+
+
+CANARY = NodeGroup(name="canary", labels={"guardian.io/canary": "true"}, mode="shadow")
+
+
+@pytest.mark.parametrize(("labels", "applied", "reason"), [
+    ({"guardian.io/canary": "true"}, 0, "node group canary is in shadow mode"),
+    ({"guardian.io/canary": "false"}, 1, ""),  # in no group: it acts
+])
+def test_a_node_of_a_shadow_group_plans_and_never_applies(
+        tmp_path: Path, labels: dict[str, str], applied: int, reason: str) -> None:
+    """As the service's executor (Operations.govern). Before: run --once applied it on
+    the canary node (the group was read by the service only)."""
+    Level.value, Count.applied = 5.0, 0
+    config = _config(tmp_path, node=NodeConfig(labels=labels), groups=[CANARY])
+    done = _pass(tmp_path, _rules(), config=config)
+    assert Count.applied == applied
+    assert [ex.result for ex in done.executed] == ["would_act" if reason else "ok"]
+    assert done.decisions[0].reason.endswith(reason)
 
 
 def test_warm_snapshot_feeds_the_first_sample_to_the_history_only(tmp_path: Path) -> None:
