@@ -299,3 +299,82 @@ def test_node_reboot_looks_for_the_sentinel_in_the_nodes_run(
     [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     on_node = volume["hostPath"]["path"].rstrip("/") + sentinel[len(mount["mountPath"]):]
     assert on_node == "/run/reboot-required"  # kured's /var/run/reboot-required
+
+
+def _gpu_site(tmp_path: Path, base: str) -> Path:
+    """An operator's overlay: ``base`` (deploy/<base>) with components/gpu."""
+    site = tmp_path / base
+    site.mkdir()
+    rel = os.path.relpath(REPO / "deploy", site)  # kustomize takes no absolute paths
+    (site / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"{rel}/{base}"],
+        "components": [f"{rel}/kubernetes/components/gpu"]}))
+    return site
+
+
+def _without_gpu_setup(pod: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(pod))
+    out.pop("runtimeClassName", None)
+    out.pop("affinity", None)
+    [c] = out["containers"]
+    c["env"] = [e for e in c["env"] if not e["name"].startswith("NVIDIA_")]
+    return out
+
+
+@pytest.mark.parametrize("base", ["kubernetes", "kubernetes-unprivileged"])
+def test_the_gpu_component_gives_gpu_nodes_a_daemonset_with_nvml(
+        tmp_path: Path, base: str) -> None:
+    """Before: one DaemonSet on every node, its image without the NVIDIA driver, so on a
+    GPU node the gpu source could not load libnvidia-ml.so.1 and gpu.reset found no
+    nvidia-smi. With components/gpu: guardian-gpu on nodes labelled
+    nvidia.com/gpu.present=true (the GPU Operator's label), through the NVIDIA runtime
+    (runtimeClassName nvidia) with NVIDIA_VISIBLE_DEVICES=all and
+    NVIDIA_DRIVER_CAPABILITIES=utility (libnvidia-container's utility_libs and
+    utility_bins: libnvidia-ml.so and nvidia-smi), requesting no nvidia.com/gpu; guardian
+    kept off those nodes (a node's runtime without the class would not start it); the
+    rest of the pod the same as guardian's, the unprivileged overlay's included."""
+    docs = _kustomize(_gpu_site(tmp_path, base))
+    for doc in docs:
+        assert _validate(doc) == [], doc["kind"]
+    ds = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+    assert set(ds) == {"guardian", "guardian-gpu"}
+    plain, gpu = (ds[n]["spec"]["template"]["spec"] for n in ("guardian", "guardian-gpu"))
+    assert gpu["runtimeClassName"] == "nvidia" and "runtimeClassName" not in plain
+    key = "nvidia.com/gpu.present"
+    for pod, op in ((gpu, "In"), (plain, "NotIn")):
+        [term] = pod["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term["matchExpressions"] == [{"key": key, "operator": op, "values": ["true"]}]
+    [c] = gpu["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert not any("nvidia.com" in r for part in c["resources"].values() for r in part)
+    assert _without_gpu_setup(gpu) == _without_gpu_setup(plain)
+    # its own pods only; the PodMonitor's selector (components/monitoring) takes both
+    gpu_ds = ds["guardian-gpu"]["spec"]
+    labels = gpu_ds["template"]["metadata"]["labels"]
+    assert gpu_ds["selector"]["matchLabels"].items() <= labels.items()
+    assert gpu_ds["selector"]["matchLabels"] != ds["guardian"]["spec"]["selector"]["matchLabels"]
+    [pm] = _docs("components/monitoring/podmonitor.yaml")
+    assert pm["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # the base alone is unchanged: one DaemonSet on every Linux node
+    assert [d["metadata"]["name"] for d in _kustomize(REPO / "deploy" / base)
+            if d["kind"] == "DaemonSet"] == ["guardian"]
+
+
+def test_kubectl_apply_dry_run_accepts_the_gpu_component(tmp_path: Path) -> None:
+    """As test_kubectl_apply_dry_run_accepts_the_manifests, for an overlay with
+    components/gpu: both DaemonSets would be created."""
+    from tests.support.kube_standin import kubeconfig, kubectl, serve
+    site = _gpu_site(tmp_path, "kubernetes")
+    _kustomize(site)  # skips where kubectl is not installed
+    with serve() as (url, _):
+        out = kubectl(kubeconfig(tmp_path, url), "apply", "--dry-run=client",
+                      "--validate=false", "-k", str(site))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(line.endswith("created (dry run)") for line in lines), out.stdout
+    assert {"daemonset.apps/guardian created (dry run)",
+            "daemonset.apps/guardian-gpu created (dry run)"} <= set(lines)

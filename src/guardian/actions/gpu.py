@@ -6,8 +6,11 @@ The GPU is the one the rule's matched member names (its ``pci_bus_id``, ``UUID``
 parameter. nvidia-smi(1), ``-r, --gpu-reset``, says what a reset needs; the plan asks
 NVML and refuses, with why (each refusal quotes the man page beside it, below):
 
-- no NVIDIA driver or library (NVML cannot start), or no such GPU (a GPU off the bus
-  does not answer);
+- no NVIDIA driver or library (NVML cannot start: a library not found is said with the
+  node's GPUs and where it is missing, a pod's container or the host,
+  :mod:`guardian.hostio.gpuhost`), or no such GPU (a GPU off the bus does not answer);
+- nvidia-smi cannot be run (not found on the runner's PATH, or not executable: in a pod
+  the NVIDIA container runtime brings it with the ``utility`` capability);
 - more than one GPU matched (one reset at a time: the ladder climbs per episode);
 - processes on the GPU (NVML's compute and graphics processes), each named with the
   Kubernetes pod its cgroup places it in (pod UID). With ``evict_pods`` (the k8s extra)
@@ -48,6 +51,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import NotRequired, TypedDict
 
 from guardian.core.durations import Duration
+from guardian.hostio.gpuhost import GPU_NODES_DOC, library_missing
+from guardian.hostio.host import Host
 from guardian.hostio.nvml import (
     AMPERE,
     Nvml,
@@ -57,7 +62,7 @@ from guardian.hostio.nvml import (
     normal_pci,
 )
 from guardian.hostio.procfs import all_stats, pod_uid_of, read_proc_stat
-from guardian.hostio.programs import Ran, run_bounded
+from guardian.hostio.programs import MINIMAL_ENV, Ran, cannot_run, run_bounded
 from guardian.plugin.contract import (
     Action,
     ActionContext,
@@ -139,6 +144,8 @@ class GpuReset(Action[ResetParams, ResetPayload]):
     #: how NVML is reached and nvidia-smi run (tests hand in a recorded NVML and a runner)
     reader: Callable[[], Nvml] = Nvml
     runner: Callable[[list[str], float], Ran] = staticmethod(run_bounded)
+    #: why a program cannot be run on the runner's PATH, None when it can
+    runnable: Callable[[str], str | None] = staticmethod(cannot_run)
 
     def sandbox_needs(self) -> SandboxNeeds:
         """nvidia-smi and NVML open the NVIDIA device nodes; evict_pods reaches the
@@ -156,12 +163,15 @@ class GpuReset(Action[ResetParams, ResetPayload]):
         assert pods is not None
         return GpuPods(pods)
 
-    def _facts(self, target: str) -> ResetFacts | str:
-        """What NVML says of the GPU, or why it cannot be asked."""
+    def _facts(self, target: str, host: Host | None = None) -> ResetFacts | str:
+        """What NVML says of the GPU, or why it cannot be asked (a library not found:
+        with the node's GPUs and where it is missing, when ``host`` is given)."""
         nvml = self.reader()
         try:
             nvml.start()
         except NvmlUnavailable as exc:
+            if exc.error == "LIBRARY_NOT_FOUND" and host is not None:
+                return f"cannot ask NVML: {library_missing(host)}"
             return f"cannot ask NVML: {exc}"
         try:
             found = nvml.find(target)
@@ -186,11 +196,17 @@ class GpuReset(Action[ResetParams, ResetPayload]):
             plan.refused.append(f"{len(targets)} GPUs matched ({', '.join(targets)}): "
                                 f"gpu.reset resets one GPU at a time")
             return plan
-        facts = self._facts(targets[0])
+        facts = self._facts(targets[0], ctx.host)
         if isinstance(facts, str):
             plan.refused.append(facts)
             return plan
         plan.refused += self._refusals(facts, ctx)
+        smi = self.params.nvidia_smi[0]
+        if (why := self.runnable(smi)) is not None:
+            plan.refused.append(f"{smi} {why} (PATH {MINIMAL_ENV['PATH']}): it comes with "
+                                f"the NVIDIA driver; in a pod, the NVIDIA container runtime "
+                                f"puts it there with NVIDIA_DRIVER_CAPABILITIES=utility "
+                                f"(see {GPU_NODES_DOC})")
         holders: dict[str, list[str]] = {}
         if facts.pids:
             holders, refused = self._holders(facts.pids, ctx)

@@ -50,7 +50,13 @@ MAX_EVENTS = 1000  # events taken in one drain (a flood costs bounded time)
 
 
 class NvmlUnavailable(GuardianError):
-    """NVML cannot be used on this host: no library, no driver, a version mismatch."""
+    """NVML cannot be used on this host: no library, no driver, a version mismatch.
+    ``error`` is the name of what nvmlInit returned (``LIBRARY_NOT_FOUND``), "" when
+    NVML was not reached."""
+
+    def __init__(self, why: str, error: str = "") -> None:
+        super().__init__(why)
+        self.error = error
 
 
 class NvmlReleased(NvmlUnavailable):
@@ -229,9 +235,9 @@ class Nvml:
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as exc:
-            raise NvmlUnavailable(_WHY_NOT.get(error_name(self.nvml, exc),
-                                               f"nvmlInit failed: NVML "
-                                               f"{error_name(self.nvml, exc)}")) from None
+            name = error_name(self.nvml, exc)
+            raise NvmlUnavailable(_WHY_NOT.get(name, f"nvmlInit failed: NVML {name}"),
+                                  name) from None
         self.opened = True
         self.sessions.open.append(self)
 
@@ -522,7 +528,10 @@ class Nvml:
 
 # nvmlInit's errors as people read them (nvml.h: nvmlInit_v2's return values)
 _WHY_NOT = {
-    "LIBRARY_NOT_FOUND": "no NVIDIA driver: libnvidia-ml.so.1 is not installed",
+    # pynvml: dlopen("libnvidia-ml.so.1") failed; the kernel driver may well be loaded
+    # (a container without the library): guardian.hostio.gpuhost says which
+    "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 (NVML, the NVIDIA driver's library) cannot be "
+                         "loaded: not found",
     "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded",
     "NO_PERMISSION": "NVML refused: no permission to the NVIDIA device files",
     "LIB_RM_VERSION_MISMATCH": "the NVML library and the loaded kernel driver are of "

@@ -94,9 +94,14 @@ def functions(sys: Path) -> list[PciFunction]:
             if f is not None]
 
 
+def gpu_functions(sys: Path) -> list[PciFunction]:
+    """The NVIDIA display controllers (vendor 0x10de, class 0x03xxxx: VGA 0x0300 or 3D
+    0x0302) under ``sys``/bus/pci/devices, whether or not a driver is bound, by
+    address."""
+    return [f for f in functions(sys) if f.vendor == NVIDIA_VENDOR and f.pci_class >> 16 == 0x03]
+
+
 def pci_gpus(sys: Path) -> list[str]:
-    """The PCI addresses of NVIDIA display controllers (vendor 0x10de, class 0x03xxxx:
-    VGA 0x0300 or 3D 0x0302) under ``sys``/bus/pci/devices, whether or not a driver
-    is bound: what tells a GPU node from one without GPUs."""
-    return [f.address for f in functions(sys)
-            if f.vendor == NVIDIA_VENDOR and f.pci_class >> 16 == 0x03]
+    """The PCI addresses of :func:`gpu_functions`: what tells a GPU node from one
+    without GPUs."""
+    return [f.address for f in gpu_functions(sys)]

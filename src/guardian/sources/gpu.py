@@ -18,8 +18,11 @@ for that GPU, and the refusal is a fault of the source with NVML's own name for 
 ``guardian.source_errors``; a field the GPU does not have (``NOT_SUPPORTED``: retired pages
 on GPUs that remap rows, NVLink on a PCIe card) is absent and no fault. Without the
 library or the driver the source does not run and says why once (``guardian signals``,
-/healthz): rules over it are blind, never ok. With ``gpus = "auto"`` (the default) a node
-whose PCI bus has no NVIDIA display controller has nothing for it to read.
+/healthz): rules over it are blind, never ok. A library not found is said with the GPUs
+the PCI bus has and where it is missing (:mod:`guardian.hostio.gpuhost`): in a pod
+without the NVIDIA container runtime, the container, never "no GPU". With ``gpus =
+"auto"`` (the default) a node whose PCI bus has no NVIDIA display controller has nothing
+for it to read.
 
 While ``gpu.reset`` runs ``nvidia-smi --gpu-reset``, the source's NVML session is shut
 down (nvidia-smi counts a process holding the GPU through NVML as a user that blocks the
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.core.xid import ACTION_NAMES, action_of
+from guardian.hostio.gpuhost import library_missing
 from guardian.hostio.host import Host
 from guardian.hostio.nvml import EVENT_REASONS, GpuReading, Nvml, NvmlUnavailable
 from guardian.hostio.pci import pci_gpus
@@ -150,6 +154,8 @@ class GpuSource(Source[GpuConfig]):
         try:
             self._open()
         except NvmlUnavailable as exc:
+            if exc.error == "LIBRARY_NOT_FOUND":  # the node's GPUs, and where it is missing
+                return library_missing(self.host)
             return str(exc)
         return None
 

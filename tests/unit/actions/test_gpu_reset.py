@@ -38,6 +38,7 @@ def _action(rec: dict[str, Any], ran: Ran | None = None, **params: Any
         calls.append(argv)
         return ran or Ran(0, b"GPU 00000000:3A:00.0 was successfully reset.\n", b"", 4.2)
     action.runner = runner
+    action.runnable = lambda prog: None  # the stand-in runner runs any argv
     return action, calls
 
 
@@ -112,6 +113,40 @@ def test_no_driver_refuses(tmp_path: Path) -> None:
     action, _ = _action({**H100, "init": "DRIVER_NOT_LOADED"})
     plan = action.plan(_ctx(tmp_path, GPU2))
     assert plan.refused == ["cannot ask NVML: the NVIDIA kernel driver is not loaded"]
+
+
+def test_in_a_pod_without_the_library_the_refusal_names_the_container(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIBRARY_NOT_FOUND (pynvml's dlopen of libnvidia-ml.so.1 failed) in a pod on a node
+    whose PCI bus has the GPU, bound to nvidia (sysfs: vendor, class, the driver link).
+    Before: "cannot ask NVML: no NVIDIA driver: libnvidia-ml.so.1 is not installed"."""
+    gpu = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:3a:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "vendor").write_text("0x10de\n")
+    (gpu / "class").write_text("0x030200\n")
+    (tmp_path / "sys" / "bus" / "pci" / "drivers" / "nvidia").mkdir(parents=True)
+    (gpu / "driver").symlink_to("../../drivers/nvidia")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    action, calls = _action({**H100, "init": "LIBRARY_NOT_FOUND"})
+    [refusal] = action.plan(_ctx(tmp_path, GPU2)).refused
+    assert refusal.startswith("cannot ask NVML: 1 NVIDIA GPU on this node's PCI bus "
+                              "(0000:3a:00.0 bound to nvidia), but libnvidia-ml.so.1 (NVML) "
+                              "is not found in this container (a Kubernetes pod")
+    assert refusal.endswith("see docs/kubernetes.md, GPU nodes") and calls == []
+
+
+def test_without_nvidia_smi_the_reset_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """Before: planned, then a failed outcome at apply ("cannot run nvidia-smi: No such
+    file or directory") and the ladder climbed to a reboot."""
+    from guardian.hostio.programs import cannot_run
+
+    action, calls = _action(H100, nvidia_smi=[str(tmp_path / "nvidia-smi")])
+    action.runnable = cannot_run  # the real question, of a path that is not there
+    plan = action.plan(_ctx(tmp_path, GPU2))
+    [refusal] = plan.refused
+    assert refusal.startswith(f"{tmp_path / 'nvidia-smi'} not found (PATH ")
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility" in refusal
+    assert plan.steps == [] and calls == []
 
 
 def test_one_gpu_at_a_time_and_a_named_one(tmp_path: Path) -> None:

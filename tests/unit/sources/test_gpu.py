@@ -103,7 +103,7 @@ def test_the_collector_counts_the_faults_and_keeps_the_rest(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(("error", "says"), [
-    ("LIBRARY_NOT_FOUND", "no NVIDIA driver: libnvidia-ml.so.1 is not installed"),
+    ("LIBRARY_NOT_FOUND", "libnvidia-ml.so.1 (NVML) is not found"),
     ("DRIVER_NOT_LOADED", "the NVIDIA kernel driver is not loaded"),
     ("LIB_RM_VERSION_MISMATCH", "different versions"),
     ("UNKNOWN", "nvmlInit failed: NVML UNKNOWN"),
@@ -115,6 +115,33 @@ def test_no_driver_the_source_does_not_run_and_says_why(
     collector = Collector(Host(tmp_path), [src])
     assert collector.sources == []
     assert says in collector.unavailable["gpu"]
+
+
+def test_in_a_pod_without_the_nvidia_runtime_it_says_so_never_no_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DaemonSet's image has no NVIDIA driver, so on a GPU node whose pod the NVIDIA
+    container runtime did not set up, nvmlInit is LIBRARY_NOT_FOUND (pynvml's dlopen of
+    libnvidia-ml.so.1 failed) while the node's PCI bus has the GPUs, bound to the nvidia
+    driver (sysfs: vendor, class and the driver link). Before: "no NVIDIA driver:
+    libnvidia-ml.so.1 is not installed"."""
+    for i, address in enumerate(("0000:18:00.0", "0000:2a:00.0")):
+        gpu = tmp_path / "sys" / "bus" / "pci" / "devices" / address
+        gpu.mkdir(parents=True)
+        (gpu / "vendor").write_text("0x10de\n")
+        (gpu / "class").write_text("0x030200\n")
+        if i == 0:
+            (tmp_path / "sys" / "bus" / "pci" / "drivers" / "nvidia").mkdir(parents=True)
+        (gpu / "driver").symlink_to("../../drivers/nvidia")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    src, _ = _source({**H100, "init": "LIBRARY_NOT_FOUND"}, tmp_path, gpus="auto")
+    collector = Collector(Host(tmp_path), [src])
+    assert collector.sources == [] and "gpu" not in collector.unconfigured
+    said = collector.unavailable["gpu"]
+    assert said.startswith("2 NVIDIA GPUs on this node's PCI bus (0000:18:00.0, "
+                           "0000:2a:00.0 bound to nvidia), but libnvidia-ml.so.1 (NVML) is "
+                           "not found in this container (a Kubernetes pod")
+    assert said.endswith("see docs/kubernetes.md, GPU nodes")
+    assert "no NVIDIA" not in said
 
 
 def test_a_node_without_an_nvidia_gpu_has_nothing_to_read(tmp_path: Path) -> None:
