@@ -106,24 +106,27 @@ def group_of(labels: Mapping[str, str], groups: Sequence[NodeGroup]) -> NodeGrou
     return next((g for g in groups if matches(g, labels)), None)
 
 
-def shadow_why(rule: str, disruptive: bool, labels: Mapping[str, str] | None,
+def shadow_why(rule: str | None, disruptive: bool, labels: Mapping[str, str] | None,
                groups: Sequence[NodeGroup]) -> str:
     """Why ``rule``'s decision must run in shadow on a node with ``labels`` (None:
     not known), or "" when it acts as the rule says. ``disruptive``: the decision would
-    run a disruptive action."""
+    run a disruptive action. ``rule`` None: an action run by hand (``guardian act``),
+    outside any rule: the group's mode applies, not its ``rules``."""
     if not groups:
         return ""
     if labels is None:
+        if not disruptive:
+            return ""
         return ("this node's labels are not known (its Node object not read yet, or "
                 "nothing reads it: set [node] labels, or [holds.kube] with its annotation, "
-                "or [fleet.breaker]), so its node group cannot be told: a disruptive "
-                "action runs in shadow" if disruptive else "")
+                "or [fleet.breaker]), so its node group cannot be told"
+                + (": a disruptive action runs in shadow" if rule is not None else ""))
     group = group_of(labels, groups)
     if group is None:
         return ""
     if group.mode == "shadow":
         return f"node group {group.name} is in shadow mode"
-    if not any(fnmatchcase(rule, p) for p in group.rules):
+    if rule is not None and not any(fnmatchcase(rule, p) for p in group.rules):
         return f"rule {rule} does not act in node group {group.name} (its rules: " \
                f"{', '.join(group.rules)})"
     return ""

@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 
 from guardian.model.holds import Hold
+from guardian.model.nodegroups import NodeConfig, NodeGroup
 from guardian.model.window import Window
 from guardian.runtime.config import Config, EngineConfig, HoldsConfig, ServiceConfig
 from guardian.runtime.holds import HoldFile
 from guardian.runtime.manual import refusals
 
 
-def _config(tmp_path: Path, window: Window | None = None) -> Config:
+def _config(tmp_path: Path, window: Window | None = None, **more: object) -> Config:
     return Config(engine=EngineConfig(window=window),
                   service=ServiceConfig(state_file=str(tmp_path / "state.json")),
-                  holds=HoldsConfig(dropin=str(tmp_path / "holds.d")))
+                  holds=HoldsConfig(dropin=str(tmp_path / "holds.d")), **more)
 
 
 def test_nothing_refuses_without_holds_window_or_fleet(tmp_path: Path) -> None:
@@ -43,3 +44,26 @@ def test_a_closed_window_refuses_only_a_disruptive_action(tmp_path: Path,
     got = refusals(_config(tmp_path, closed), disruptive=disruptive, wall=monday_noon)
     assert got == ([f"outside the maintenance window ({closed.describe()})"]
                    if disruptive else [])
+
+
+CANARY = NodeGroup(name="canary", labels={"guardian.io/canary": "true"}, mode="shadow",
+                   rules=["other-*"])
+
+
+@pytest.mark.parametrize(("labels", "disruptive", "said"), ids=[
+    "shadow", "shadow-disruptive", "no-group", "unknown", "unknown-disruptive"], argvalues=[
+    ({"guardian.io/canary": "true"}, False, "node group canary is in shadow mode"),
+    ({"guardian.io/canary": "true"}, True, "node group canary is in shadow mode"),
+    ({"pool": "cpu"}, True, ""),        # in no group
+    (None, False, ""),                  # labels unknown: only a disruptive action
+    (None, True, "this node's labels are not known (its Node object not read yet, or "
+                 "nothing reads it: set [node] labels, or [holds.kube] with its "
+                 "annotation, or [fleet.breaker]), so its node group cannot be told"),
+])
+def test_a_shadow_node_group_refuses_as_the_service_plans_only(
+        tmp_path: Path, labels: dict[str, str] | None, disruptive: bool, said: str) -> None:
+    """As the service runs a shadow group's decisions (a canary acts by hand only with
+    --force); a group's ``rules`` name rules, and an action run by hand is none. Before:
+    guardian act applied on a shadow canary."""
+    config = _config(tmp_path, node=NodeConfig(labels=labels), groups=[CANARY])
+    assert refusals(config, disruptive=disruptive) == ([said] if said else [])
