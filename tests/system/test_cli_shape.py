@@ -98,7 +98,7 @@ def test_check_with_no_arguments_checks_the_installed_configuration(
         f"ok: 1 rule(s) in 1 file(s) and the config {config}")
     config.write_text(f'[service]\nrules = ["{rules}"]\n[engine]\ninterval = "soon"\n')
     assert main(["check"]) == 1
-    assert f"{config}:4:12: interval: bad duration 'soon'" in capsys.readouterr().out
+    assert f"{config}:4:12: engine.interval: bad duration 'soon'" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])

@@ -24,7 +24,8 @@ Loc = tuple[str | int, ...]
 
 @dataclass(frozen=True, order=True)
 class Diagnostic:
-    """One problem in a file."""
+    """One problem in a file (``line`` 0: of the file or directory as a whole, said at
+    its path alone)."""
 
     path: str
     line: int
@@ -32,6 +33,8 @@ class Diagnostic:
     message: str
 
     def __str__(self) -> str:
+        if self.line <= 0:
+            return f"{self.path}: {self.message}"
         return f"{self.path}:{self.line}:{self.col}: {self.message}"
 
 
@@ -131,14 +134,17 @@ class Reporter:
 
     def validation(self, exc: ValidationError, base: Loc, model: type[BaseModel],
                    prefix: str = "", extra_known: Sequence[str] = (),
-                   words: Callable[[Loc, str], str | None] | None = None) -> None:
+                   words: Callable[[Loc, str], str | None] | None = None,
+                   table: str = "") -> None:
         """Report each pydantic error at the position of its key (or value); an unknown
         key with the likely meant one among the keys of the table it is in. ``words``
         may say an error in plain words (given its key path and pydantic's error type;
-        None: the usual message)."""
+        None: the usual message). ``table``: the dotted name of the table at ``base``,
+        which a message names its key's path from (``fleet``: ``fleet.breaker.window``;
+        "": the path inside the model alone)."""
         for err in exc.errors():
             loc = tuple(err["loc"])
-            where = ".".join(str(p) for p in loc)
+            where = ".".join(str(p) for p in ((table,) if table else ()) + loc)
             said = words(loc, err["type"]) if words is not None else None
             if said is not None:
                 if err["type"] == "missing":

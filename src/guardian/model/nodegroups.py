@@ -68,9 +68,9 @@ class NodeGroup(BaseModel):
     @model_validator(mode="after")
     def _lease_safe(self) -> NodeGroup:
         if self.has_budget and not LEASE_SAFE.match(self.name):
-            raise ValueError(f"node group {self.name!r} has its own budget, so its name is "
-                             "part of its slots' Lease names: lower-case letters, digits, "
-                             "'-' and '.' only, beginning and ending with a letter or digit")
+            raise ValueError("a node group with its own budget has its name in its slots' "
+                             "Lease names: lower-case letters, digits, '-' and '.' only, "
+                             "beginning and ending with a letter or digit")
         return self
 
     @property

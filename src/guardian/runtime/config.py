@@ -244,23 +244,23 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
             try:
                 fleet = FleetParams.model_validate(data["fleet"])
             except ValidationError as exc:
-                report.validation(exc, ("fleet",), FleetParams)
+                report.validation(exc, ("fleet",), FleetParams, table="fleet")
     holds = _holds_config(data.get("holds", {}), report)
     engine = EngineConfig()
     try:
         engine = EngineConfig.model_validate(data.get("engine", {}))
     except ValidationError as exc:
-        report.validation(exc, ("engine",), EngineConfig)
+        report.validation(exc, ("engine",), EngineConfig, table="engine")
     service = ServiceConfig()
     try:
         service = ServiceConfig.model_validate(data.get("service", {}))
     except ValidationError as exc:
-        report.validation(exc, ("service",), ServiceConfig)
+        report.validation(exc, ("service",), ServiceConfig, table="service")
     evidence = EvidenceConfig()
     try:
         evidence = EvidenceConfig.model_validate(data.get("evidence", {}))
     except ValidationError as exc:
-        report.validation(exc, ("evidence",), EvidenceConfig)
+        report.validation(exc, ("evidence",), EvidenceConfig, table="evidence")
     node, groups = _groups(data, report, fleet="fleet" in data)
     raw_sources: dict[str, Any] = dict(data.get("sources", {}))
     disabled = raw_sources.pop("disabled", [])
@@ -300,7 +300,7 @@ def _groups(data: dict[str, Any], report: Reporter, fleet: bool
     try:
         node = NodeConfig.model_validate(data.get("node", {}))
     except ValidationError as exc:
-        report.validation(exc, ("node",), NodeConfig)
+        report.validation(exc, ("node",), NodeConfig, table="node")
     raw = data.get("group", [])
     if not isinstance(raw, list):
         report(("group",), "node groups are [[group]] tables")
@@ -310,7 +310,7 @@ def _groups(data: dict[str, Any], report: Reporter, fleet: bool
         try:
             group = NodeGroup.model_validate(table)
         except ValidationError as exc:
-            report.validation(exc, ("group", i), NodeGroup)
+            report.validation(exc, ("group", i), NodeGroup, prefix=_group_said(table, i))
             continue
         if any(g.name == group.name for g in groups):
             report(("group", i, "name"), f"node group {group.name!r} is named twice", True)
@@ -324,6 +324,14 @@ def _groups(data: dict[str, Any], report: Reporter, fleet: bool
     return node, groups
 
 
+def _group_said(table: object, i: int) -> str:
+    """How a message names the ``[[group]]`` table ``table`` (the ``i``-th): by its name
+    (``[[group]] 'canary': ``), else by its place (``[[group]] #3: ``)."""
+    name = table.get("name") if isinstance(table, dict) else None
+    return f"[[group]] {name!r}: " if isinstance(name, str) and name else \
+        f"[[group]] #{i + 1}: "
+
+
 def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
     table = dict(raw) if isinstance(raw, dict) else raw
     kube_raw = table.pop("kube", None) if isinstance(table, dict) else None
@@ -331,7 +339,7 @@ def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
     try:
         out = HoldsConfig.model_validate(table)
     except ValidationError as exc:
-        report.validation(exc, ("holds",), HoldsConfig)
+        report.validation(exc, ("holds",), HoldsConfig, table="holds")
     if kube_raw is not None:
         try:
             from guardian.kube.holds import KubeHoldsParams
@@ -341,5 +349,6 @@ def _holds_config(raw: Any, report: Reporter) -> HoldsConfig:
         try:
             out.kube = KubeHoldsParams.model_validate(kube_raw)
         except ValidationError as exc:
-            report.validation(exc, ("holds", "kube"), KubeHoldsParams)
+            report.validation(exc, ("holds", "kube"), KubeHoldsParams,
+                              table="holds.kube")
     return out

@@ -89,11 +89,11 @@ def test_a_group_budget_in_guardian_toml(tmp_path: Path) -> None:
              "guardian.toml:3:1: node group 'gpu' has its own fleet budget, which is "
              "counted in [fleet]'s Leases and bounded by [fleet]'s budget: set [fleet] too"),
             ('[fleet]\nnode = "x"\n[[group]]\nname = "GPU_a"\nmax_nodes = 1\n',
-             "node group 'GPU_a' has its own budget, so its name is part of its slots' "
-             "Lease names"),
+             "[[group]] 'GPU_a': a node group with its own budget has its name in its "
+             "slots' Lease names"),
             ('[fleet]\nnode = "x"\n[[group]]\nname = "gpu"\nmin_healthy = "most"\n',
-             "guardian.toml:5:15: min_healthy: min_healthy 'most': expected "
-             "a count or a percentage")):
+             "guardian.toml:5:15: [[group]] 'gpu': min_healthy: min_healthy 'most': "
+             "expected a count or a percentage")):
         path.write_text(text)
         with pytest.raises(RuleError) as err:
             load_config(path, Registry())

@@ -51,7 +51,7 @@ def test_groups_and_node_labels_in_guardian_toml(tmp_path: Path) -> None:
             ('[[group]]\nname = "a"\n\n[[group]]\nname = "a"\n',
              "guardian.toml:5:8: node group 'a' is named twice"),
             ('[[group]]\nname = "a"\nmode = "dry"\n',
-             "guardian.toml:3:8: mode: Input should be 'act' or 'shadow'")):
+             "guardian.toml:3:8: [[group]] 'a': mode: Input should be 'act' or 'shadow'")):
         path.write_text(text)
         with pytest.raises(RuleError) as err:
             load_config(path, Registry())

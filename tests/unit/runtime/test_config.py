@@ -76,7 +76,7 @@ hot_pct = 500
     with pytest.raises(RuleError) as info:
         load_config(p, default_registry())
     got = [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics]
-    assert got[0].startswith("2:12: interval: bad duration 'soon'")
+    assert got[0].startswith("2:12: engine.interval: bad duration 'soon'")
     assert got[1].startswith("5:12: unknown source 'presure'")
     assert got[2].startswith("8:12: source 'kmsg': patterns: pattern 'bad': bad regular")
     assert got[3].startswith("10:1: unknown source 'cpuu'")
@@ -92,8 +92,28 @@ def test_fleet_section(tmp_path: Path) -> None:
     with pytest.raises(RuleError) as info:
         load_config(bad, default_registry())
     got = [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics]
-    assert got[0].startswith("2:15: min_healthy: min_healthy 'most': expected a count")
-    assert got[1].startswith("3:13: max_nodes: Input should be greater than or equal to 1")
+    assert got[0].startswith("2:15: fleet.min_healthy: min_healthy 'most': expected a "
+                             "count")
+    assert got[1].startswith("3:13: fleet.max_nodes: Input should be greater than or "
+                             "equal to 1")
+
+
+def test_an_error_names_the_table_it_is_in(tmp_path: Path) -> None:
+    """The key's whole path, and a [[group]] by its name or place. Before:
+    `breaker.window: bad duration...` and a bare `mode: Input should be...`."""
+    pytest.importorskip("lightkube")  # [fleet] is the k8s extra's
+    p = write(tmp_path, "g.toml", '[fleet]\nmax_nodes = 1\n\n[fleet.breaker]\n'
+              'window = "10 minutes"\n\n[[group]]\nname = "a"\n\n[[group]]\n'
+              'name = "gpu"\nlabels = { pool = "gpu" }\nmode = "shadwo"\n\n'
+              '[[group]]\nlabels = { pool = "cpu" }\nmode = "dry"\n')
+    with pytest.raises(RuleError) as info:
+        load_config(p, default_registry())
+    assert [f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics] == [
+        "5:10: fleet.breaker.window: bad duration '10 minutes'; expected a number with a "
+        'unit (ms, s, m, h, d, w), e.g. "90s", "5m", "1h30m"',
+        "13:8: [[group]] 'gpu': mode: Input should be 'act' or 'shadow'",
+        "15:1: [[group]] #3: missing required key 'name'",
+        "17:8: [[group]] #3: mode: Input should be 'act' or 'shadow'"]
 
 
 def test_the_daemonset_configmap_config_loads(tmp_path: Path) -> None:
@@ -155,7 +175,7 @@ def test_a_dropin_error_is_located_in_the_dropin(tmp_path: Path) -> None:
         load_config(main, default_registry())
     got = sorted(str(d) for d in exc.value.diagnostics)
     assert len(got) == 2 and all(g.startswith(f"{bad}:") for g in got), got
-    assert got[0].startswith(f"{bad}:3:12: interval") and "facilities" in got[1], got
+    assert got[0].startswith(f"{bad}:3:12: engine.interval") and "facilities" in got[1], got
     syntax = write(tmp_path, "guardian.toml.d/20-syntax.toml", "[engine\n")
     with pytest.raises(RuleError) as exc:
         load_config(main, default_registry())

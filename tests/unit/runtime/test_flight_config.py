@@ -42,5 +42,6 @@ def test_a_bad_key_is_named_where_it_is_written(tmp_path: Path) -> None:
     with pytest.raises(RuleError) as info:
         load_config(p, default_registry())
     got = sorted(f"{d.line}:{d.col}: {d.message}" for d in info.value.diagnostics)
-    assert got[0].startswith("3:13: flight.frequency: Input should be greater than or equal to 1")
+    assert got[0].startswith("3:13: evidence.flight.frequency: Input should be greater "
+                             "than or equal to 1")
     assert got[1].startswith("4:1: ") and "ringmb" in got[1]
