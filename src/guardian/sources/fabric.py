@@ -200,8 +200,9 @@ class FabricSource(Source[FabricConfig]):
                    "ACTIVE_DEFER (5), else 0", labels=_PORT),
         SignalSpec("fabric.port.link_up", "1 when the port's physical state is LinkUp (5), "
                    "else 0", labels=_PORT),
-        SignalSpec("fabric.port.rate_gbps", "the port's data rate (its rate file: lanes times "
-                   "lane speed)", "Gb/s", labels=_PORT),
+        SignalSpec("fabric.port.rate_gbps", "the port's rate as its rate file says it: lanes "
+                   "times the kernel's per-lane speed (the signalling rate for SDR to QDR, "
+                   "the nominal rate from FDR on)", "Gb/s", labels=_PORT),
         SignalSpec("fabric.port.info", "always 1: the port's link layer (InfiniBand, "
                    "Ethernet for RoCE, Unknown for EFA) and network interface (empty where "
                    "it has none or it cannot be told) as labels",
