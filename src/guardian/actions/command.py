@@ -22,7 +22,7 @@ import subprocess
 import time
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from typing_extensions import TypedDict
 
 from guardian.core.durations import Duration
@@ -50,15 +50,19 @@ class CommandNeeds(BaseModel):
                               "addresses) it connects to")
     writes: list[str] = Field(default_factory=list, description="absolute paths it "
                               "writes (files, or directories it writes under)")
-    devices: list[str] = Field(default_factory=list, description="device nodes it opens, "
-                               "e.g. /dev/nvidiactl, /dev/nvidia0")
+    devices: list[str] = Field(default_factory=list, description="device nodes it opens "
+                               "to read and write, e.g. /dev/nvidiactl, or device groups "
+                               "as /proc/devices names them, e.g. char-nvidia")
     capabilities: list[str] = Field(default_factory=list, description="capabilities it "
                                     "uses, e.g. CAP_SYS_ADMIN")
 
     @field_validator("writes", "devices")
     @classmethod
-    def _absolute(cls, v: list[str]) -> list[str]:
+    def _absolute(cls, v: list[str], info: ValidationInfo) -> list[str]:
         for path in v:
+            if info.field_name == "devices" and path.startswith(("char-", "block-")) \
+                    and path.partition("-")[2]:
+                continue  # a device group (DeviceAllow= matches its name as a glob)
             if not path.startswith("/"):
                 raise ValueError(f"expected an absolute path, got {path!r}")
             if any(c in path for c in "*?["):

@@ -53,6 +53,7 @@ from typing_extensions import NotRequired, TypedDict
 from guardian.core.durations import Duration
 from guardian.hostio.gpuhost import GPU_NODES_DOC, library_missing
 from guardian.hostio.host import Host
+from guardian.hostio.nvidiadev import DEVICE_GROUPS, cgroup_refusal
 from guardian.hostio.nvml import (
     AMPERE,
     Nvml,
@@ -148,9 +149,10 @@ class GpuReset(Action[ResetParams, ResetPayload]):
     runnable: Callable[[str], str | None] = staticmethod(cannot_run)
 
     def sandbox_needs(self) -> SandboxNeeds:
-        """nvidia-smi and NVML open the NVIDIA device nodes; evict_pods reaches the
-        Kubernetes API server."""
-        devices = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
+        """nvidia-smi and NVML open the NVIDIA device nodes, /dev/nvidiactl and
+        /dev/nvidia<N>, granted by their /proc/devices groups (a path takes no glob:
+        systemd stats it); evict_pods reaches the Kubernetes API server."""
+        devices = tuple(f"{group} rw" for group in DEVICE_GROUPS)
         pods = self.params.pods()
         if pods is None:
             return SandboxNeeds(devices=devices)
@@ -172,7 +174,9 @@ class GpuReset(Action[ResetParams, ResetPayload]):
         except NvmlUnavailable as exc:
             if exc.error == "LIBRARY_NOT_FOUND" and host is not None:
                 return f"cannot ask NVML: {library_missing(host)}"
-            return f"cannot ask NVML: {exc}"
+            refused = cgroup_refusal(host.root) if host is not None and \
+                not isinstance(exc, NvmlReleased) else ""
+            return f"cannot ask NVML: {exc}" + (f"; {refused}" if refused else "")
         try:
             found = nvml.find(target)
             if found is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
@@ -161,27 +162,75 @@ class UnitSandbox:
         return None
 
     # -- devices -------------------------------------------------------------------
-    def device_allowlist(self) -> list[str] | None:
-        """The device nodes the unit's service may open, or None where it may open any
-        (no ``DevicePolicy=closed``/``strict``, no ``DeviceAllow=``, no
-        ``PrivateDevices=yes``)."""
+    def device_entries(self) -> list[tuple[str, str]] | None:
+        """``(specifier, access)`` of each device the unit's service may open, or None
+        where it may open any (no ``DevicePolicy=closed``/``strict``, no
+        ``DeviceAllow=``, no ``PrivateDevices=yes``). A specifier is a node's path or a
+        device group, ``char-NAME``/``block-NAME`` with NAME a glob over the names
+        /proc/devices lists; an entry without access letters grants ``rwm``
+        (systemd.resource-control(5))."""
         policy = self.get("DevicePolicy", "auto").lower()
-        allow = [item.split()[0] for item in self.lists.get("DeviceAllow", []) if item.split()]
+        allow = [(w[0], w[1] if len(w) > 1 else "rwm")
+                 for w in (item.split() for item in self.lists.get("DeviceAllow", [])) if w]
+        pseudo = [(d, "rwm") for d in PSEUDO_DEVICES]
         if self.yes("PrivateDevices"):  # a private /dev of pseudo-devices only
-            return list(PSEUDO_DEVICES)
+            return pseudo
         if policy == "auto" and not allow:
             return None
-        return allow if policy == "strict" else [*PSEUDO_DEVICES, *allow]
+        return allow if policy == "strict" else [*pseudo, *allow]
 
-    def device_denied(self, device: str) -> str | None:
-        """Why the unit keeps its service from opening ``device`` (a path, or a glob such
-        as ``/dev/nvidia*``), or None where it may."""
-        allow = self.device_allowlist()
-        if allow is None:
+    def device_allowlist(self) -> list[str] | None:
+        """The specifiers of :meth:`device_entries` (None: any device)."""
+        entries = self.device_entries()
+        return None if entries is None else [spec for spec, _ in entries]
+
+    def granted_majors(self, kind: str, listed: dict[int, list[str]]) -> set[int]:
+        """The majors of ``kind`` (``char``, ``block``) the unit's group entries grant,
+        every minor, read and write, when /proc/devices lists ``listed`` (major to
+        names) as the unit starts: systemd resolves each ``char-NAME`` entry then and
+        adds every major with a matching name (:func:`group_matches`)."""
+        out: set[int] = set()
+        for allowed, access in self.device_entries() or []:
+            if not allowed.startswith(kind + "-") or not {"r", "w"} <= set(access):
+                continue
+            if allowed[len(kind) + 1:].isdigit():  # "a major, the entry directly"
+                out.add(int(allowed[len(kind) + 1:]))
+                continue
+            out |= {major for major, names in listed.items()
+                    if any(group_matches(allowed, f"{kind}-{n}") for n in names)}
+        return out
+
+    def device_denied(self, device: str, groups: Sequence[str] = ()) -> str | None:
+        """Why the unit keeps its service from opening ``device``, or None where it may.
+        ``device`` is a node's path (``/dev/kmsg``) or a device group (``char-nvidia``),
+        optionally followed by the access it needs (``rw`` when none is said).
+        ``groups`` are the device groups of the node's major where they are known
+        (``char-nvidia``, as /proc/devices lists the major on this host): a group the
+        unit allows grants the node through them. systemd resolves a group entry the
+        way :func:`group_matches` does, and grants every minor of each major found."""
+        spec, _, need = device.partition(" ")
+        need = need.strip() or "rw"
+        entries = self.device_entries()
+        if entries is None:
             return None
-        if any(fnmatchcase(device, a) or fnmatchcase(a, device) or a == device
-               for a in allow if a.startswith("/")):
-            return None
+        short = []  # entries that take it in, without all the access it needs
+        for allowed, access in entries:
+            if _is_group(allowed):
+                hit = any(group_matches(allowed, g) for g in
+                          ((spec,) if _is_group(spec) else groups))
+            else:
+                hit = not _is_group(spec) and (allowed == spec or (
+                    allowed.startswith("/") and fnmatchcase(spec, allowed)))
+            # one entry must grant every access asked at once (an O_RDWR open asks
+            # read and write): each rule is checked on its own, security/device_cgroup.c
+            # match_exception: "provided access cannot have more than the exception
+            # rule", and systemd's BPF program likewise compares each rule's access
+            if hit and set(need) <= set(access):
+                return None
+            if hit:
+                short.append(f"DeviceAllow={allowed} {access}")
+        if short:
+            return f"{', '.join(short)} grants less than {need}"
         if self.yes("PrivateDevices"):
             return "PrivateDevices=yes"
         return f"DevicePolicy={self.get('DevicePolicy', 'auto')}"
@@ -248,6 +297,25 @@ def _holds(name: str, names: tuple[str, ...]) -> bool | None:
     if name not in SYSCALL_GROUPS and any(n.startswith("@") for n in names):
         return None
     return False
+
+
+def _is_group(spec: str) -> bool:
+    return spec.startswith(("char-", "block-"))
+
+
+def group_matches(allowed: str, group: str) -> bool:
+    """Whether ``DeviceAllow=`` group ``allowed`` (``char-nvidia*``) takes in device group
+    ``group`` (``char-nvidia``, one name of /proc/devices). systemd 252,
+    src/core/bpf-devices.c, ``bpf_devices_allow_list_major``: ``*`` is every device of
+    the type; otherwise each line of /proc/devices' section of that type whose name
+    passes ``fnmatch(name, w, 0)`` (``*`` and ``?`` match ``/`` too; case counts) adds its
+    major, every minor; a name that matches nothing adds nothing ("Device allow list
+    pattern ... did not match anything", a debug message)."""
+    kind, _, pattern = allowed.partition("-")
+    gkind, _, name = group.partition("-")
+    if kind != gkind:
+        return False
+    return pattern == "*" or fnmatchcase(name, pattern)
 
 
 def _under(path: str, base: str) -> bool:

@@ -3,6 +3,8 @@ exercise the same code as the live host."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,3 +118,18 @@ def boot_id(path: Path) -> str:
         return read_value(path)
     except OSError:
         return ""
+
+
+def access_refused(path: str | Path) -> str | None:
+    """Why this process may not open ``path`` to read and write, as access(2) answers:
+    the errno's name (``EPERM``, ``EACCES``, ``ENOENT``), or None where it may. The
+    device is not opened. For a device node access(2) asks the device cgroup too
+    (fs/namei.c inode_permission calls devcgroup_inode_permission), which refuses with
+    EPERM: security/device_cgroup.c, devcgroup_check_permission: "returns 0 on success,
+    -EPERM case the operation is not permitted", and a BPF device program's refusal is
+    -EPERM as well; a file's mode refuses with EACCES."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.access(os.fsencode(path), os.R_OK | os.W_OK) == 0:
+        return None
+    code = ctypes.get_errno()
+    return errno.errorcode.get(code, str(code))

@@ -1,11 +1,14 @@
 """The systemd unit guardian runs under, read for what its sandbox lets actions do: the
 unit as installed (``/etc/systemd/system/guardian.service``, else the package's own) or a
 unit file named, and their drop-ins, in the order systemd applies them (parsed by
-:mod:`guardian.core.unitsandbox`); and the addresses a host name has here."""
+:mod:`guardian.core.unitsandbox`); the addresses a host name has here; and the device
+groups of /proc/devices a node's major belongs to."""
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -81,3 +84,43 @@ def cgroupfs_read_only(texts: list[str]) -> bool:
     """Whether the unit makes /sys/fs/cgroup read-only (ProtectControlGroups=yes)."""
     value = directive(texts, "ProtectControlGroups")
     return value is not None and value.lower() in _YES
+
+
+def proc_devices(root: Path = Path("/")) -> dict[str, dict[int, list[str]]]:
+    """The device groups of ``/proc/devices`` by kind (``char``, ``block``) and major:
+    each major's names in the order listed (one major may have several: the NVIDIA
+    driver since 545 registers 195 as ``nvidia`` and ``nvidiactl``). fs/char_dev.c,
+    chrdev_show: ``seq_printf(f, "%3d %s\\n", cd->major, cd->name)`` under "Character
+    devices:", and block devices' alike under "Block devices:". Empty when unreadable."""
+    out: dict[str, dict[int, list[str]]] = {"char": {}, "block": {}}
+    try:
+        text = (root / "proc" / "devices").read_text()
+    except OSError:
+        return out
+    kind = ""
+    for line in text.splitlines():
+        if line.strip() in ("Character devices:", "Block devices:"):
+            kind = "char" if line.startswith("Character") else "block"
+            continue
+        number, _, name = line.strip().partition(" ")
+        if kind and number.isdigit() and name.strip():
+            out[kind].setdefault(int(number), []).append(name.strip())
+    return out
+
+
+def device_groups(path: str, root: Path = Path("/")) -> tuple[str, ...]:
+    """The ``DeviceAllow=`` groups (``char-nvidia``) that take in the device node at
+    ``path`` on this host: one per name /proc/devices lists for its major. Empty where
+    ``path`` is no device node here (then only a path entry is known to grant it)."""
+    try:
+        st = os.stat(root / path.lstrip("/"))
+    except OSError:
+        return ()
+    if stat.S_ISCHR(st.st_mode):
+        kind = "char"
+    elif stat.S_ISBLK(st.st_mode):
+        kind = "block"
+    else:
+        return ()
+    names = proc_devices(root)[kind].get(os.major(st.st_rdev), [])
+    return tuple(f"{kind}-{name}" for name in names)

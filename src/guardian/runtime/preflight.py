@@ -132,7 +132,9 @@ class SandboxReport:
                 self.warnings.append(found[0].warning)
                 continue
             tables = sorted({d.who for d in found if d.who.startswith("[")})
-            uses = Counter(d.who for d in found if not d.who.startswith("["))
+            # each action once, however many of its needs are denied
+            uses = Counter(who for who, _ in dict.fromkeys(
+                (d.who, d.where) for d in found if not d.who.startswith("[")))
             count = sum(uses.values())
             times = ", ".join(u + (f" \N{MULTIPLICATION SIGN}{n}" if n > 1 else "")
                               for u, n in sorted(uses.items()))
@@ -148,6 +150,9 @@ class SandboxReport:
                     "capabilities": "use capabilities the unit's bounding set lacks",
                     "syscalls": "make system calls the unit's SystemCallFilter= refuses",
                     }.get(kind, "need what the unit denies")
+            if count + len(tables) == 1:  # one action (or table) with several needs
+                first, _, rest = need.partition(" ")
+                need = f"{first}s {rest}"
             grant = ([f"[Service] {' '.join(fix)} (`guardian check --dropin` prints it)"]
                      if fix else [])
             if unknown:
@@ -202,6 +207,8 @@ def _kube_config(config: Config | None) -> list[tuple[str, Any]]:
 
 def _compare(report: SandboxReport, box: UnitSandbox, where: str, needs: SandboxNeeds,
              root: Path) -> None:
+    from guardian.hostio.sandbox import device_groups
+
     if needs.unknown:
         report.warnings.append(
             f"{where}: {needs.unknown}; it runs in the unit's sandbox ({report.unit}): "
@@ -219,13 +226,19 @@ def _compare(report: SandboxReport, box: UnitSandbox, where: str, needs: Sandbox
                         "it fails with \"Read-only file system\" when the service runs it",
                         fix, kind="writes", what=path)
     for device in needs.devices:
-        why = box.device_denied(device)
+        spec, _, access = device.partition(" ")
+        access = access.strip() or "rw"
+        group = spec.startswith(("char-", "block-"))
+        why = box.device_denied(device, () if group else device_groups(spec, root))
         if why:
-            fix = [f"DeviceAllow={device} rw"]
+            # DeviceAllow= takes a node's path (stat'ed when the unit starts: no globs)
+            # or a group of /proc/devices (char-NAME), systemd.resource-control(5)
+            fix = [f"DeviceAllow={spec} {access}"]
             if why == "PrivateDevices=yes":
                 fix.insert(0, "PrivateDevices=no")
-            report._add(where, f"opens {device}, which the unit denies ({why})", fix,
-                        kind="devices", what=device)
+            said = f"the devices of group {spec} (/proc/devices)" if group else spec
+            report._add(where, f"opens {said}, which the unit denies ({why})", fix,
+                        kind="devices", what=spec)
     for cap in needs.capabilities:
         why = box.capability_denied(cap)
         if why:

@@ -44,7 +44,14 @@ from guardian.core.snapshot import Family, Labels, SignalSpec, labels_of
 from guardian.core.xid import ACTION_NAMES, action_of
 from guardian.hostio.gpuhost import library_missing
 from guardian.hostio.host import Host
-from guardian.hostio.nvml import EVENT_REASONS, GpuReading, Nvml, NvmlUnavailable
+from guardian.hostio.nvidiadev import cgroup_refusal
+from guardian.hostio.nvml import (
+    EVENT_REASONS,
+    GpuReading,
+    Nvml,
+    NvmlReleased,
+    NvmlUnavailable,
+)
 from guardian.hostio.pci import pci_gpus
 from guardian.plugin.contract import Source
 
@@ -156,6 +163,12 @@ class GpuSource(Source[GpuConfig]):
         except NvmlUnavailable as exc:
             if exc.error == "LIBRARY_NOT_FOUND":  # the node's GPUs, and where it is missing
                 return library_missing(self.host)
+            refused = "" if isinstance(exc, NvmlReleased) else cgroup_refusal(self.host.root)
+            if refused:  # NVML says "Unknown Error"; the PCI bus and the cgroup say more
+                gpus = pci_gpus(self.host.sys)
+                on_bus = f"{len(gpus)} NVIDIA GPU(s) on the PCI bus ({_few_text(gpus)}), " \
+                    "but " if gpus else ""
+                return f"{exc}: {on_bus}{refused}"
             return str(exc)
         return None
 
@@ -231,6 +244,10 @@ def _labels(g: GpuReading) -> dict[str, str]:
 
 def _few(whats: list[str], most: int = 4) -> list[str]:
     return whats if len(whats) <= most else [*whats[:most], f"+{len(whats) - most} more"]
+
+
+def _few_text(items: list[str]) -> str:
+    return ", ".join(_few(items))
 
 
 def reasons_text(mask: int) -> str:

@@ -266,3 +266,24 @@ def test_guardians_own_nvml_session_is_shut_while_nvidia_smi_resets(
     assert after.values["nvml.gpus"] == 8.0 and "released" not in after.errors["gpu"]
     assert fake.calls.count("nvmlInit") == inits + 1  # its session, opened anew
     assert source.nvml is not None and source.nvml.registered  # Xid events anew too
+
+
+def test_a_device_cgroup_that_refuses_nvidiactl_is_named_in_the_refusal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvmlInit UNKNOWN where the device cgroup refuses /dev/nvidiactl (access(2) EPERM:
+    security/device_cgroup.c); /proc/devices as drivers up to 535 register major 195
+    (nv-frontend.c: "nvidia-frontend"). Before: "cannot ask NVML: nvmlInit failed: NVML
+    UNKNOWN" alone."""
+    import guardian.hostio.nvidiadev as nd
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "devices").write_text("Character devices:\n195 nvidia-frontend\n")
+    monkeypatch.setattr(nd, "access_refused", lambda path: "EPERM")
+    action, calls = _action({**H100, "init": "UNKNOWN"})
+    [refusal] = action.plan(_ctx(tmp_path, GPU2)).refused
+    assert refusal.startswith(
+        "cannot ask NVML: nvmlInit failed: NVML UNKNOWN; this process's device cgroup "
+        "refuses /dev/nvidiactl (access(2): EPERM) (/proc/devices lists major 195 as "
+        "nvidia-frontend): under systemd, the unit's DevicePolicy=closed or strict "
+        "without DeviceAllow=char-nvidia rw (drivers up to 535: char-nvidia-frontend)")
+    assert calls == []

@@ -47,7 +47,9 @@ def test_the_shipped_unit_writes_only_its_read_write_paths() -> None:
 
 def test_devices_and_capabilities() -> None:
     box = parse([("unit", SHIPPED)])
-    assert box.device_denied("/dev/kmsg") is None and box.device_denied("/dev/null") is None
+    assert box.device_denied("/dev/kmsg r") is None and box.device_denied("/dev/null") is None
+    # a need says its access ("rw" when it says none); one entry must grant all of it
+    assert box.device_denied("/dev/kmsg") == "DeviceAllow=/dev/kmsg r grants less than rw"
     assert box.device_denied("/dev/nvidia0") == "DevicePolicy=closed"
     assert box.capability_denied("CAP_KILL") is None
     assert box.capability_denied("cap_sys_admin") == \
@@ -93,3 +95,64 @@ def test_the_system_call_filter_in_order_with_its_groups() -> None:
     assert (box.syscall_denied("bpf") or "").startswith("SystemCallFilter= may refuse")
     assert parse([("u", "[Service]\nSystemCallFilter=~bpf\n")]).syscall_denied("bpf") == \
         "SystemCallFilter=~bpf refuses"
+
+
+# /proc/devices as the kernel prints it (fs/char_dev.c, chrdev_show: "%3d %s\n") with the
+# names the NVIDIA driver registers (NVIDIA/open-gpu-kernel-modules): up to 535,
+# nv-frontend.c register_chrdev(NV_MAJOR_DEVICE_NUMBER, "nvidia-frontend", ...); from 545,
+# nv.c nv_register_chrdev(0, ..., "nvidia", ...) and (NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE,
+# 1, ..., "nvidiactl", ...); nvidia-modeset-linux.c register_chrdev_region(NVKMS_RDEV, 1,
+# "nvidia-modeset") (195:254). nvidia-uvm, nvidia-caps, nvidia-nvswitch and nvidia-nvlink
+# take a dynamic major (alloc_chrdev_region): 508-511 stand for whatever the kernel gives.
+DRIVER_535 = {1: ["mem"], 195: ["nvidia-frontend"], 508: ["nvidia-uvm"],
+              509: ["nvidia-caps"], 510: ["nvidia-nvswitch"], 511: ["nvidia-nvlink"]}
+DRIVER_545 = {1: ["mem"], 195: ["nvidia", "nvidia-modeset", "nvidiactl"],
+              508: ["nvidia-uvm"], 509: ["nvidia-caps"], 510: ["nvidia-nvswitch"],
+              511: ["nvidia-nvlink"]}
+CPU_NODE = {1: ["mem"], 136: ["pts"]}  # no NVIDIA driver: no 195
+
+
+def test_the_shipped_unit_grants_the_nvidia_major_and_nothing_else_of_the_driver() -> None:
+    """Issue 44: DevicePolicy=closed with only /dev/kmsg left NVML blind on a GPU node,
+    and the advice DeviceAllow=/dev/nvidia[0-9]* rw was no device systemd can stat. The
+    unit's groups, resolved as systemd 252 resolves them (bpf_devices_allow_list_major:
+    fnmatch of each /proc/devices name, every minor of a matched major), grant major 195
+    (/dev/nvidiactl 195:255, /dev/nvidia<N> 195:N) under either driver's names, not
+    nvidia-uvm, nvidia-caps, nvidia-nvswitch or nvidia-nvlink, and nothing on a node
+    without the driver."""
+    from guardian.hostio.nvidiadev import DEVICE_GROUPS, MAJOR
+
+    box = parse([("unit", SHIPPED)])
+    assert box.granted_majors("char", DRIVER_535) == {MAJOR}
+    assert box.granted_majors("char", DRIVER_545) == {MAJOR}
+    assert box.granted_majors("char", CPU_NODE) == set()
+    for group in DEVICE_GROUPS:
+        assert box.device_denied(f"{group} rw") is None
+    assert box.device_denied("char-nvidia-uvm") == "DevicePolicy=closed"
+    # a node's path is granted through the groups of its major, where they are known
+    assert box.device_denied("/dev/nvidia0", ("char-nvidia",)) is None
+    assert box.device_denied("/dev/nvidia0", ("char-nvidia-uvm",)) == "DevicePolicy=closed"
+    # the HEAD unit of this change: only /dev/kmsg, and no group
+    before = parse([("unit", SHIPPED.replace("DeviceAllow=char-", "#"))])
+    assert before.granted_majors("char", DRIVER_545) == set()
+    assert before.device_denied("char-nvidia rw") == "DevicePolicy=closed"
+
+
+def test_device_groups_match_as_systemd_matches_them() -> None:
+    """systemd.resource-control(5): "The device group is matched according to filename
+    globbing rules, you may hence use the "*" and "?" wildcards"; "char-*" is every
+    character device; a read-only entry does not grant a read-write open."""
+    wide = parse([("u", "[Service]\nDevicePolicy=closed\nDeviceAllow=char-nvidia* rw\n")])
+    assert wide.granted_majors("char", DRIVER_545) == {195, 508, 509, 510, 511}
+    assert wide.device_denied("char-nvidia") is None
+    every = parse([("u", "[Service]\nDevicePolicy=strict\nDeviceAllow=char-* rw\n")])
+    assert every.device_denied("char-nvidia") is None
+    assert every.device_denied("block-loop") == "DevicePolicy=strict"
+    read = parse([("u", "[Service]\nDevicePolicy=closed\nDeviceAllow=char-nvidia r\n")])
+    assert read.granted_majors("char", DRIVER_545) == set()
+    assert read.device_denied("char-nvidia rw") == \
+        "DeviceAllow=char-nvidia r grants less than rw"
+    assert read.device_denied("char-nvidia r") is None
+    bare = parse([("u", "[Service]\nDeviceAllow=char-nvidia\n")])  # no letters: rwm
+    assert bare.device_denied("char-nvidia rw") is None
+    assert bare.device_denied("/dev/sda") == "DevicePolicy=auto"

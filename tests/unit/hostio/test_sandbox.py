@@ -22,3 +22,21 @@ def test_a_drop_in_that_allows_cgroupfs_writes_silences_it(tmp_path: Path) -> No
     write(tmp_path, "etc/systemd/system/guardian.service.d/reclaim.conf",
           "[Service]\nProtectControlGroups=no\n")
     assert sandbox_problem(RECLAIM, unit_texts(tmp_path)) is None
+
+
+def test_proc_devices_by_kind_and_major(tmp_path: Path) -> None:
+    """fs/char_dev.c chrdev_show prints "%3d %s\\n" per registration, so one major may
+    have several names (5: /dev/tty, /dev/console, /dev/ptmx, as this kind of VM lists
+    them; 195: the NVIDIA driver's nvidia and nvidiactl from 545); block devices follow
+    their own header. Unreadable: nothing."""
+    from guardian.hostio.sandbox import proc_devices
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "devices").write_text(
+        "Character devices:\n  1 mem\n  5 /dev/tty\n  5 /dev/console\n  5 /dev/ptmx\n"
+        "195 nvidia\n195 nvidiactl\n\nBlock devices:\n  7 loop\n259 blkext\n")
+    got = proc_devices(tmp_path)
+    assert got["char"] == {1: ["mem"], 5: ["/dev/tty", "/dev/console", "/dev/ptmx"],
+                           195: ["nvidia", "nvidiactl"]}
+    assert got["block"] == {7: ["loop"], 259: ["blkext"]}
+    assert proc_devices(tmp_path / "none") == {"char": {}, "block": {}}

@@ -232,7 +232,7 @@ def test_an_enabled_flight_recorder_needs_perf_event_open_and_its_capabilities(
     said = "\n".join(report.warnings)
     assert "g.toml: [evidence.flight]: calls perf_event_open()" in said
     [caps] = [w for w in report.warnings if "capabilities" in w]
-    assert caps.startswith("[evidence.flight] use capabilities the unit's bounding set lacks "
+    assert caps.startswith("[evidence.flight] uses capabilities the unit's bounding set lacks "
                            "(CAP_PERFMON; CAP_IPC_LOCK)")
     assert report.dropin().endswith(
         "[Service]\nCapabilityBoundingSet=CAP_PERFMON\nCapabilityBoundingSet=CAP_IPC_LOCK\n"
@@ -240,3 +240,67 @@ def test_an_enabled_flight_recorder_needs_perf_event_open_and_its_capabilities(
     write(tmp_path, "etc/systemd/system/guardian.service.d/50-actions.conf",
           report.dropin())
     assert sandbox(rules, config, root=tmp_path).warnings == []
+
+
+GPU_RESET = '''version = 1
+[[rule]]
+name = "gpu-reset"
+summary = "s"
+when = "memcg.dying > 1"
+  [[rule.action]]
+  use = "gpu.reset"
+'''
+
+
+def test_gpu_reset_gets_the_drivers_device_groups_never_a_glob(tmp_path: Path) -> None:
+    """Issue 44: the advice was ``DeviceAllow=/dev/nvidia[0-9]* rw``, which systemd stats
+    as one path (systemd.resource-control(5): "such globbing wildcards are not available
+    for device node path specifications"), and its one gpu.reset was "2 actions". The
+    shipped unit grants the driver's groups: nothing to say. A unit with only
+    /dev/kmsg is told the two groups (drivers up to 535, and 545 on), once."""
+    rules = load_text(GPU_RESET, path="g.toml")
+    assert sandbox(rules, Config(), root=tmp_path).warnings == []  # the package's unit
+    write(tmp_path, "etc/systemd/system/guardian.service",
+          "[Service]\nDevicePolicy=closed\nDeviceAllow=/dev/kmsg r\n")
+    report = sandbox(rules, Config(), root=tmp_path)
+    [w] = report.warnings
+    assert w.startswith("1 action (gpu.reset) opens devices the unit denies "
+                        "(char-nvidia-frontend; char-nvidia): fix once: a drop-in "), w
+    assert "[Service] DeviceAllow=char-nvidia-frontend rw DeviceAllow=char-nvidia rw" in w
+    assert "*" not in report.dropin() and "/dev/nvidia" not in report.dropin()
+    write(tmp_path, "etc/systemd/system/guardian.service.d/50-actions.conf",
+          report.dropin())
+    assert sandbox(rules, Config(), root=tmp_path).warnings == []
+
+
+def test_a_device_path_is_granted_through_its_group_on_this_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's /dev/nvidia0 under a unit that allows char-nvidia: granted where this
+    host's /proc/devices names the node's major nvidia (as systemd resolves it), and
+    warned about where the node is not here to tell."""
+    import guardian.hostio.sandbox as hs
+
+    text = COMMANDS.replace('argv = ["touch", "/etc/x"]', 'argv = ["true"]\n  needs = {}')
+    rules = load_text(text, path="c.toml")
+    write(tmp_path, "etc/systemd/system/guardian.service",
+          "[Service]\nDevicePolicy=closed\nDeviceAllow=char-nvidia rw\n")
+    said = " ".join(sandbox(rules, Config(), root=tmp_path).warnings)
+    assert "opens /dev/nvidia0, which the unit denies (DevicePolicy=closed)" in said
+    monkeypatch.setattr(hs, "device_groups", lambda path, root: (
+        ("char-nvidia", "char-nvidiactl") if path == "/dev/nvidia0" else ()))
+    said = " ".join(sandbox(rules, Config(), root=tmp_path).warnings)
+    assert "/dev/nvidia0" not in said, said
+
+
+def test_a_command_may_need_a_device_group_but_no_glob_path(tmp_path: Path) -> None:
+    """systemd.resource-control(5): a DeviceAllow= specifier is a node's path (no
+    globbing) or char-/block- and a /proc/devices name (globs allowed)."""
+    from guardian.core.errors import GuardianError
+
+    text = COMMANDS.replace('devices = ["/dev/nvidia0"]', 'devices = ["char-nvidia"]')
+    unit = write(tmp_path, "u/guardian.service",
+                 "[Service]\nDevicePolicy=closed\nDeviceAllow=/dev/kmsg r\n")
+    report = sandbox(load_text(text, path="c.toml"), unit=unit)
+    assert "DeviceAllow=char-nvidia rw\n" in report.dropin()
+    with pytest.raises(GuardianError, match="without globs"):
+        load_text(COMMANDS.replace('"/dev/nvidia0"', '"/dev/nvidia*"'), path="c.toml")

@@ -203,3 +203,45 @@ def test_the_recorder_writes_what_the_replay_reads(tmp_path: Path,
     want, got = _collect(src, 0.0), _collect(again, 0.0)
     assert {k: v for k, v in got.items() if "xid" not in k} == \
         {k: v for k, v in want.items() if "xid" not in k}
+
+
+def test_a_device_cgroup_that_refuses_nvidiactl_is_named_never_no_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: the shipped unit's DevicePolicy=closed allowed /dev/kmsg only. A device
+    cgroup that refuses /dev/nvidiactl makes nvmlInit UNKNOWN ("Failed to initialize
+    NVML: Unknown Error" where a container's device list kept only "c 195:* m":
+    NVIDIA/nvidia-container-toolkit#251), and access(2) on the node EPERM
+    (security/device_cgroup.c: "-EPERM case the operation is not permitted"). Before:
+    "nvmlInit failed: NVML UNKNOWN" alone. /proc/devices as the 545+ driver registers
+    major 195 (nv.c: "nvidia", "nvidiactl"), in the kernel's "%3d %s\\n"."""
+    import guardian.hostio.nvidiadev as nd
+
+    gpu = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:18:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "vendor").write_text("0x10de\n")
+    (gpu / "class").write_text("0x030200\n")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "devices").write_text(
+        "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n\nBlock devices:\n"
+        "  7 loop\n")
+    asked: list[Path] = []
+
+    def refused(path: Path) -> str:
+        asked.append(Path(path))
+        return "EPERM"
+
+    monkeypatch.setattr(nd, "access_refused", refused)
+    src, _ = _source({**H100, "init": "UNKNOWN"}, tmp_path, gpus="auto")
+    collector = Collector(Host(tmp_path), [src])
+    said = collector.unavailable["gpu"]
+    assert "gpu" not in collector.unconfigured and asked == [tmp_path / "dev" / "nvidiactl"]
+    assert said.startswith(
+        "nvmlInit failed: NVML UNKNOWN: 1 NVIDIA GPU(s) on the PCI bus (0000:18:00.0), but "
+        "this process's device cgroup refuses /dev/nvidiactl (access(2): EPERM) "
+        "(/proc/devices lists major 195 as nvidia, nvidiactl): under systemd, the unit's "
+        "DevicePolicy=closed or strict without DeviceAllow=char-nvidia rw"), said
+    assert "restart guardian" in said and "no NVIDIA GPU" not in said
+    # a mode that refuses (EACCES) or no node (ENOENT) is no device cgroup: NVML's word
+    monkeypatch.setattr(nd, "access_refused", lambda path: "ENOENT")
+    src, _ = _source({**H100, "init": "UNKNOWN"}, tmp_path, gpus="auto")
+    assert src.unavailable() == "nvmlInit failed: NVML UNKNOWN"
