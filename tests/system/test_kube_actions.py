@@ -467,8 +467,12 @@ def test_holds_from_the_configmap_and_this_nodes_annotation(tmp_path: Path) -> N
         assert fleet_wide.source == "configmap kube-system/guardian-holds:holds.toml"
         assert (mine.rule, mine.author) == ("nic-stall", "dc-ops")
         assert [h.author for h in b.fetch()] == ["sre"]  # the annotation is node-a's only
+        assert a.unknown() == []
         store.fail_next = [503, 503]  # the API fails: the holds last read stay in force
         assert [h.author for h in a.fetch()] == ["sre", "dc-ops"]
+        # and what was not read is said (`guardian holds`: unknown, never "no holds")
+        assert [u.split(": API")[0] for u in a.unknown()] == [
+            "configmap kube-system/guardian-holds", "node node-a annotation guardian.io/hold"]
         cm = store.objects["configmaps"][("kube-system", "guardian-holds")]
         cm["data"]["holds.toml"] = "[[hold]\nbroken"  # a typo must not lift the pause
         assert [h.author for h in a.fetch()] == ["guardian", "sre", "dc-ops"]
@@ -491,4 +495,6 @@ def test_holds_without_credentials_report_and_keep_the_last_ones(tmp_path: Path)
 
     holds = KubeHolds(KubeHoldsParams(kubeconfig=str(tmp_path / "missing"), node="n"))
     assert holds.read() == []
-    assert any("no Kubernetes client" in said for said in holds.said)
+    assert any("no credentials reach the Kubernetes API" in said for said in holds.said)
+    assert [u.split(": no credentials")[0] for u in holds.unknown()] == [
+        "configmap kube-system/guardian-holds", "node n annotation guardian.io/hold"]

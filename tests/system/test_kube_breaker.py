@@ -105,9 +105,11 @@ def test_half_a_zone_trips_the_breaker_and_a_lone_node_elsewhere_is_remediated(
         assert sorted(held) == ["a-00", "a-01", "a-02", "a-03"]
         assert all(t >= release_at for n, t in cordoned_at.items() if n.startswith("a"))
         reason = held["a-00"]
+        # pending counts (for = "5m": none of them had fired): the words say so
         assert reason.startswith("kube.cordon held: breaker tripped 2026-12-03T00:03:00Z "
-                                 "(node a-03): 4 of 10 nodes in topology.kubernetes.io/"
-                                 "zone=a fired memcg-leak within 10m (40%, above the bound of "
+                                 "(node a-03): memcg-leak's condition began to hold "
+                                 "(pending or firing) on 4 of 10 nodes in topology."
+                                 "kubernetes.io/zone=a within 10m (40%, above the bound of "
                                  "30%); "
                                  "until a human releases it: guardian breaker release "
                                  "memcg-leak --why TEXT (or kubectl -n kube-system delete "
@@ -154,13 +156,14 @@ def test_guardian_breaker_lists_and_a_human_releases(tmp_path: Path,
         breaker.firing(["memcg-leak"])
         breaker.onsets["memcg-leak"] = T0
         [hold] = breaker.fetch()
-        assert hold.latched and "2 of 3 nodes in the fleet fired memcg-leak" in hold.reason
+        assert hold.latched and "on 2 of 3 nodes in the fleet within" in hold.reason
         assert main(["breaker", "--config", str(config)]) == 0
         out = capsys.readouterr().out
         assert out.startswith("memcg-leak in fleet: tripped 2026-12-03T00:01:00Z by node "
-                              "n1: 2 of 3 nodes in the fleet fired memcg-leak within 10m "
-                              "(67%, above the bound of 30%) (release: guardian breaker "
-                              "release memcg-leak --why TEXT)"), out
+                              "n1: memcg-leak's condition began to hold (pending or "
+                              "firing) on 2 of 3 nodes in the fleet within 10m (67%, above "
+                              "the bound of 30%) (release: guardian breaker release "
+                              "memcg-leak --why TEXT)"), out
         assert main(["breaker", "release", "memcg-leak", "--config", str(config)]) == 2
         assert main(["breaker", "release", "memcg-leak", "--why", "bad rule, fixed",
                      "--author", "alice", "--config", str(config)]) == 0
@@ -271,3 +274,73 @@ def test_holds_kube_and_the_breaker_read_the_node_once_a_tick(tmp_path: Path) ->
         kinds = [type(r).__name__ for r in readers(load_config(config, default_registry()),
                                                    None)]
         assert [k for k in kinds if k.startswith("Kube")] == ["KubeHolds", "KubeBreaker"]
+
+
+def test_a_latch_whose_record_cannot_be_read_is_shown_and_holds_failing_closed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Lease labelled guardian.io/breaker=tripped whose record is not JSON: before,
+    `guardian breaker` said "No breaker is tripped." (exit 0, `--json` data []) and the
+    node's reader dropped it (held nothing). Now it is listed, and it holds every rule's
+    disruptive actions on every node (it names no rule or group), as a broken hold does.
+    Every `--json` outcome is one JSON document (before: release printed the envelope,
+    then a sentence; an API error printed plain text), and an API that fails is exit 69,
+    never "nothing tripped" (1)."""
+    with serve() as (url, store):
+        for n in ("n1", "n2"):
+            store.add_node(n)
+        kc = kubeconfig(tmp_path, url)
+        config = tmp_path / "guardian.toml"
+        config.write_text(f'[fleet]\nkubeconfig = "{kc}"\nnode = "n1"\n[fleet.breaker]\n')
+        store.put("leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                             "metadata": {"name": "guardian-breaker-bogus",
+                                          "namespace": "kube-system",
+                                          "labels": {"guardian.io/breaker": "tripped"},
+                                          "annotations": {"guardian.io/breaker": "{not"}},
+                             "spec": {"holderIdentity": "n2"}})
+        assert main(["breaker", "--config", str(config)]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(
+            "lease guardian-breaker-bogus: breaker latch guardian-breaker-bogus (node n2) "
+            "cannot be read (its annotation guardian.io/breaker is missing or not a JSON "
+            "object; it names no rule): it holds every rule's disruptive actions on every "
+            "node, failing closed, until a human removes it: kubectl -n kube-system delete "
+            "lease guardian-breaker-bogus"), out
+        assert main(["breaker", "--config", str(config), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["ok"] and [(x["lease"], x["rule"], x["at"]) for x in doc["data"]] == [
+            ("guardian-breaker-bogus", "*", None)]
+        assert "no rule" in doc["data"][0]["problem"]
+        # the node's reader holds every rule's disruptive actions (latched: its log and
+        # event actions still run), and says why once
+        p = FleetParams(kubeconfig=str(kc), node="n1", breaker=BreakerParams())
+        breaker = KubeBreaker(p, clock=lambda: T0, monotonic=lambda: 0.0)
+        [hold] = breaker.fetch()
+        assert (hold.rule, hold.latched, hold.source) == ("*", True, "breaker fleet")
+        assert hold.matches("any-rule", {}) and "cannot be read" in hold.reason
+        assert any("guardian-breaker-bogus" in said for said in breaker.said)
+        # release of a rule with no latch: one JSON document, exit 1, the reason in errors
+        assert main(["breaker", "release", "memcg-leak", "--why", "w", "--json",
+                     "--config", str(config)]) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert not doc["ok"] and doc["errors"] == [{
+            "message": "no breaker is tripped on memcg-leak; 1 latch(es) cannot be read: "
+                       "guardian breaker shows them"}]
+        # the API fails: exit 69, one JSON document or one line on stderr
+        store.fail_next = [503]
+        assert main(["breaker", "--config", str(config), "--json"]) == 69
+        doc = json.loads(capsys.readouterr().out)
+        assert not doc["ok"] and doc["errors"][0]["message"].startswith("API 503")
+        store.fail_next = [503]
+        assert main(["breaker", "release", "memcg-leak", "--why", "w",
+                     "--config", str(config)]) == 69
+        said = capsys.readouterr()
+        assert said.out == "" and said.err.startswith("guardian breaker release: API 503")
+        # a release that finds its latch: one JSON document
+        store.objects["leases"][("kube-system", "guardian-breaker-bogus")]["metadata"][
+            "annotations"]["guardian.io/breaker"] = json.dumps(
+            {"rule": "memcg-leak", "group": "fleet", "at": T0, "holding": 2, "nodes": 2,
+             "bound": 0.3, "window": 600.0})
+        assert main(["breaker", "release", "memcg-leak", "--why", "w", "--json",
+                     "--config", str(config)]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["ok"] and [x["lease"] for x in doc["data"]] == ["guardian-breaker-bogus"]

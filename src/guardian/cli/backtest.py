@@ -95,9 +95,10 @@ def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
                    + (", and the fleet budget's" if bt.budget else ""))
     if bt.breaker is not None:
         b = bt.breaker
-        out.append(f"breaker: trips when more than {b.share * 100:g}% of a group's nodes "
-                   f"(and at least {b.min_nodes}) fire a rule within {for_people(b.window)}; "
-                   f"groups: {', '.join(['the fleet', *b.by])}")
+        out.append(f"breaker: trips when a rule's condition begins to hold (pending or "
+                   f"firing) within {for_people(b.window)} on more than {b.share * 100:g}% "
+                   f"of a group's nodes (and at least {b.min_nodes}); groups: "
+                   f"{', '.join(['the fleet', *b.by])}")
     else:
         out.append("breaker: none ([fleet.breaker] not configured)")
     if holds:
@@ -198,7 +199,7 @@ def data(bt: Backtest) -> dict[str, Any]:
         "peak": {"nodes": peak, "time": None if when is None else round(when, 3),
                  "names": list(names)},
         "trips": [{"time": round(t, 3), "rule": tr.rule, "group": tr.group,
-                   "firing": tr.firing, "of": tr.nodes, "names": list(tr.names),
+                   "holding": tr.holding, "of": tr.nodes, "names": list(tr.names),
                    "why": tr.why} for t, tr in bt.trips],
         "missed": [{"node": n, "problem": c.problem} for n, c in bt.missed()],
         "false_positives": [{"node": n, "rule": r, "time": round(t, 3)}

@@ -157,24 +157,37 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_holds(args: argparse.Namespace) -> ExitCode:
-    """The holds in force on this node, from every source the config names."""
+    """The holds in force on this node, from every source the config names. A source
+    that could not be read (the Kubernetes API: no credentials, no answer) is said, and
+    the command exits 69: what it holds is unknown, never "no holds"."""
     try:
         config = cli_config(args)
     except RuleError as exc:
         return print_errors(exc, args)
     state = service_paths(config).state
     holds: list[Hold] = []
+    unknown: list[str] = []
     for src in readers(config, state):
         holds.extend(src.read())
+        unread = getattr(src, "unknown", None)  # the Kubernetes readers
+        if callable(unread):
+            unknown.extend(unread())
     if args.holds_file:
         holds = [h for h in holds if not h.source.startswith("cli")] + \
             HoldFile(Path(args.holds_file)).read()
     holds = sorted(in_force(holds, time.time()), key=lambda h: h.until)
+    code = ExitCode.UNAVAILABLE if unknown else ExitCode.OK
     if args.json:
-        json_out("holds", [h.to_dict() for h in holds])
-        return ExitCode.OK
-    if not holds:
+        json_out("holds", [h.to_dict() for h in holds], ok=not unknown,
+                 errors=[f"not read, what it holds is unknown: {u}" for u in unknown])
+        return code
+    if not holds and not unknown:
         print("No holds: every rule acts.")
     for h in holds:
         print(f"{h.matcher:<24} {h.describe()}  [{h.source}]")
-    return ExitCode.OK
+    if unknown:
+        print(f"Not read, so what {'they hold' if len(unknown) > 1 else 'it holds'} is "
+              f"unknown{' besides the holds above' if holds else ''}:")
+    for u in unknown:
+        print(f"  {u}")
+    return code

@@ -22,6 +22,10 @@ class ExitCode(enum.IntEnum):
     # `guardian health`: the service runs, but cannot see everything (a blind rule, a
     # source unavailable or failing); a liveness probe asks `--live`, which exits 0 then
     DEGRADED = 3
+    # what the command must ask could not be asked: the Kubernetes API (`guardian
+    # breaker`, `guardian holds`) with no credentials that reach it, not answering, or
+    # refusing; the answer is unknown (never "nothing tripped" or "no holds")
+    UNAVAILABLE = 69  # EX_UNAVAILABLE
     CANTCREAT = 73  # EX_CANTCREAT: an output file (the audit log) cannot be created
     TEMPFAIL = 75  # EX_TEMPFAIL: try again later (the metrics port is taken for now)
     CONFIG = 78  # EX_CONFIG: a configuration error; the unit does not restart on it

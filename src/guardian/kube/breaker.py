@@ -17,7 +17,10 @@ objects and Leases guardian already uses, no server of its own.
   at each read and holds the rule's disruptive actions where it is in the latch's group
   (a latched :class:`~guardian.model.holds.Hold`; ``why``, ``guardian holds`` and the
   metric ``guardian_breaker_tripped`` say so). A node whose own labels cannot be read is
-  held by every latch of the rule (fail closed).
+  held by every latch of the rule (fail closed). A latch whose record cannot be read
+  (in whole or in part) holds too, failing closed: the rule it names, else every rule's
+  disruptive actions, in its group, else on every node; it is logged, and ``guardian
+  breaker`` shows it.
 - A latch never clears itself: ``guardian breaker release RULE --why TEXT`` deletes it
   and records who and why in an Event (``GuardianBreakerReleased``); ``kubectl -n NS
   delete lease -l guardian.io/breaker`` does the same without the record.
@@ -46,7 +49,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node
 
 from guardian.kube.actions import API_ERRORS, _why
-from guardian.kube.client import make_client
+from guardian.kube.client import make_client, no_credentials
 from guardian.kube.fleet import FleetParams
 from guardian.kube.holds import KubeHolds, KubeHoldsParams
 from guardian.model.breaker import FLEET, BreakerParams, NodeFiring, Trip, judge, words
@@ -90,35 +93,77 @@ def parse_firing(text: str | None) -> dict[str, float]:
 
 def _words(record: dict[str, Any], rule: str, group: str) -> str:
     """What a latch's record says: said again from its numbers (a latch an older guardian
-    wrote says them as this one does), else its ``why`` as written."""
+    wrote, its count named ``firing``, says them as this one does), else its ``why`` as
+    written."""
     try:
-        firing, nodes = int(record["firing"]), int(record["nodes"])
+        holding = int(record["holding"] if "holding" in record else record["firing"])
+        nodes = int(record["nodes"])
         bound, window = float(record["bound"]), float(record["window"])
-    except (KeyError, TypeError, ValueError):
-        return str(record.get("why", ""))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        why = record.get("why", "")
+        return why if isinstance(why, str) else ""
     where = "the fleet" if group == FLEET else group
-    return words(firing, nodes, where, rule, window, bound)
+    return words(holding, nodes, where, rule, window, bound)
 
 
-def _stamp(t: float) -> str:
+def _stamp(t: float | None) -> str:
+    if t is None:
+        return "at a time its record does not say"
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Latch:
-    """A tripped (rule, group), as its Lease says."""
+def _number(v: object) -> float | None:
+    """A Unix time that can be said (a finite number before the year 5138), else None."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    return float(v) if math.isfinite(v) and abs(v) < 1e11 else None
 
-    def __init__(self, name: str, record: dict[str, Any], holder: str) -> None:
+
+class Latch:
+    """A tripped (rule, group), as its Lease says. A record that cannot be read in whole
+    or in part (``problem`` says why; None when it can) still holds, failing closed: the
+    rule it names, else every rule (``*``), in its group, else in every group."""
+
+    def __init__(self, name: str, record: object, holder: str) -> None:
         self.name, self.holder = name, holder
-        self.rule = str(record.get("rule", ""))
-        self.group = str(record.get("group", FLEET))
-        self.why = _words(record, self.rule, self.group)
-        self.at = float(record.get("at", 0.0))
+        problems = []
+        if not isinstance(record, dict):
+            problems.append(f"its annotation {RECORD} is missing or not a JSON object")
+            record = {}
+        rule, group = record.get("rule"), record.get("group", FLEET)
+        if not isinstance(rule, str) or not rule.strip():
+            problems.append("it names no rule")
+            rule = "*"
+        if not isinstance(group, str) or (group != FLEET and "=" not in group):
+            problems.append(f"its group {group!r} is neither {FLEET} nor KEY=VALUE")
+            group = FLEET
+        self.rule, self.group = rule, group
+        self.at = _number(record.get("at"))
+        if self.at is None and record:
+            problems.append("it says no time")
+        self.why = _words(record, rule, group)
+        self.problem: str | None = "; ".join(problems) or None
+
+    @property
+    def holds_what(self) -> str:
+        """``memcg-leak's disruptive actions`` or ``every rule's disruptive actions``."""
+        return "every rule's disruptive actions" if self.rule == "*" else \
+            f"{self.rule}'s disruptive actions"
 
     def hold(self, namespace: str) -> Hold:
         """The hold it is on this node: the rule's disruptive actions, until released."""
-        reason = (f"breaker tripped {_stamp(self.at)} (node {self.holder}): {self.why}; "
-                  f"until a human releases it: guardian breaker release {self.rule} "
-                  f"--why TEXT (or kubectl -n {namespace} delete lease {self.name})")
+        delete = f"kubectl -n {namespace} delete lease {self.name}"
+        if self.problem is not None:
+            where = "every node" if self.group == FLEET else f"the nodes of {self.group}"
+            release = "" if self.rule == "*" else \
+                f"guardian breaker release {self.rule} --why TEXT, or "
+            reason = (f"breaker latch {self.name} (node {self.holder}) cannot be read "
+                      f"({self.problem}): it holds {self.holds_what} on {where}, failing "
+                      f"closed, until a human removes it: {release}{delete}")
+        else:
+            reason = (f"breaker tripped {_stamp(self.at)} (node {self.holder}): {self.why}; "
+                      f"until a human releases it: guardian breaker release {self.rule} "
+                      f"--why TEXT (or {delete})")
         return Hold(math.inf, reason, AUTHOR, self.rule, (), f"breaker {self.group}",
                     latched=True)
 
@@ -182,20 +227,25 @@ class KubeBreaker(KubeHolds):
         (``breaker``) is the one last read where the latches cannot be read."""
         parts = super()._read_api()
         last = self.last["breaker"]
+        ns = self.fleet.namespace
+        what = f"breaker latches in {ns}"
         try:
             client = self.client
         except Exception as exc:  # lightkube's: no kubeconfig, no service account
-            self._say(f"no Kubernetes client: {exc}; keeping the breaker's holds last read")
+            self._miss(what, no_credentials(exc))
             return {**parts, "breaker": last}
         self._publish(client, self.node)
-        ns = self.fleet.namespace
         try:
-            found = [_latch(lease) for lease in client.list(
+            latches = [_latch(lease) for lease in client.list(
                 Lease, namespace=ns, labels={LABEL: "tripped"})]
         except API_ERRORS as exc:
-            self._say(f"breaker latches in {ns}: {_why(exc)}; keeping those last read")
+            self._miss(what, _why(exc))
             return {**parts, "breaker": last}
-        latches = [x for x in found if x is not None]
+        for x in latches:
+            if x.problem is not None:
+                self._say(f"breaker latch {ns}/{x.name}: its record ({RECORD}) cannot be "
+                          f"read ({x.problem}); it holds {x.holds_what} in "
+                          f"{x.group}, failing closed, until a human removes it")
         fresh = self._judge(client, latches)
         return {**parts, "breaker": [x.hold(ns) for x in [*latches, *fresh]
                                      if in_group(x.group, self.labels)]}
@@ -261,7 +311,7 @@ class KubeBreaker(KubeHolds):
         ns = self.fleet.namespace
         name = latch_name(self.fleet.name, trip.rule, trip.group)
         record = {"rule": trip.rule, "group": trip.group, "why": trip.why, "at": now,
-                  "firing": trip.firing, "nodes": trip.nodes, "share": round(trip.share, 4),
+                  "holding": trip.holding, "nodes": trip.nodes, "share": round(trip.share, 4),
                   "bound": trip.bound, "window": trip.window, "names": list(trip.names[:50])}
         when = dt.datetime.fromtimestamp(now, dt.timezone.utc)
         lease = Lease(metadata=ObjectMeta(name=name, namespace=ns, labels={LABEL: "tripped"},
@@ -290,17 +340,15 @@ def _name(n: Node) -> str:
     return (n.metadata and n.metadata.name) or ""
 
 
-def _latch(lease: Lease) -> Latch | None:
+def _latch(lease: Lease) -> Latch:
+    """What ``lease`` latches; one whose record cannot be read still holds (see
+    :class:`Latch`), and `guardian breaker` shows it."""
     meta = lease.metadata
+    text = ((meta and meta.annotations) or {}).get(RECORD)
     try:
-        record = json.loads(((meta and meta.annotations) or {}).get(RECORD, ""))
+        record: object = json.loads(text) if text is not None else None
     except ValueError:
         record = None
-    if not isinstance(record, dict) or not record.get("rule"):
-        # it names no rule to hold: said, and shown by `guardian breaker`
-        log.error("breaker latch %s has no readable record (%s); it holds nothing",
-                  meta and meta.name, RECORD)
-        return None
     return Latch((meta and meta.name) or "", record,
                  (lease.spec and lease.spec.holderIdentity) or "?")
 
@@ -320,21 +368,23 @@ def event(client: Client, ns: str, lease: str, host: str, reason: str, message: 
         log.error("breaker: cannot create the %s event: %s", reason, _why(exc))
 
 
-def latches(client: Client, namespace: str) -> list[tuple[Lease, Latch | None]]:
+def latches(client: Client, namespace: str) -> list[tuple[Lease, Latch]]:
     """Every latch in ``namespace``, as its Lease and what it says."""
     return [(lease, _latch(lease)) for lease in client.list(
         Lease, namespace=namespace, labels={LABEL: "tripped"})]
 
 
 def release(params: FleetParams, rule: str, why: str, author: str,
-            group: str | None = None) -> list[Latch]:
+            group: str | None = None, client: Client | None = None) -> list[Latch]:
     """A human's release: delete the latches of ``rule`` (in ``group``, or all of its
     groups) and record who and why in a ``GuardianBreakerReleased`` Event on each. The
-    latches released (none: nothing was tripped)."""
-    client = make_client(params)
+    latches released (none: nothing was tripped). ``client``: made from ``params`` when
+    not given (lightkube's ConfigError without credentials); the API's errors are
+    raised."""
+    client = client or make_client(params)
     out = []
     for _, latch in latches(client, params.namespace):
-        if latch is None or latch.rule != rule or (group is not None and latch.group != group):
+        if latch.rule != rule or (group is not None and latch.group != group):
             continue
         client.delete(Lease, name=latch.name, namespace=params.namespace)
         event(client, params.namespace, latch.name, author, "GuardianBreakerReleased",

@@ -39,6 +39,14 @@ def node_name(params: KubeParams) -> str:
     return params.node or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
+def no_credentials(exc: BaseException) -> str:
+    """Why :func:`make_client` made no client (``exc``, what it raised), in one line."""
+    first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    return (f"no credentials reach the Kubernetes API: {first} (in a pod: the service "
+            f"account's token and KUBERNETES_SERVICE_HOST; else a kubeconfig: the "
+            f"config's kubeconfig, $KUBECONFIG or ~/.kube/config)")
+
+
 def make_client(params: KubeParams) -> Client:
     """A client from the kubeconfig, the in-cluster service account, or $KUBECONFIG."""
     if params.kubeconfig:

@@ -50,7 +50,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node
 from pydantic import Field
 
 from guardian.kube.actions import API_ERRORS, _why
-from guardian.kube.client import KubeParams, make_client, node_name
+from guardian.kube.client import KubeParams, make_client, no_credentials, node_name
 from guardian.model.approvals import Approval, parse_approvals
 from guardian.model.holds import Hold, parse_holds
 
@@ -166,6 +166,10 @@ class KubeHolds:
         self.node: Node | None = None
         self.last_approvals: list[Approval] = []  # as the node last read gave them
         self.said: set[str] = set()  # problems already logged
+        # what the last read that finished could not read, and why (what it holds is
+        # unknown: the holds last read stand for it): `guardian holds` says so
+        self.unread: dict[str, str] = {}
+        self._missed: dict[str, str] = {}  # the same, for the read under way
         # this node's labels as last read with its annotation (None: not read yet): its
         # node group (guardian.model.nodegroups)
         self.labels: dict[str, str] | None = None
@@ -192,6 +196,17 @@ class KubeHolds:
         """The holds of the last read that finished: never blocks."""
         with self._lock:
             return [h for part in self.last.values() for h in part]
+
+    def unknown(self) -> list[str]:
+        """What the last read that finished could not read, each ``what: why`` (none
+        read yet: nothing said); what those hold is unknown."""
+        with self._lock:
+            return [f"{what}: {why}" for what, why in self.unread.items()]
+
+    def _miss(self, what: str, why: str) -> None:
+        """``what`` could not be read in the read under way: said once, and kept."""
+        self._missed[what] = why
+        self._say(f"{what}: {why}; keeping the holds last read")
 
     def read(self) -> list[Hold]:
         """The holds now: a read is started off the loop unless one is under way; this
@@ -224,12 +239,15 @@ class KubeHolds:
 
     def _read_whole(self, done: threading.Event) -> None:
         self.cut.at = time.monotonic() + self.p.timeout
+        self._missed = {}
         try:
             parts = self._read_api()
             with self._lock:
-                self.last = parts
+                self.last, self.unread = parts, dict(self._missed)
         except Exception as exc:  # a bug here must not end the reads
             self._say(f"reading the holds failed: {exc!r}; keeping the holds last read")
+            with self._lock:
+                self.unread = {"the Kubernetes holds": f"reading failed: {exc!r}"}
         finally:
             self.cut.at = None
             with self._lock:
@@ -242,13 +260,18 @@ class KubeHolds:
         p = self.p
         configmap, annotation = self.last["configmap"], self.last["annotation"]
         self.node = None
+        where = f"configmap {p.namespace}/{p.configmap}"
+        reads_node = bool(p.annotation or p.approve_annotation or self.reads_node)
         try:
             client = self.client
         except Exception as exc:  # lightkube's: no kubeconfig, no service account
-            self._say(f"no Kubernetes client: {exc}; keeping the holds last read")
+            why = no_credentials(exc)
+            if p.configmap:
+                self._miss(where, why)
+            if reads_node:
+                self._node_unread(why)
             return {"configmap": configmap, "annotation": annotation}
         if p.configmap:
-            where = f"configmap {p.namespace}/{p.configmap}"
             try:
                 cm = client.get(ConfigMap, name=p.configmap, namespace=p.namespace)
                 text = (cm.data or {}).get(p.key, "")
@@ -257,10 +280,10 @@ class KubeHolds:
                 if exc.status.code == 404:
                     configmap = []
                 else:
-                    self._say(f"{where}: {_why(exc)}; keeping the holds last read")
+                    self._miss(where, _why(exc))
             except API_ERRORS as exc:
-                self._say(f"{where}: {_why(exc)}; keeping the holds last read")
-        if p.annotation or p.approve_annotation or self.reads_node:
+                self._miss(where, _why(exc))
+        if reads_node:
             try:
                 node = self.node = client.get(Node, name=self.me)
                 self.labels = dict((node.metadata and node.metadata.labels) or {})
@@ -272,8 +295,16 @@ class KubeHolds:
                 if p.approve_annotation:
                     self._approvals(notes.get(p.approve_annotation, ""))
             except API_ERRORS as exc:
-                self._say(f"node {self.me}: {_why(exc)}; keeping the holds last read")
+                self._node_unread(_why(exc))
         return {"configmap": configmap, "annotation": annotation}
+
+    def _node_unread(self, why: str) -> None:
+        """This node could not be read: its hold annotation is unknown (its labels as
+        last read stand; never read, every breaker latch holds it: that is known)."""
+        if self.p.annotation:
+            self._miss(f"node {self.me} annotation {self.p.annotation}", why)
+        else:
+            self._say(f"node {self.me}: {why}; its labels as last read stand")
 
     def _approvals(self, text: str) -> None:
         """The approvals in the node's annotation (none where it cannot be parsed)."""

@@ -1,26 +1,30 @@
 """The correlated-failure breaker's judgement: pure, clock-free, no I/O.
 
-When many nodes fire the same rule at about the same time the cause is usually shared (a
-zone, a rack switch, a kernel or driver rollout, a bad rule), and remediating them one by
-one is the wrong remedy (Karpenter's node-repair RFC, kubernetes-sigs/karpenter #3192;
-NVSentinel's breaker). :func:`judge` says which (rule, group) pairs trip and why; where the
-firing comes from, how a trip is latched and how it holds actions is the caller's
-(``guardian.kube.breaker`` on a cluster, the fleet backtest on a simulated clock).
+When the same rule begins to fire on many nodes at about the same time the cause is
+usually shared (a zone, a rack switch, a kernel or driver rollout, a bad rule), and
+remediating them one by one is the wrong remedy (Karpenter's node-repair RFC,
+kubernetes-sigs/karpenter #3192; NVSentinel's breaker). :func:`judge` says which (rule,
+group) pairs trip and why; where the onsets come from, how a trip is latched and how it
+holds actions is the caller's (``guardian.kube.breaker`` on a cluster, the fleet backtest
+on a simulated clock).
 
 Contract of :func:`judge`:
 
-- ``nodes``: every node of the fleet, firing or not (each node counts once in the
-  denominator of every group it belongs to); per node its name, its labels and, for each
-  rule firing on it now, the Unix time it began firing (its latest onset).
+- ``nodes``: every node of the fleet, a rule holding on it or not (each node counts once
+  in the denominator of every group it belongs to); per node its name, its labels and, for each
+  rule whose condition holds on it now (pending or firing), the Unix time it began to
+  hold (its latest onset).
 - ``now``: the Unix time judged at (the caller's clock, real or simulated).
-- A rule *fires within the window* on a node when its onset is in ``[now - window, now]``
-  (a node that has fired for longer is an old, separate failure; an onset after ``now``
-  is a clock skew and counts as now).
+- A rule *began within the window* on a node when its onset is in ``[now - window, now]``
+  (a node on which it has held for longer is an old, separate failure; an onset after
+  ``now`` is a clock skew and counts as now). Pending counts: the breaker must hold the
+  actions before a wave's ``for`` runs out, so its words say "began to hold", never
+  "fired".
 - Groups: the whole fleet (``fleet``), and for each label key in ``params.by`` one group
   per value of that key (``key=value``; nodes without the key form ``key=`` apart).
-- A (rule, group) pair trips when at least ``min_nodes`` of the group's nodes fire the
-  rule within the window **and** their share of the group's nodes is above ``share``
-  (strictly: 3 of 10 with ``share = 0.3`` does not trip). ``min_nodes`` keeps a pool of
+- A (rule, group) pair trips when the rule began within the window on at least
+  ``min_nodes`` of the group's nodes **and** their share of the group's nodes is above
+  ``share`` (strictly: 3 of 10 with ``share = 0.3`` does not trip). ``min_nodes`` keeps a pool of
   two from being frozen by one failing node (kubernetes-sigs/karpenter #2134).
 - The result is sorted by rule, then group (``fleet`` first), with the numbers behind
   each trip; the same input always gives the same result. It never latches: latching
@@ -40,15 +44,18 @@ FLEET = "fleet"  # the group of every node
 
 
 class BreakerParams(BaseModel):
-    """``[fleet.breaker]``: when the share of nodes firing the same rule trips it."""
+    """``[fleet.breaker]``: when the share of nodes on which the same rule began to hold
+    trips it."""
 
     model_config = ConfigDict(extra="forbid")
-    share: float = Field(0.3, gt=0, lt=1, description="trip when more than this share "
-                         "of a group's nodes fire the same rule within the window")
+    share: float = Field(0.3, gt=0, lt=1, description="trip when the same rule's "
+                         "condition began to hold (pending or firing) within the window "
+                         "on more than this share of a group's nodes")
     min_nodes: int = Field(3, ge=1, description="and at least this many of them (a pool "
                            "of two is not frozen by one failing node)")
-    window: PositiveDuration = Field(600.0, description="a node counts when the rule "
-                                     "began firing on it within this long before now")
+    window: PositiveDuration = Field(600.0, description="a node counts when the rule's "
+                                     "condition began to hold on it (pending or firing) "
+                                     "within this long before now, and holds still")
     by: list[str] = Field(default_factory=list, description="node label keys: each "
                           "value of each key is a group judged apart (e.g. "
                           "topology.kubernetes.io/zone); the whole fleet is always "
@@ -60,8 +67,9 @@ class BreakerParams(BaseModel):
 
 @dataclass(frozen=True)
 class NodeFiring:
-    """One node as the breaker sees it: ``firing`` maps each rule firing on it now to
-    the Unix time it began firing."""
+    """One node as the breaker sees it: ``firing`` maps each rule whose condition holds
+    on it now (pending or firing, as the node publishes it in ``guardian.io/firing``) to
+    the Unix time it began to hold."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -74,12 +82,12 @@ class Trip:
 
     rule: str
     group: str  # FLEET, or "key=value"
-    firing: int  # nodes of the group on which the rule began firing within the window
+    holding: int  # nodes of the group on which the rule began to hold within the window
     nodes: int  # nodes in the group
-    share: float  # firing / nodes
+    share: float  # holding / nodes
     bound: float  # params.share
     window: float  # seconds
-    names: tuple[str, ...]  # the firing nodes, sorted
+    names: tuple[str, ...]  # those nodes, sorted
     first: float  # the earliest onset counted (Unix time)
     last: float  # the latest onset counted
 
@@ -90,9 +98,9 @@ class Trip:
 
     @property
     def why(self) -> str:
-        """``7 of 12 nodes in topology.kubernetes.io/zone=a fired memcg-leak within 10m
-        (58%, above the bound of 30%)``."""
-        return words(self.firing, self.nodes, self.where, self.rule, self.window,
+        """``memcg-leak's condition began to hold (pending or firing) on 7 of 12 nodes in
+        topology.kubernetes.io/zone=a within 10m (58%, above the bound of 30%)``."""
+        return words(self.holding, self.nodes, self.where, self.rule, self.window,
                      self.bound)
 
 
@@ -108,12 +116,15 @@ def percents(share: float, bound: float) -> tuple[str, str]:
     return f"{shown}%", f"{shown_bound}%"
 
 
-def words(firing: int, nodes: int, where: str, rule: str, window: float,
+def words(holding: int, nodes: int, where: str, rule: str, window: float,
           bound: float) -> str:
-    """What a trip says (:attr:`Trip.why`; a latch's record read back says the same)."""
-    share, limit = percents(firing / nodes if nodes else 0.0, bound)
-    return (f"{firing} of {nodes} nodes in {where} fired {rule} within "
-            f"{format_duration(window)} ({share}, above the bound of {limit})")
+    """What a trip says (:attr:`Trip.why`; a latch's record read back says the same):
+    the nodes on which the rule's condition began to hold, pending included (the breaker
+    counts a node before its ``for`` runs out, so "fired" would be untrue)."""
+    share, limit = percents(holding / nodes if nodes else 0.0, bound)
+    return (f"{rule}'s condition began to hold (pending or firing) on {holding} of "
+            f"{nodes} nodes in {where} within {format_duration(window)} ({share}, above "
+            f"the bound of {limit})")
 
 
 def groups_of(labels: Mapping[str, str], by: Iterable[str]) -> list[str]:
@@ -137,11 +148,11 @@ def judge(nodes: Iterable[NodeFiring], now: float, params: BreakerParams) -> lis
             for g in groups:
                 onsets.setdefault((rule, g), {})[node.name] = since
     out: list[Trip] = []
-    for (rule, g), firing in onsets.items():
-        share = len(firing) / size[g]
-        if len(firing) >= params.min_nodes and share > params.share:
-            out.append(Trip(rule, g, len(firing), size[g], share, params.share,
-                            params.window, tuple(sorted(firing)), min(firing.values()),
-                            max(firing.values())))
+    for (rule, g), began in onsets.items():
+        share = len(began) / size[g]
+        if len(began) >= params.min_nodes and share > params.share:
+            out.append(Trip(rule, g, len(began), size[g], share, params.share,
+                            params.window, tuple(sorted(began)), min(began.values()),
+                            max(began.values())))
     out.sort(key=lambda t: (t.rule, t.group != FLEET, t.group))
     return out

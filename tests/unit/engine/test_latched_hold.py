@@ -22,8 +22,8 @@ cooldown = "1m"
   use = "command"
   argv = ["/bin/true"]
 '''
-WHY = ("breaker tripped: 7 of 12 nodes in topology.kubernetes.io/zone=a fired memcg-leak "
-       "within 10m (58%, above the bound of 30%)")
+WHY = ("breaker tripped: memcg-leak's condition began to hold (pending or firing) on 7 of "
+       "12 nodes in topology.kubernetes.io/zone=a within 10m (58%, above the bound of 30%)")
 
 
 def latch(rule: str = "memcg-leak") -> Hold:

@@ -132,8 +132,8 @@ def test_the_config_says_the_budget_breaker_and_node_groups_it_simulates(
     out = capsys.readouterr().out.splitlines()
     assert out[1:5] == [
         "fleet budget: at most 1 node disrupted at once (max_nodes 1 of 1), min_healthy 0",
-        "breaker: trips when more than 30% of a group's nodes (and at least 3) fire a "
-        "rule within 10m; groups: the fleet, zone",
+        "breaker: trips when a rule's condition begins to hold (pending or firing) within "
+        "10m on more than 30% of a group's nodes (and at least 3); groups: the fleet, zone",
         "node groups: canary (first match by each node's labels)", ""]
     assert "breaker: did not trip" in out
 
@@ -184,8 +184,17 @@ def test_the_breaker_holds_a_zone_and_spares_a_lone_node_in_another(tmp_path: Pa
     bt = backtest(fleet, rules, fleet_budget=BudgetParams(max_nodes=5), breaker=params)
     assert [(round(t), trip.rule, trip.group, trip.names) for t, trip in bt.trips] == [
         (145, "memcg-flood", "zone=a", ("a-chain", "b-incident"))]
-    assert bt.trips[0][1].why == ("2 of 3 nodes in zone=a fired memcg-flood within 10m "
-                                  "(67%, above the bound of 60%)")
+    # tripped at +145s while pending (its for = "30s" ran out at +175s): before, the
+    # words said the nodes "fired" it
+    assert bt.trips[0][1].why == ("memcg-flood's condition began to hold (pending or "
+                                  "firing) on 2 of 3 nodes in zone=a within 10m (67%, "
+                                  "above the bound of 60%)")
+    from guardian.cli.backtest import data, report
+    [trip] = data(bt)["trips"]
+    assert trip["holding"] == 2 and "firing" not in trip  # --json's count, renamed too
+    assert ("breaker: trips when a rule's condition begins to hold (pending or firing) "
+            "within 10m on more than 60% of a group's nodes (and at least 2); groups: the "
+            "fleet, zone") in report(bt, 0, [])
     held = [(e.node, round(e.time)) for e in bt.events if e.breaker]
     assert ("a-chain", 175) in held and ("b-incident", 175) in held
     assert _runs(bt, "a-chain") == [] and _runs(bt, "b-incident") == []
