@@ -10,8 +10,9 @@ from pathlib import Path
 
 from guardian.cli.common import json_out, registry_warnings
 from guardian.core.defaults import DEFAULT_CONFIG
-from guardian.core.diagnostics import Diagnostic, RuleError
+from guardian.core.diagnostics import Diagnostic, RuleError, meant
 from guardian.core.exitcodes import ExitCode
+from guardian.model.nodegroups import unmatched
 from guardian.plugin.registry import default_registry
 from guardian.policy.loader import load_rules
 from guardian.runtime import preflight
@@ -51,6 +52,7 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
     if errors:
         return _failed(args, errors, warnings)
     assert rs is not None
+    warnings += group_rules(config, [r.name for r in rs.rules])
     errors += preflight.errors(rs, config)
     if errors:
         return _failed(args, errors, warnings)
@@ -87,6 +89,21 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
             print(f"ok: {len(rs.rules)} rule(s) in {files}"
                   + (f"; unit: {said_unit}" if box is None else ""))
     return ExitCode.OK
+
+
+def group_rules(config: Config, names: list[str]) -> list[str]:
+    """A ``[[group]]``'s ``rules`` entry that matches none of the rules ``names``, located
+    and with the name likely meant (as ``guardian pause`` says of a rule it does not know):
+    a misspelt name leaves the rule it meant in shadow on the group's nodes."""
+    out = []
+    for i, group in enumerate(config.groups):
+        for k, pattern in unmatched(group, names):
+            then = "; only the rules it lists act on its nodes, the others run in shadow " \
+                "there" if group.mode == "act" else ""
+            out.append(str(config.located(
+                ("group", i, "rules", k), f"[[group]] {group.name!r}: rules: {pattern!r} "
+                f"matches no loaded rule ({meant(pattern, names, listed=10)}){then}")))
+    return out
 
 
 def _not_under_the_unit(config: str | None) -> str | None:

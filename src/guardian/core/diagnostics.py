@@ -8,7 +8,7 @@ import difflib
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -197,6 +197,18 @@ def _first_model(annotation: object) -> type[BaseModel] | None:
         if (found := _first_model(arg)) is not None:
             return found
     return None
+
+
+def meant(name: str, known: Collection[str], listed: int | None = None) -> str:
+    """What a name that names nothing likely meant, in words: ``did you mean 'x'?``,
+    else the known names (``known: a, b``; ``known: none``), when there are at most
+    ``listed`` (None: any number) of them."""
+    hint = difflib.get_close_matches(name, sorted(known), n=1)
+    if hint:
+        return f"did you mean {hint[0]!r}?"
+    if listed is not None and len(known) > listed:
+        return f"none of the {len(known)} known is close"
+    return f"known: {', '.join(sorted(known)) or 'none'}"
 
 
 def unknown_key(key: str, known: Sequence[str]) -> str:

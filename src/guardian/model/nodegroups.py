@@ -26,7 +26,7 @@ group), its other actions run (the executor asks :func:`shadow_why` of each part
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -104,6 +104,36 @@ def matches(group: NodeGroup, labels: Mapping[str, str]) -> bool:
 def group_of(labels: Mapping[str, str], groups: Sequence[NodeGroup]) -> NodeGroup | None:
     """The first group whose labels ``labels`` carries, or None."""
     return next((g for g in groups if matches(g, labels)), None)
+
+
+def shadowed_by(group: NodeGroup, before: Sequence[NodeGroup]) -> NodeGroup | None:
+    """The first of the groups ``before`` ``group`` that every node carrying ``group``'s
+    labels is in first (its labels a subset of ``group``'s: no labels selects every
+    node), so ``group`` is never reached; None when it can be."""
+    mine = set(group.labels.items())
+    return next((g for g in before if set(g.labels.items()) <= mine), None)
+
+
+def unreachable(group: NodeGroup, first: NodeGroup) -> str:
+    """Why ``group`` is never reached, ``first`` (:func:`shadowed_by`) coming before it."""
+    said = f"node group {group.name!r} is never reached (a node is in the first group " \
+           f"that matches): "
+    if not first.labels:
+        return said + (f"node group {first.name!r} before it has no labels, so every node "
+                       "is in it; a group without labels may only be the last")
+    pairs = ",".join(f"{k}={v}" for k, v in first.labels.items())
+    if first.labels == group.labels:
+        return said + f"node group {first.name!r} before it has the same labels ({pairs})"
+    return said + (f"every node it selects carries the labels of node group "
+                   f"{first.name!r} ({pairs}), which comes first: put {group.name!r} "
+                   "before it")
+
+
+def unmatched(group: NodeGroup, names: Collection[str]) -> list[tuple[int, str]]:
+    """Each entry of ``group``'s ``rules`` (its index and pattern) that matches none of
+    the rules ``names``: the rule it meant, if any, runs in shadow on the group's nodes."""
+    return [(k, p) for k, p in enumerate(group.rules)
+            if not any(fnmatchcase(n, p) for n in names)]
 
 
 def shadow_why(rule: str | None, disruptive: bool, labels: Mapping[str, str] | None,

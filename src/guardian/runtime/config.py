@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError
 
 from guardian.core.diagnostics import (
     Diagnostic,
@@ -41,7 +41,7 @@ from guardian.core.diagnostics import (
 from guardian.core.durations import Duration, PositiveDuration
 from guardian.core.install import k8s_missing
 from guardian.core.positions import Pos
-from guardian.model.nodegroups import NodeConfig, NodeGroup
+from guardian.model.nodegroups import NodeConfig, NodeGroup, shadowed_by, unreachable
 from guardian.model.window import Window
 from guardian.plugin.registry import Registry
 
@@ -132,6 +132,17 @@ class Config(BaseModel):
     path: str = ""
     dropins: list[str] = Field(default_factory=list, description="the drop-in files "
                                "merged onto the file at ``path``, in order")
+    _positions: _Layered | None = PrivateAttr(None)  # where each key was written
+
+    def located(self, loc: Loc, message: str) -> Diagnostic:
+        """``message`` at the key ``loc`` (``("group", 0, "rules")``) of the file that set
+        it (a drop-in, where one did), as :func:`load_config` reports its errors: for
+        ``guardian check``'s warnings. At 1:1 of ``path`` for a config not read from
+        files."""
+        if self._positions is None:
+            return Diagnostic(self.path, 1, 1, message)
+        where, pos = self._positions.where(loc)
+        return Diagnostic(where, pos.line, pos.col, message)
 
 
 DROPIN_SUFFIX = ".d"
@@ -177,6 +188,11 @@ class _Layered(Reporter):
 
     def at(self, loc: Loc) -> Pos:
         return self._file(loc).at(loc)
+
+    def where(self, loc: Loc) -> tuple[str, Pos]:
+        """The file that set the key ``loc``, and its position there."""
+        file = self._file(loc)
+        return file.path, file.at(loc)
 
     def __call__(self, loc: Loc, message: str, value: bool = False) -> None:
         self._file(loc)(loc, message, value)
@@ -285,17 +301,20 @@ def load_config(path: str | Path | None, registry: Registry) -> Config:
                               prefix=f"source {name!r}: ")
     if diags:
         raise RuleError(diags)
-    return Config(engine=engine, service=service, disabled_sources=disabled,
-                  sources=validated, fleet=fleet, holds=holds, evidence=evidence,
-                  node=node, groups=groups,
-                  path=str(path),
-                  dropins=[str(f) for f in dropins])
+    config = Config(engine=engine, service=service, disabled_sources=disabled,
+                    sources=validated, fleet=fleet, holds=holds, evidence=evidence,
+                    node=node, groups=groups,
+                    path=str(path),
+                    dropins=[str(f) for f in dropins])
+    config._positions = report
+    return config
 
 
 def _groups(data: dict[str, Any], report: Reporter, fleet: bool
             ) -> tuple[NodeConfig, list[NodeGroup]]:
     """``[node]`` and the ``[[group]]`` tables (names unique; a group's own budget
-    counted in ``[fleet]``'s Leases, so only with ``[fleet]``)."""
+    counted in ``[fleet]``'s Leases, so only with ``[fleet]``; none that a group before
+    it keeps every node from: :func:`~guardian.model.nodegroups.shadowed_by`)."""
     node = NodeConfig()
     try:
         node = NodeConfig.model_validate(data.get("node", {}))
@@ -320,6 +339,10 @@ def _groups(data: dict[str, Any], report: Reporter, fleet: bool
             report(("group", i, key), f"node group {group.name!r} has its own fleet budget, "
                    "which is counted in [fleet]'s Leases and bounded by [fleet]'s budget: "
                    "set [fleet] too")
+        first = shadowed_by(group, groups)
+        if first is not None:
+            has = isinstance(table, dict) and "labels" in table
+            report(("group", i, "labels") if has else ("group", i), unreachable(group, first))
         groups.append(group)
     return node, groups
 

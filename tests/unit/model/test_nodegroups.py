@@ -56,3 +56,38 @@ def test_groups_and_node_labels_in_guardian_toml(tmp_path: Path) -> None:
         with pytest.raises(RuleError) as err:
             load_config(path, Registry())
         assert said in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "said"), ids=["no-labels", "subset", "same"], argvalues=[
+    # before: passed `guardian check`, and every node was in "all" (a shadow canary acted)
+    ('[[group]]\nname = "all"\nrules = ["*"]\n\n[[group]]\nname = "canary"\n'
+     'labels = { "guardian.io/canary" = "true" }\nmode = "shadow"\n',
+     "guardian.toml:7:1: node group 'canary' is never reached (a node is in the first "
+     "group that matches): node group 'all' before it has no labels, so every node is in "
+     "it; a group without labels may only be the last"),
+    ('[[group]]\nname = "gpu"\nlabels = { pool = "gpu" }\n\n[[group]]\nname = "a100"\n'
+     'labels = { pool = "gpu", model = "a100" }\n',
+     "guardian.toml:7:1: node group 'a100' is never reached (a node is in the first group "
+     "that matches): every node it selects carries the labels of node group 'gpu' "
+     "(pool=gpu), which comes first: put 'a100' before it"),
+    ('[[group]]\nname = "gpu"\nlabels = { pool = "gpu" }\n\n[[group]]\nname = "gpu2"\n'
+     'labels = { pool = "gpu" }\n',
+     "guardian.toml:7:1: node group 'gpu2' is never reached (a node is in the first group "
+     "that matches): node group 'gpu' before it has the same labels (pool=gpu)"),
+])
+def test_a_group_an_earlier_one_keeps_every_node_from_is_an_error(
+        tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "guardian.toml"
+    path.write_text(text)
+    with pytest.raises(RuleError) as err:
+        load_config(path, Registry())
+    assert [str(d).replace(f"{tmp_path}/", "") for d in err.value.diagnostics] == [said]
+
+
+def test_a_group_without_labels_may_be_last_and_more_specific_groups_first(
+        tmp_path: Path) -> None:
+    path = tmp_path / "guardian.toml"
+    path.write_text('[[group]]\nname = "a100"\nlabels = { pool = "gpu", model = "a100" }\n'
+                    '[[group]]\nname = "gpu"\nlabels = { pool = "gpu" }\n'
+                    '[[group]]\nname = "rest"\nmode = "shadow"\n')
+    assert [g.name for g in load_config(path, Registry()).groups] == ["a100", "gpu", "rest"]
