@@ -31,10 +31,18 @@ def _bad_rules(tmp: Path) -> Path:
     ["signals", "--warmup", "0s"],
     ["act", "log", "--dry-run", "--warmup", "0s", "--set", "message=m"],
     ["run", "--once", "--interval", "soon"],
+    # before: a traceback without credentials; JSON then a sentence; plain text
+    ["breaker", "--config", "{nocreds}"], ["breaker", "--config", "{nobreaker}"],
+    ["breaker", "release", "memcg-leak", "--why", "w", "--config", "{nocreds}"],
+    ["holds", "--config", "{nocreds}"],
 ])
 def test_every_json_output_has_one_shape(tmp_path: Path, argv: list[str]) -> None:
     bad = _bad_rules(tmp_path)
-    args = [a.format(rules=RULES, bad=bad, tmp=tmp_path) for a in argv]
+    nocreds = write(tmp_path, "nocreds.toml", f'[holds]\nfile = "{tmp_path}/h.json"\n'
+                    f'[fleet]\nkubeconfig = "{tmp_path}/nope.yaml"\n[fleet.breaker]\n')
+    nobreaker = write(tmp_path, "nobreaker.toml", "[fleet]\nmax_nodes = 1\n")
+    args = [a.format(rules=RULES, bad=bad, tmp=tmp_path, nocreds=nocreds,
+                     nobreaker=nobreaker) for a in argv]
     proc = guardian(*args, "--json")
     assert "Traceback" not in proc.stderr, proc.stderr
     out = json.loads(proc.stdout)
