@@ -5,11 +5,12 @@ apart.
 
 The tree (a temporary directory, removed after) is made from recorded files and
 generated ones:
-- /proc: every per-process file is a recorded one (tests/fixtures/procfs, from
-  prometheus/procfs's fixtures) with its pid, name, parent, times and thread count
-  replaced; stat, softirqs, net/softnet_stat and pressure/* keep the recorded files'
-  other lines and columns, widened to 192 CPUs; net/dev, interrupts (the ENA vectors as
-  the driver names them) and the cgroup2 mountinfo are generated.
+- /proc: each process's stat and status are recorded ones (tests/fixtures/procfs, from
+  prometheus/procfs's fixtures) with pid, name, parent, times and thread count replaced
+  (its comm and cgroup are generated); stat, softirqs, net/softnet_stat and pressure/*
+  keep the recorded files' other lines and columns, widened to 192 CPUs; net/dev,
+  interrupts (the ENA vectors as the driver names them) and the cgroup2 mountinfo are
+  generated.
 - /sys: class/net with 4 ENA NICs of 32 queues (the layout of tests/support/sysfs.py),
   class/infiniband with 32 EFA devices (guardian.testing.efa_tree, the efa driver's
   names), the 8 GPUs' PCI devices (vendor 0x10de, class 0x0302), and fs/cgroup, a cgroup2
@@ -20,8 +21,8 @@ Every 15 s the bench advances the counters (CPU times, softirqs, softnet, net/de
 EFA ports' traffic, 60 busy processes' CPU times), each file replaced whole.
 
 What a host root cannot hold, the daemon is given by stand-ins loaded before it starts
-(``python bench/p5.py guardian ARGS``): the GPUs answer through tests/support/
-nvml_recorded.py over tests/fixtures/nvml/h100x8.json made healthy (every GPU answers as
+(``python bench/p5.py guardian ARGS``): the GPUs answer through :class:`RecordedNvml`
+over tests/fixtures/nvml/h100x8.json made healthy (every GPU answers as
 GPU 0 does, no Xid, none lost), so NVML's own cost in the driver is not in the figure;
 the ENA NICs answer the ETHTOOL ioctls with the driver's 2.8.0 names
 (guardian.testing.ena_stat_names: 1,011 a NIC) and rising values packed as the kernel
@@ -347,6 +348,110 @@ def healthy_gpus() -> dict[str, Any]:
     return rec
 
 
+class RecordedNvml:
+    """pynvml as far as guardian.hostio.nvml reads it, answering from a recording in the
+    format of tests/fixtures/nvml (the tests' tests/support/nvml_recorded.py reads the same
+    format; a benchmark imports nothing of the tests): a key missing is NOT_SUPPORTED, an
+    ``{"error": NAME}`` raises pynvml's own error. Healthy GPUs only: no events."""
+
+    def __init__(self, rec: dict[str, Any]) -> None:
+        import pynvml
+        self.pynvml = pynvml
+        self.gpus: list[dict[str, Any]] = rec["gpus"]
+        self.driver = str(rec["driver_version"])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pynvml, name)  # constants, NVMLError and its classes
+
+    def _get(self, h: int, key: str) -> Any:
+        value = self.gpus[h].get(key, {"error": "NOT_SUPPORTED"})
+        if isinstance(value, dict) and set(value) == {"error"}:
+            raise self.pynvml.NVMLError(getattr(self.pynvml, f"NVML_ERROR_{value['error']}"))
+        return value
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return str(self._get(h, "uuid"))
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        from types import SimpleNamespace
+        return SimpleNamespace(busId=str(self._get(h, "pci_bus_id")).encode())
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, error: int, counter: int) -> int:
+        p = self.pynvml
+        e = "uncorrected" if error == p.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+        c = "aggregate" if counter == p.NVML_AGGREGATE_ECC else "volatile"
+        return int(self._get(h, f"ecc.{e}.{c}"))
+
+    def nvmlDeviceGetRetiredPages(self, h: int, cause: int) -> list[int]:
+        double = cause == self.pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+        return list(self._get(h, f"retired_pages.{'double' if double else 'single'}_bit"))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
+        return int(self._get(h, "retired_pages_pending"))
+
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
+        corr, unc, pending, failure = self._get(h, "remapped_rows")
+        return corr, unc, pending, failure
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return int(self._get(h, "clocks_event_reasons"))
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: int) -> int:
+        return int(self._get(h, "pcie_replays"))
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return int(self._get(h, "temperature"))
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return int(self._get(h, "power_mw"))
+
+    def nvmlDeviceGetPersistenceMode(self, h: int) -> int:
+        return int(self._get(h, "persistence_mode"))
+
+    def _link(self, h: int, link: int) -> dict[str, int]:
+        links = self._get(h, "nvlinks")
+        if link >= len(links):
+            raise self.pynvml.NVMLError(self.pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return dict(links[link])
+
+    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
+        return int(self._link(h, link)["state"])
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: int, link: int, counter: int) -> int:
+        names = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
+        return int(self._link(h, link)[names[counter]])
+
+    def nvmlEventSetCreate(self) -> str:
+        return "event set"
+
+    def nvmlEventSetFree(self, s: str) -> None:
+        pass
+
+    def nvmlDeviceGetSupportedEventTypes(self, h: int) -> int:
+        return int(self._get(h, "supported_events"))
+
+    def nvmlDeviceRegisterEvents(self, h: int, types: int, s: str) -> None:
+        pass
+
+    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> Any:
+        raise self.pynvml.NVMLError(self.pynvml.NVML_ERROR_TIMEOUT)  # no event waiting
+
+
 @contextlib.contextmanager
 def standins() -> Iterator[None]:
     """NVML over the healthy recording and the four ENA NICs' ETHTOOL answers, in this
@@ -358,9 +463,6 @@ def standins() -> Iterator[None]:
     import guardian.sources.ethtool
     from guardian.hostio.ethtool import ETHTOOL_GSTATS, parse_gstats
     from guardian.testing import ena_stat_names
-
-    sys.path.insert(0, str(REPO))
-    from tests.support.nvml_recorded import RecordedNvml
 
     nvml: Any = guardian.hostio.nvml
     ethtool_source: Any = guardian.sources.ethtool
