@@ -31,7 +31,8 @@ def nocreds(tmp_path: Path) -> Path:
                                                 "--why", "switch replaced"]])
 def test_no_credentials_is_one_line_and_exit_69(
         argv: list[str], nocreds: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*argv, "--config", str(nocreds)]) == ExitCode.UNAVAILABLE == 69
+    assert ExitCode.UNAVAILABLE.value == 69
+    assert main([*argv, "--config", str(nocreds)]) == ExitCode.UNAVAILABLE
     said = capsys.readouterr()
     verb = " ".join(argv[:2]) if len(argv) > 1 else argv[0]
     assert said.out == "" and said.err.count("\n") == 1, said
