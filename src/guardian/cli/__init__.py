@@ -310,9 +310,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="start: every recording starts at +0s (default; the most "
                     "overlap); wall: as they were recorded")
     bt.add_argument("--fail-on", action="append", choices=["missed", "false-positive",
-                                                            "refused"],
-                    help="exit 1 when a recorded problem is missed, a rule fires on a node "
-                    "that names none, or the budget or breaker stops an action; repeatable")
+                                                            "refused", "blind"],
+                    help="exit 1 when a recorded problem is not caught, a rule fires on a "
+                    "node that names none, the budget or breaker stops an action, or a "
+                    "rule (or a named problem's) has no value the whole time; repeatable")
     bt.add_argument("--json", action="store_true", help="machine-readable output")
     config_option(bt)
     bt.set_defaults(func=_command("backtest", "cmd_backtest"))

@@ -1,6 +1,7 @@
 """`guardian backtest DIR`: a rule set run over a fleet's recordings on one clock, and
 what it would have done: when, on which nodes, how many disrupted at once, which
-recorded problems it caught or missed."""
+recorded problems it caught, missed or could not judge (its rule had no value), and which
+rules had no value where."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ HIDDEN = ("pending", "inactive")
 def cmd_backtest(args: argparse.Namespace) -> ExitCode:
     from guardian.engine.bounds import Budget
     from guardian.runtime.backtest import BudgetParams, backtest
-    from guardian.runtime.fleetdir import read_fleet
+    from guardian.runtime.fleetdir import read_fleet, unknown_problems
     try:
         config = cli_config(args)
     except RuleError as exc:
@@ -44,6 +45,13 @@ def cmd_backtest(args: argparse.Namespace) -> ExitCode:
         rules = load_rules(args.rules or args.rules_default, catalogue=catalogue)
     except RuleError as exc:
         return print_errors(exc, args)
+    try:  # a problem no rule of the set names could never be judged: a typo, said where
+        unknown = unknown_problems(fleet, {r.name for r in rules.rules})
+    except RuleError as exc:
+        unknown = list(exc.diagnostics)
+    if unknown:
+        print_errors(RuleError(unknown), args)
+        return ExitCode.USAGE
     eb = config.engine.budget
     bt = backtest(fleet, rules, align=args.align, engine_budget=Budget(eb.runs, eb.within),
                   window=config.engine.window,
@@ -53,7 +61,9 @@ def cmd_backtest(args: argparse.Namespace) -> ExitCode:
                if n.recording.damage]
     failed = _failed(bt, args.fail_on or [])
     if args.json:
-        json_out("backtest", data(bt), ok=not failed and not damaged, warnings=damaged)
+        json_out("backtest", data(bt), ok=not failed and not damaged,
+                 errors=[f"--fail-on: {line}" for line in failed],
+                 warnings=damaged + blind_warnings(bt))
     else:
         for line in report(bt, len(fleet.holds), [g.name for g in config.groups]):
             print(line)
@@ -67,8 +77,16 @@ def cmd_backtest(args: argparse.Namespace) -> ExitCode:
 def _failed(bt: Backtest, fail_on: list[str]) -> list[str]:
     """What makes the backtest fail for ``--fail-on``, in words."""
     out = []
-    if "missed" in fail_on and bt.missed():
-        out.append(f"{len(bt.missed())} recorded problem(s) missed")
+    missed, unjudged = bt.missed(), bt.not_judged()
+    if "missed" in fail_on and (missed or unjudged):  # not caught, whatever the reason
+        out.append(f"{len(missed) + len(unjudged)} recorded problem(s) not caught: "
+                   f"{len(missed)} missed, {len(unjudged)} not judged (no value)")
+    never = bt.blind_everywhere()
+    if "blind" in fail_on and (never or unjudged):
+        out.append(", ".join(part for part in (
+            f"{len(never)} rule(s) with no value on any node" if never else "",
+            f"{len(unjudged)} recorded problem(s) not judged (no value)" if unjudged
+            else "") if part))
     if "false-positive" in fail_on and bt.false_positives():
         out.append(f"{len(bt.false_positives())} possible false positive(s)")
     refused = [e for e in bt.events if e.refused or e.breaker]
@@ -120,7 +138,10 @@ def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
     if rows:
         out += columns([["TIME", "NODE", "RULE", "DECISION", "WHAT"], *rows], right={0})
     else:
-        out.append("no rule fired on any node")
+        blinded = len(bt.blind_everywhere())
+        out.append("no rule fired on any node" + (
+            f" ({blinded} of {len(bt.rule_names)} rules had no value on any node: they "
+            f"could not fire)" if blinded else ""))
     pending = sum(1 for e in bt.events if e.decision.kind in HIDDEN)
     if pending:
         out.append(f"({pending} pending or inactive decision{'s' if pending != 1 else ''} "
@@ -146,21 +167,92 @@ def report(bt: Backtest, holds: int, groups: list[str]) -> list[str]:
         out.append(f"held by the breaker: {len(tripped)} action run(s)")
     elif bt.breaker is not None:
         out.append("breaker: did not trip")
+    out += blind_lines(bt)
     caught = [(r.name, c) for r in bt.nodes for c in r.caught]
     if caught:
         hit = sum(1 for _, c in caught if c.caught)
-        out.append(f"problems: {hit} caught, {len(caught) - hit} missed")
+        out.append(f"problems: {hit} caught, {len(bt.missed())} missed, "
+                   f"{len(bt.not_judged())} not judged")
         out += columns([[f"  {name}", c.problem, _caught_words(c)] for name, c in caught])
     else:
         out.append("problems: none named (no node file lists problems)")
     fp = bt.false_positives()
+    never = bt.blind_everywhere()
     if fp:
         out.append("possible false positives (fired on a node whose recording names no "
                    "problem):")
         out += columns([[f"  {node}", rule, f"fired at {at(t)}"] for node, rule, t in fp])
+    elif never:
+        out.append(f"possible false positives: none, but {len(never)} of "
+                   f"{len(bt.rule_names)} rules had no value on any node (they could not "
+                   f"fire)")
     else:
         out.append("possible false positives: none")
     return out
+
+
+def blind_lines(bt: Backtest, width: int = 100) -> list[str]:
+    """The rules that had no value, by where: ``blind (no value) the whole time on every
+    node (9 rules): ...``, then those blind on some nodes or part of the time, each
+    group of rules with the nodes (and snapshots without a value, of how many) it
+    names; wrapped at ``width``, never inside a name."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for rule, (whole, part) in bt.blind().items():
+        where: list[str] = []
+        if whole and len(whole) == len(bt.nodes):
+            where += ["the", "whole", "time", "on", "every", "node"]
+        elif whole:
+            where += ["the", "whole", "time", "on", *_listed(whole)]
+        if part:
+            where[-1:] = [f"{where[-1]};"] if where else []
+            where += ["part", "of", "the", "time", "on", *_listed(
+                [f"{node} ({k}/{of} snapshots)" for node, k, of in part])]
+        groups.setdefault(tuple(where), []).append(rule)
+    out = []
+    for said, rules in sorted(groups.items(), key=lambda g: (g[0][:6] != (
+            "the", "whole", "time", "on", "every", "node"), g[0])):
+        n = len(rules)
+        out += _pack(["blind", "(no", "value)", *said, f"({n}", f"rule{'s' if n != 1 else ''}):",
+                      *_listed(rules)], width)
+    return out
+
+
+def _listed(items: list[str]) -> list[str]:
+    """``a, b, c`` as tokens that wrap only between items."""
+    return [f"{x}," for x in items[:-1]] + items[-1:]
+
+
+def _pack(tokens: list[str], width: int, indent: str = "    ") -> list[str]:
+    """Tokens joined by spaces into lines of at most ``width`` (a longer token alone),
+    the lines after the first indented."""
+    lines: list[str] = []
+    line = ""
+    for t in tokens:
+        if line and len(line) + 1 + len(t) > width:
+            lines.append(line)
+            line = indent + t
+        else:
+            line = f"{line} {t}" if line else t
+    return [*lines, line] if line else lines
+
+
+def blind_warnings(bt: Backtest) -> list[str]:
+    """What ``--json`` warns of: rules the backtest judged nothing of, problems it could
+    not judge."""
+    out = []
+    never = bt.blind_everywhere()
+    if never:
+        out.append(f"{len(never)} rule(s) had no value on any node the whole time (the "
+                   f"backtest judged nothing of them): {', '.join(never)}")
+    for node, c in bt.not_judged():
+        out.append(f"{node}: problem {c.problem} not judged: {_unjudged(c)}")
+    return out
+
+
+def _unjudged(c: Caught) -> str:
+    if not c.known:
+        return "the rule set has no rule of that name"
+    return f"the rule had no value on that node (none in its {c.snapshots} snapshots)"
 
 
 def _caught_words(c: Caught) -> str:
@@ -168,9 +260,10 @@ def _caught_words(c: Caught) -> str:
     if c.caught and c.time is not None:
         return f"caught{' through ' + c.how if c.how else ''}: {c.rule} fired at " \
                f"{at(c.time)}"
-    if not c.known:
-        return "missed: the rule set has no rule of that name"
-    return "missed: neither it nor a cause it names fired"
+    if not c.judged:
+        return f"not judged: {_unjudged(c)}"
+    part = f" (no value in {c.blind} of its {c.snapshots} snapshots)" if c.blind else ""
+    return f"missed: neither it nor a cause it names fired{part}"
 
 
 def data(bt: Backtest) -> dict[str, Any]:
@@ -202,6 +295,11 @@ def data(bt: Backtest) -> dict[str, Any]:
                    "holding": tr.holding, "of": tr.nodes, "names": list(tr.names),
                    "why": tr.why} for t, tr in bt.trips],
         "missed": [{"node": n, "problem": c.problem} for n, c in bt.missed()],
+        "not_judged": [{"node": n, "problem": c.problem, "why": _unjudged(c)}
+                       for n, c in bt.not_judged()],
+        "blind": {rule: {"whole": whole, "part": {n: k for n, k, _ in part}}
+                  for rule, (whole, part) in bt.blind().items()},
+        "blind_everywhere": bt.blind_everywhere(),
         "false_positives": [{"node": n, "rule": r, "time": round(t, 3)}
                             for n, r, t in bt.false_positives()],
     }

@@ -131,22 +131,32 @@ class Event:
 
 @dataclass
 class Caught:
-    """A problem a recording names: caught by ``rule`` at ``time``, or missed."""
+    """A problem a recording names: caught by ``rule`` at ``time``, missed, or not judged
+    (its rule had no value on the node in any snapshot, or the rule set has none of its
+    name: nothing says whether it would have fired)."""
 
     problem: str
-    rule: str = ""  # the rule whose firing caught it ("" missed)
+    rule: str = ""  # the rule whose firing caught it ("" not caught)
     time: float | None = None  # when it first fired, on the backtest's clock
     how: str = ""  # "" (the problem's own rule) or "its cause"
     known: bool = True  # whether the rule set has a rule of the problem's name
+    blind: int = 0  # snapshots in which the problem's rule had no value on the node
+    snapshots: int = 0  # the node's snapshots evaluated
 
     @property
     def caught(self) -> bool:
         return bool(self.rule)
 
+    @property
+    def judged(self) -> bool:
+        """Caught, or missed by a rule that had a value on the node at some time."""
+        return self.caught or (self.known and self.blind < self.snapshots)
+
     def to_dict(self) -> dict[str, Any]:
         return {"problem": self.problem, "caught": self.caught, "rule": self.rule or None,
                 "time": None if self.time is None else round(self.time, 3),
-                "how": self.how or None, "known": self.known}
+                "how": self.how or None, "known": self.known, "judged": self.judged,
+                "blind": self.blind}
 
 
 @dataclass
@@ -182,6 +192,7 @@ class Backtest:
     budget: BudgetParams | None = None
     breaker: BreakerParams | None = None
     groups: list[NodeGroup] = field(default_factory=list)
+    rule_names: list[str] = field(default_factory=list)  # the rule set's
 
     def group_budgets(self) -> list[tuple[NodeGroup, Limits, int]]:
         """Each node group with a budget of its own, that budget, and how many of the
@@ -205,7 +216,35 @@ class Backtest:
         return max((n.end for n in self.nodes), default=0.0)
 
     def missed(self) -> list[tuple[str, Caught]]:
-        return [(n.name, c) for n in self.nodes for c in n.caught if not c.caught]
+        """(node, problem) of every named problem its rule, having a value on the node
+        at some time, did not catch (nor a cause it names)."""
+        return [(n.name, c) for n in self.nodes for c in n.caught if c.judged and not c.caught]
+
+    def not_judged(self) -> list[tuple[str, Caught]]:
+        """(node, problem) of every named problem not caught whose rule had no value on
+        the node the whole time (or that names no rule of the set)."""
+        return [(n.name, c) for n in self.nodes for c in n.caught if not c.judged]
+
+    def blind(self) -> dict[str, tuple[list[str], list[tuple[str, int, int]]]]:
+        """Each rule that had no value on some node: the nodes where it had none the
+        whole time, and (node, snapshots without one, of how many) where part of it."""
+        out: dict[str, tuple[list[str], list[tuple[str, int, int]]]] = {}
+        for n in self.nodes:
+            ticks = n.replay.ticks
+            for rule, k in sorted(n.replay.blind.items()):
+                whole, part = out.setdefault(rule, ([], []))
+                if k >= ticks:
+                    whole.append(n.name)
+                elif k > 0:
+                    part.append((n.name, k, ticks))
+        return dict(sorted(out.items()))
+
+    def blind_everywhere(self) -> list[str]:
+        """The rules that had no value on any node in any snapshot: the backtest judged
+        nothing of them (they could neither fire nor be missed)."""
+        everyone = len(self.nodes)
+        return [rule for rule, (whole, _) in self.blind().items()
+                if everyone and len(whole) == everyone]
 
     def false_positives(self) -> list[tuple[str, str, float]]:
         """(node, rule, first firing) of every rule that fired on a node whose
@@ -277,7 +316,7 @@ def backtest(fleet: Fleet, ruleset: Ruleset, *, align: Align = "start",
     results = [NodeResult(n, n.started - first if align == "wall" else 0.0,
                           Replay(Engine(ruleset, engine_budget))) for n in fleet.nodes]
     bt = Backtest(results, align, budget=fleet_budget, breaker=breaker,
-                  groups=list(groups or []))
+                  groups=list(groups or []), rule_names=[r.name for r in ruleset.rules])
     specs: list[dict[str, SignalSpec]] = [{**n.recording.catalogue, **ruleset.signals}
                                           for n in fleet.nodes]
     gate = _Budget(fleet_budget, {n.name: n.labels for n in fleet.nodes}, groups or [])
@@ -399,17 +438,19 @@ def _carry_out(d: Decision, t: float, node: FleetNode, said: str, gate: _Budget)
 def _caught(problem: str, res: NodeResult, ruleset: Ruleset) -> Caught:
     """The problem caught by its own rule's firing, else by the earliest firing of one
     of the causes its rule names (``caused_by``: the chain one link up, never further,
-    so that the root firing does not count every symptom caught), else missed."""
+    so that the root firing does not count every symptom caught), else not caught:
+    missed, or not judged where its rule had no value on the node the whole time."""
+    blind, ticks = res.replay.blind.get(problem, 0), res.replay.ticks
     if problem in res.fired:
-        return Caught(problem, problem, res.fired[problem])
+        return Caught(problem, problem, res.fired[problem], blind=blind, snapshots=ticks)
     rule = ruleset.by_name(problem)
     if rule is None:
         return Caught(problem, known=False)
     found = sorted((res.fired[c], c) for c in rule.spec.caused_by if c in res.fired)
     if not found:
-        return Caught(problem)
+        return Caught(problem, blind=blind, snapshots=ticks)
     t, cause = found[0]
-    return Caught(problem, cause, t, "its cause")
+    return Caught(problem, cause, t, "its cause", blind=blind, snapshots=ticks)
 
 
 def timeline_rows(bt: Backtest, hide: Iterable[str] = ()) -> list[list[str]]:

@@ -11,7 +11,9 @@ labels, the problems its recording shows), and the holds that were in force
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from guardian.core.diagnostics import Diagnostic, Reporter, RuleError, read_text, read_toml
 from guardian.model.holds import Hold, parse_holds
+from guardian.runtime.holds import check_hold_file
 from guardian.runtime.recording import Recording, RecordingError, read
 
 NODE_SUFFIX = ".node.toml"
@@ -47,6 +50,7 @@ class FleetNode:
     recording: Recording
     labels: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    file: Path | None = None  # its node file, where it has one
 
     @property
     def started(self) -> float:
@@ -65,29 +69,31 @@ class Fleet:
 def read_fleet(directory: Path) -> Fleet:
     """Read a backtest's directory. Raises :class:`RuleError` with every problem found
     (no recording, an unreadable one, a node file that is not valid or names no
-    recording, two nodes of one name, holds that cannot be read)."""
+    recording, two nodes of one name, holds that cannot be read): at path:line:col in a
+    TOML file, at the path alone for a directory or a recording (line 0)."""
     diags: list[Diagnostic] = []
     if not directory.is_dir():
-        raise RuleError([Diagnostic(str(directory), 1, 1, "not a directory")])
+        raise RuleError([Diagnostic(str(directory), 0, 0, "not a directory")])
     recs = sorted(directory.glob("*.rec"))
     if not recs:
-        diags.append(Diagnostic(str(directory), 1, 1, "no recording (*.rec) in it"))
+        diags.append(Diagnostic(str(directory), 0, 0, "no recording (*.rec) in it"))
     nodes: list[FleetNode] = []
     for path in recs:
         try:
             rec = read(path)
         except RecordingError as exc:
-            diags.append(Diagnostic(str(path), 1, 1, str(exc)))
+            diags.append(Diagnostic(str(path), 0, 0, str(exc).removeprefix(f"{path}: ")))
             continue
         started = rec.header.get("started")
         if not isinstance(started, int | float) or isinstance(started, bool) \
                 or not math.isfinite(started):
-            diags.append(Diagnostic(str(path), 1, 1, "its header has no start time "
+            diags.append(Diagnostic(str(path), 0, 0, "its header has no start time "
                                                      "(started)"))
             continue
-        spec = _node_file(path.with_name(path.name[:-len(".rec")] + NODE_SUFFIX), diags)
+        file = path.with_name(path.name[:-len(".rec")] + NODE_SUFFIX)
+        spec = _node_file(file, diags)
         nodes.append(FleetNode(spec.name or path.stem, path, rec, dict(spec.labels),
-                               list(spec.problems)))
+                               list(spec.problems), file if file.exists() else None))
     for extra in sorted(directory.glob("*" + NODE_SUFFIX)):
         if not extra.with_name(extra.name[:-len(NODE_SUFFIX)] + ".rec").exists():
             diags.append(Diagnostic(str(extra), 1, 1, f"no recording "
@@ -95,18 +101,22 @@ def read_fleet(directory: Path) -> Fleet:
     seen: dict[str, Path] = {}
     for n in nodes:
         if n.name in seen:
-            diags.append(Diagnostic(str(n.path), 1, 1, f"node {n.name!r} again (also "
-                                                       f"{seen[n.name].name})"))
+            again = f"node {n.name!r} again (also {seen[n.name].name})"
+            if n.file is not None and n.name != n.path.stem:  # its node file's name
+                Reporter(str(n.file), read_text(n.file, "node file"), diags)(
+                    ("name",), f"name: {again}", value=True)
+            else:
+                diags.append(Diagnostic(str(n.path), 0, 0, again))
         seen.setdefault(n.name, n.path)
     holds: list[Hold] = []
     hold_file = directory / HOLDS_FILE
     if hold_file.exists():
-        try:
+        located = check_hold_file(hold_file, "holds")  # as `guardian check` says them
+        diags.extend(located)
+        if not located:
             holds, problems = parse_holds(read_text(hold_file, "holds"), str(hold_file))
-        except RuleError as exc:
-            diags.extend(exc.diagnostics)
-        else:
-            diags.extend(Diagnostic(str(hold_file), 1, 1, p) for p in problems)
+            diags.extend(Diagnostic(str(hold_file), 0, 0, p.removeprefix(f"{hold_file}: "))
+                         for p in problems)
     if diags:
         raise RuleError(diags)
     return Fleet(sorted(nodes, key=lambda n: n.name), holds)
@@ -127,3 +137,20 @@ def _node_file(path: Path, diags: list[Diagnostic]) -> NodeFile:
     except ValidationError as exc:
         Reporter(str(path), text, diags).validation(exc, (), NodeFile)
         return NodeFile()
+
+
+def unknown_problems(fleet: Fleet, rules: Collection[str]) -> list[Diagnostic]:
+    """Each problem a node file names that is none of ``rules`` (the rule set's names),
+    located in its node file, with the likely meant one: the backtest could judge
+    nothing of it."""
+    out: list[Diagnostic] = []
+    for n in fleet.nodes:
+        wrong = [(i, p) for i, p in enumerate(n.problems) if p not in rules]
+        if not wrong or n.file is None:
+            continue
+        report = Reporter(str(n.file), read_text(n.file, "node file"), out)
+        for i, p in wrong:
+            hint = difflib.get_close_matches(p, sorted(rules), n=1)
+            report(("problems", i), f"problems: no rule named {p!r} in the rule set"
+                   + (f" (did you mean {hint[0]!r}?)" if hint else ""), value=True)
+    return out

@@ -142,23 +142,27 @@ def check_dropin(directory: Path) -> list[Diagnostic]:
         files = sorted(directory.glob("*.toml"))
     except OSError as exc:
         return [Diagnostic(str(directory), 1, 1, f"cannot list the hold drop-ins: {exc}")]
+    return [d for f in files for d in check_hold_file(f)]
+
+
+def check_hold_file(f: Path, what: str = "a hold drop-in") -> list[Diagnostic]:
+    """Every problem of one file of ``[[hold]]`` tables (``what``: a drop-in, a
+    backtest's holds.toml), as path:line:col."""
     out: list[Diagnostic] = []
-    for f in files:
+    try:
+        text, data = read_toml(f, what)
+    except RuleError as exc:
+        return list(exc.diagnostics)
+    report = Reporter(str(f), text, out)
+    entries = data.get("hold")
+    if not isinstance(entries, list) or set(data) - {"hold"}:
+        report((), "expected only [[hold]] tables")
+        return out
+    for i, raw in enumerate(entries):
         try:
-            text, data = read_toml(f, "a hold drop-in")
-        except RuleError as exc:
-            out.extend(exc.diagnostics)
-            continue
-        report = Reporter(str(f), text, out)
-        entries = data.get("hold")
-        if not isinstance(entries, list) or set(data) - {"hold"}:
-            report((), "expected only [[hold]] tables")
-            continue
-        for i, raw in enumerate(entries):
-            try:
-                HoldSpec.model_validate(raw)
-            except ValidationError as exc:
-                report.validation(exc, ("hold", i), HoldSpec, "hold: ")
+            HoldSpec.model_validate(raw)
+        except ValidationError as exc:
+            report.validation(exc, ("hold", i), HoldSpec, "hold: ")
     return out
 
 

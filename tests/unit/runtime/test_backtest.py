@@ -100,9 +100,15 @@ def test_json_and_fail_on_missed(shipped: Path, capsys: pytest.CaptureFixture[st
                  "--fail-on", "missed"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["command"] == "backtest" and doc["ok"] is False
+    assert doc["errors"] == [{"message": "--fail-on: 1 recorded problem(s) not caught: 1 "
+                                         "missed, 0 not judged (no value)"}]
     data = doc["data"]
     assert set(data) == {"align", "end", "budget", "breaker", "nodes", "events",
-                         "disrupted", "peak", "trips", "missed", "false_positives"}
+                         "disrupted", "peak", "trips", "missed", "false_positives",
+                         "not_judged", "blind", "blind_everywhere"}
+    assert data["blind"]["unit-crashloop"] == {"whole": ["node-c"], "part": {}}
+    assert data["blind"]["core-system-saturated"]["part"] == {
+        "ip-10-0-2-7": 1, "node-a": 1, "node-c": 1}  # a rate's first snapshot
     assert data["peak"] == {"nodes": 2, "time": 305.03, "names": ["ip-10-0-2-7", "node-a"]}
     assert data["missed"] == [{"node": "node-a", "problem": "nic-reset"}]
     assert [(f["node"], f["rule"]) for f in data["false_positives"]] == [
@@ -110,7 +116,7 @@ def test_json_and_fail_on_missed(shipped: Path, capsys: pytest.CaptureFixture[st
     a = data["nodes"][1]
     assert a["name"] == "node-a" and a["caught"][1] == {
         "problem": "core-system-saturated", "caught": True, "rule": "dying-memcgs",
-        "time": 385.037, "how": "its cause", "known": True}
+        "time": 385.037, "how": "its cause", "known": True, "judged": True, "blind": 1}
     assert set(data["events"][0]) == {"time", "node", "rule", "kind", "mode", "step",
                                       "reason", "compared", "ran", "shadow", "held",
                                       "refused", "why", "breaker"}
@@ -251,12 +257,88 @@ def test_a_bad_directory_says_every_problem_where_it_is(
     d = _fleet(tmp_path / "d", {"x": (HEALTHY, 'labels = { zone = "a" }\nproblem = ["y"]\n'),
                                 "y": (HEALTHY, 'name = "x"\n')})
     (d / "z.node.toml").write_text("")
+    (d / "holds.toml").write_text('[[hold]]\nrule = "*"\nuntil = 2030-01-01T00:00:00Z\n'
+                                  'reason = "ok"\nauthor = "a"\n\n[[hold]]\nrule = "*"\n'
+                                  'until = "tomorrow"\nreason = "ok"\nauthor = "a"\n')
+    (d / "w.rec").write_text("junk")
     assert main(["backtest", str(d), "--rules", str(RULES)]) == 2
     err = capsys.readouterr().err
     assert f"{d}/x.node.toml:2:1: unknown key 'problem'" in err
-    assert f"{d}/y.rec:1:1: node 'x' again (also x.rec)" in err
+    assert f"{d}/y.node.toml:1:8: name: node 'x' again (also x.rec)" in err
     assert f"{d}/z.node.toml:1:1: no recording z.rec beside it" in err
+    # review of issue 45: at the position `guardian check` gives a drop-in, its path once
+    # (was holds.toml:1:1: <path>/holds.toml: hold 2: until: ...); a recording, which has
+    # no lines to point at, and a directory by their path alone
+    assert f"{d}/holds.toml:9:9: hold: until: Input should be a valid datetime" in err
+    assert f"{d}/w.rec: not a readable recording: " in err
     assert main(["backtest", str(tmp_path / "none"), "--rules", str(RULES)]) == 2
+    assert capsys.readouterr().err == f"{tmp_path / 'none'}: not a directory\n"
+    (tmp_path / "empty").mkdir()
+    assert main(["backtest", str(tmp_path / "empty"), "--rules", str(RULES)]) == 2
+    assert capsys.readouterr().err == f"{tmp_path / 'empty'}: no recording (*.rec) in it\n"
+
+
+def test_a_problem_no_rule_of_the_set_names_is_a_located_error_with_the_likely_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of issue 45: `problems = ["dying-memcg"]` showed as "missed: the rule set has
+    no rule of that name", unlocated, exit 0; now it is an error where it is written."""
+    d = _fleet(tmp_path / "d", {"x": (HEALTHY, 'problems = ["zombie-flood", "dying-memcg"]\n')})
+    assert main(["backtest", str(d), "--rules", str(RULES), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["errors"] == [{
+        "path": f"{d}/x.node.toml", "line": 1, "col": 29,
+        "message": "problems: no rule named 'dying-memcg' in the rule set (did you mean "
+                   "'dying-memcgs'?)"}]
+
+
+def test_a_rule_with_no_value_is_said_by_name_and_a_problem_it_should_catch_not_judged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of issue 45: the shipped NVML rules over recordings without NVML printed "no
+    rule fired", "possible false positives: none", exit 0 under --fail-on
+    false-positive --fail-on missed, and a problem of one of them "missed". Now every
+    rule without a value is named with where, such a problem is not judged, --fail-on
+    missed counts it (it was not caught) and --fail-on blind fails on both."""
+    d = _fleet(tmp_path / "d", {"a": (INCIDENT, 'problems = ["gpu-nvml-needs-reset"]\n'),
+                                "b": (HEALTHY, "")})
+    nvml = RULES / "gpu-nvml.toml"
+    names = [r.name for r in load_rules([nvml], catalogue=default_registry().catalogue())
+             .rules]
+    args = ["backtest", str(d), "--rules", str(nvml)]
+    assert main([*args, "--fail-on", "false-positive", "--fail-on", "missed"]) == 1
+    out = capsys.readouterr().out
+    assert f"no rule fired on any node ({len(names)} of {len(names)} rules had no value " \
+           f"on any node: they could not fire)" in out
+    said = " ".join(line.strip() for line in out.splitlines() if line.startswith(
+        ("blind", "    ")))
+    assert said == f"blind (no value) the whole time on every node ({len(names)} rules): " \
+        + ", ".join(sorted(names))
+    assert "problems: 0 caught, 0 missed, 1 not judged" in out
+    assert "  a  gpu-nvml-needs-reset  not judged: the rule had no value on that node (none " \
+           "in its 97 snapshots)" in out
+    assert f"possible false positives: none, but {len(names)} of {len(names)} rules had no " \
+           f"value on any node (they could not fire)" in out
+    assert out.endswith("failed (--fail-on): 1 recorded problem(s) not caught: 0 missed, "
+                        "1 not judged (no value)\n")  # and no false positive
+    assert main([*args, "--fail-on", "blind", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["errors"] == [{
+        "message": f"--fail-on: {len(names)} rule(s) with no value on any node, 1 recorded "
+                   f"problem(s) not judged (no value)"}]
+    assert doc["warnings"] == [
+        f"{len(names)} rule(s) had no value on any node the whole time (the backtest "
+        f"judged nothing of them): {', '.join(sorted(names))}",
+        "a: problem gpu-nvml-needs-reset not judged: the rule had no value on that node "
+        "(none in its 97 snapshots)"]
+    data = doc["data"]
+    assert data["blind_everywhere"] == sorted(names) and data["missed"] == []
+    assert data["not_judged"] == [{"node": "a", "problem": "gpu-nvml-needs-reset",
+                                   "why": "the rule had no value on that node (none in "
+                                          "its 97 snapshots)"}]
+    assert data["blind"]["gpu-nvml-needs-reset"] == {"whole": ["a", "b"], "part": {}}
+    # no node names a problem (the review's case): --fail-on blind still fails
+    (d / "a.node.toml").unlink()
+    assert main([*args, "--fail-on", "blind", "--fail-on", "false-positive"]) == 1
+    assert capsys.readouterr().out.endswith(
+        f"failed (--fail-on): {len(names)} rule(s) with no value on any node\n")
 
 
 def test_the_budgets_counting_rules() -> None:
