@@ -218,6 +218,19 @@ def test_the_sources_of_truth_agree() -> None:
     assert f"Reads {f.config_file} when it exists" in UNIT.read_text()
 
 
+def test_guardian_check_knows_the_slots_the_shipped_role_names() -> None:
+    """`guardian check --config` warns of the fleet budget's slots the shipped Role does
+    not name (guardian.kube.fleet.SHIPPED_ROLE_LEASES): they are rbac.yaml's, and the
+    shipped [fleet]'s slots are all among them (no warning for the shipped config)."""
+    pytest.importorskip("lightkube")
+    from guardian.kube.fleet import SHIPPED_ROLE_LEASES, FleetParams, role_gaps
+
+    [named] = [r["resourceNames"] for r in _one("Role", "guardian-fleet")["rules"]
+               if "leases" in r["resources"] and "resourceNames" in r]
+    assert list(SHIPPED_ROLE_LEASES) == named
+    assert role_gaps(FleetParams.model_validate(_daemonset_config()["fleet"]), []) == []
+
+
 # -- what operators are told ---------------------------------------------------------------
 
 def _docs() -> dict[str, str]:

@@ -44,6 +44,7 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
             f"source {name} (defaults)"
         warnings += [f"{where}: {w}" for w in
                      cls.config_warnings(config.sources.get(name) or cls.Config())]
+    warnings += fleet_role(config)
     rs = None
     try:
         rs = load_rules(args.paths or config.service.rules)
@@ -89,6 +90,28 @@ def cmd_check(args: argparse.Namespace) -> ExitCode:
             print(f"ok: {len(rs.rules)} rule(s) in {files}"
                   + (f"; unit: {said_unit}" if box is None else ""))
     return ExitCode.OK
+
+
+def fleet_role(config: Config) -> list[str]:
+    """The fleet budget's slots (``[fleet]``'s, a ``[[group]]``'s own) whose Leases the
+    shipped Role does not grant by name (:func:`guardian.kube.fleet.role_gaps`), in one
+    warning at the key that sets the first pool's size."""
+    if config.fleet is None:
+        return []
+    from guardian.kube.fleet import FleetParams, role_gaps, role_warning  # [fleet] is set
+
+    assert isinstance(config.fleet, FleetParams)
+    gaps = role_gaps(config.fleet, config.groups)
+    if not gaps:
+        return []
+    i = gaps[0][0]
+    if i is None:
+        loc: tuple[str | int, ...] = ("fleet", "max_nodes")
+    else:
+        g = config.groups[i]
+        loc = ("group", i, next(k for k in ("max_nodes", "max_percent", "min_healthy")
+                                if getattr(g, k) is not None))
+    return [str(config.located(loc, role_warning(gaps)))]
 
 
 def group_rules(config: Config, names: list[str]) -> list[str]:

@@ -52,6 +52,66 @@ from guardian.model.nodegroups import NodeGroup, count_or_percent
 log = logging.getLogger("guardian.fleet")
 
 
+#: the Role ``guardian-fleet`` of deploy/kubernetes/rbac.yaml grants get and update on
+#: these Leases alone, by name (RBAC's resourceNames take no wildcard): [fleet]'s slots
+#: under its shipped name and max_nodes (configmap.yaml); tests/system/test_daemonset.py
+#: holds the two to each other
+SHIPPED_ROLE_LEASES = tuple(f"guardian-slot-{i}" for i in range(10))
+
+
+def slot_prefix(name: str, group: str | None = None) -> str:
+    """The name of a pool's slots' Leases before ``-<i>``: ``<name>-slot`` for
+    ``[fleet]``'s pool, ``<name>-<group>-slot`` for a node group's own."""
+    return f"{name}-slot" if group is None else f"{name}-{group}-slot"
+
+
+def role_gaps(params: FleetParams, groups: Sequence[NodeGroup],
+              granted: Sequence[str] = SHIPPED_ROLE_LEASES) -> list[tuple[int | None, str]]:
+    """The slots' Leases of each pool (``[fleet]``'s, a ``[[group]]``'s own) that a Role
+    granting get and update on ``granted`` alone does not name: (the index of the
+    group, None for ``[fleet]``; the names, with the setting that makes them)."""
+    out: list[tuple[int | None, str]] = []
+    assert params.max_nodes is not None  # TOML cannot unset it
+    names = [n for n in (f"{slot_prefix(params.name)}-{i}" for i in range(params.max_nodes))
+             if n not in granted]
+    if names:
+        out.append((None, f"{_span(names)} ([fleet] max_nodes = {params.max_nodes})"))
+    for i, g in enumerate(groups):
+        own = budget.Limits.of(g)
+        if own is None:
+            continue
+        prefix, said = slot_prefix(params.name, g.name), f"[[group]] {g.name!r}"
+        if own.max_nodes is None and own.max_percent is not None:
+            out.append((i, f"{prefix}-0, -1, ... (as many as {said} max_percent = "
+                           f"{own.max_percent:g} of its nodes allows; max_nodes bounds them)"))
+            continue
+        count = own.max_nodes or 1  # min_healthy alone: one slot
+        names = [n for n in (f"{prefix}-{k}" for k in range(count)) if n not in granted]
+        if names:
+            out.append((i, f"{_span(names)} ({said} " + (
+                f"max_nodes = {count})" if own.max_nodes else "min_healthy alone: one)")))
+    return out
+
+
+def role_warning(gaps: Sequence[tuple[int | None, str]],
+                 granted: Sequence[str] = SHIPPED_ROLE_LEASES) -> str:
+    """:func:`role_gaps` in words: what a Role that does not name them does."""
+    return (f"the fleet budget's slots {', '.join(g for _, g in gaps)} are Leases that "
+            "the Role guardian-fleet of deploy/kubernetes/rbac.yaml does not grant (get "
+            f"and update on {_span(list(granted))} alone; resourceNames take no "
+            "wildcard): under it, a count of the slots that reaches one is refused "
+            "(403) and the fleet budget is unavailable on every node (each counts every "
+            "pool's slots), so no fleet rule's disruptive action runs; add them to its "
+            "resourceNames (docs/kubernetes.md, Node groups)")
+
+
+def _span(names: list[str]) -> str:
+    """Slot Lease names in few words: ``a-slot-0..9`` for a run of one pool's."""
+    if len(names) == 1:
+        return names[0]
+    return f"{names[0]}..{names[-1].rpartition('-')[2]}"
+
+
 class FleetParams(KubeParams):
     namespace: str = "kube-system"
     name: str = Field("guardian", description="Lease names: <name>-slot-<i>")
@@ -174,14 +234,14 @@ class FleetBudget:
         """Each pool of slots (None: [fleet]'s; else a node group with a budget of its
         own): its Leases' name prefix and how many slots it has among ``nodes``."""
         out: dict[str | None, tuple[str, int]] = {None: (
-            f"{self.p.name}-slot", budget.slots(len(nodes), self.p.max_nodes,
+            slot_prefix(self.p.name), budget.slots(len(nodes), self.p.max_nodes,
                                                 self.p.max_percent))}
         labels = _labels(nodes)
         for g in self.groups:
             own = budget.Limits.of(g)
             if own is not None:
                 n = len(budget.members(g, labels, self.groups))
-                out[g.name] = (f"{self.p.name}-{g.name}-slot",
+                out[g.name] = (slot_prefix(self.p.name, g.name),
                                budget.slots(n, own.max_nodes, own.max_percent))
         return out
 
@@ -278,7 +338,7 @@ class FleetBudget:
         """Whether ``name`` is a slot's Lease of any pool (``<name>-slot-<i>``,
         ``<name>-<group>-slot-<i>``)."""
         prefix, _, index = name.rpartition("-")
-        pools = {f"{self.p.name}-slot", *(f"{self.p.name}-{g.name}-slot"
+        pools = {slot_prefix(self.p.name), *(slot_prefix(self.p.name, g.name)
                                           for g in self.groups if g.has_budget)}
         return index.isdigit() and prefix in pools
 
