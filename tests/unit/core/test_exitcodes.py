@@ -11,8 +11,8 @@ from guardian.core.exitcodes import ExitCode
 
 def test_the_numbers_do_not_change() -> None:
     assert {c.name: int(c) for c in ExitCode} == {
-        "OK": 0, "FAILED": 1, "USAGE": 2, "DEGRADED": 3, "CANTCREAT": 73, "TEMPFAIL": 75,
-        "CONFIG": 78, "INTERRUPTED": 130}
+        "OK": 0, "FAILED": 1, "USAGE": 2, "DEGRADED": 3, "UNAVAILABLE": 69, "CANTCREAT": 73,
+        "TEMPFAIL": 75, "CONFIG": 78, "INTERRUPTED": 130}
 
 
 def test_the_unit_does_not_restart_into_a_refused_configuration() -> None:
