@@ -156,10 +156,20 @@ def detect_layout(root: Path, proc: Path) -> Layout | None:
 
 def count_dirs(top: Path, marker: str | None = None) -> int:
     """Directories under ``top``, itself included (each is a live cgroup); with
-    ``marker``, only those holding that file (below ``top``: ``top`` always counts)."""
-    n = 0
+    ``marker``, only those holding that file (below ``top``: ``top`` always counts).
+
+    Only directories with subdirectories are listed. On cgroupfs a directory's link count
+    is its subdirectories plus two (``set_nlink(inode, kn->dir.subdirs + 2)``,
+    kernfs_refresh_inode in fs/kernfs/inode.c), so one ``stat`` tells a leaf cgroup, the
+    most of a node's, without reading its few dozen file names; a link count other than
+    2 (a file system that does not count subdirectories says 1) is listed. With
+    ``marker``, a directory without it is not descended into: a cgroup can enable for its
+    children only the controllers it has itself (cgroup_subtree_control_write refuses
+    one not in ``cgroup_control(cgrp)``, kernel/cgroup/cgroup.c), and a controller's
+    interface files show exactly where it is enabled (css_visible), so nothing below a
+    cgroup without ``memory.current`` has it."""
+    n = 1
     stack = [str(top)]
-    first = True
     while stack:
         d = stack.pop()
         try:
@@ -167,10 +177,16 @@ def count_dirs(top: Path, marker: str | None = None) -> int:
                 subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             continue  # removed while we walked
-        if first or marker is None or os.path.exists(os.path.join(d, marker)):
+        for sub in subdirs:
+            if marker is not None and not os.path.exists(os.path.join(sub, marker)):
+                continue
+            try:
+                links = os.lstat(sub).st_nlink
+            except FileNotFoundError:
+                continue  # removed while we walked
             n += 1
-        first = False
-        stack.extend(subdirs)
+            if links != 2:
+                stack.append(sub)
     return n
 
 
