@@ -11,7 +11,6 @@ service would refuse is said to be refused, never promised to run."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import getpass
 import json
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from guardian.cli.common import cli_config, json_out, print_errors
-from guardian.core.diagnostics import RuleError
+from guardian.core.diagnostics import RuleError, meant
 from guardian.core.exitcodes import ExitCode
 from guardian.engine import gate
 from guardian.model.approvals import Approval, ApprovalSpec
@@ -104,10 +103,7 @@ def _unfit(rules: list[str], rule: str) -> str:
         return ""
     found = loaded.by_name(rule)
     if found is None:
-        names = sorted(r.name for r in loaded.rules)
-        hint = difflib.get_close_matches(rule, names, n=1)
-        known = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(names) or 'none'}"
-        return f"no loaded rule is named {rule!r} ({known})"
+        return f"no loaded rule is named {rule!r} ({meant(rule, [r.name for r in loaded.rules])})"
     if not gate.ever_waits(found):
         return (f"rule {rule} has no approve gate: none of its actions ever waits for "
                 f"approval")

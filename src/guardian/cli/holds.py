@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from guardian.cli.common import cli_config, json_out, print_errors
-from guardian.core.diagnostics import RuleError
+from guardian.core.diagnostics import RuleError, meant
 from guardian.core.durations import parse_duration
 from guardian.core.exitcodes import ExitCode
 from guardian.model.holds import Hold, HoldSpec, in_force
@@ -119,9 +119,7 @@ def _warn_unknown_rule(args: argparse.Namespace, rule: str) -> None:
     except Exception:  # rules not here or broken: nothing known to compare with
         return
     if rule not in names:
-        hint = difflib.get_close_matches(rule, sorted(names), n=1)
-        known = f"did you mean {hint[0]!r}?" if hint else \
-            f"known: {', '.join(sorted(names)) or 'none'}"
+        known = meant(rule, names)
         print(f"guardian pause: warning: no loaded rule is named {rule!r} ({known}); the "
               f"hold is kept", file=sys.stderr)
 
