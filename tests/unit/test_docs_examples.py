@@ -73,3 +73,22 @@ def test_the_causes_doc_shows_whys_golden_output_whole() -> None:
     command = "$ guardian why --rules rules/ --recording tests/data/chain.rec --at 9m30s\n"
     shown = doc[doc.index(command) + len(command):]
     assert shown[:shown.index("```")] == (GOLDEN / "why-chain-9m30s.txt").read_text()
+
+
+def test_the_act_examples_the_actions_doc_gives_parse_and_validate() -> None:
+    """Every `guardian act …` docs/actions.md shows is accepted by act's own parser and
+    its action's parameters (before: `guardian act gpu.reset --dry-run gpu=0`, which
+    argparse refuses, and `--set gpu=0`, an integer the `gpu` string refused)."""
+    import shlex
+
+    from guardian.cli import _parser
+    from guardian.cli.act import _parse_set
+    from guardian.plugin.registry import default_registry
+
+    shown = re.findall(r"`(guardian act [^`<]+)`", (REPO / "docs" / "actions.md").read_text())
+    examples = [e for e in shown if "NAME" not in e]
+    assert any(e.startswith("guardian act gpu.reset") for e in examples), examples
+    actions = default_registry().actions
+    for example in examples:
+        args = _parser().parse_args(shlex.split(example)[1:])
+        actions[args.action].Params.model_validate(_parse_set(args.set))

@@ -99,6 +99,12 @@ class ResetParams(BaseModel):
         "protected_namespaces (kube-system) / allow_protected; wait (+ force_wait) + "
         "timeout must be below [service] apply_timeout")
 
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu(cls, v: Any) -> Any:
+        """An index may be written as a number (``gpu = 0``, ``--set gpu=0``)."""
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else v
+
     @field_validator("evict_pods")
     @classmethod
     def _evict_pods(cls, v: bool | dict[str, Any]) -> bool | dict[str, Any]:
@@ -192,6 +198,10 @@ class GpuReset(Action[ResetParams, ResetPayload]):
             plan.note = "nothing to undo: a reset is not taken back"
             return plan
         targets = [self.params.gpu] if self.params.gpu else _targets(ctx)
+        if not targets and ctx.kind == "manual":  # guardian act: no rule names one
+            plan.refused.append("no GPU named: give one with --set gpu=<PCI bus id, UUID "
+                                "or index> (guardian act has no rule to name it)")
+            return plan
         if not targets:
             plan.refused.append("no GPU named: the rule's matched members carry no "
                                 "pci_bus_id, UUID, gpu or pci label, and no `gpu` is set")

@@ -152,13 +152,16 @@ class GpuReading:
     ``temperature``) to its number; a field NVML refused is absent (no value), with its
     :class:`Failure` in ``failures`` or its name in ``unsupported``. ``lost`` is True when
     NVML answered GPU_IS_LOST (fallen off the bus), False when it answered, None when the
-    GPU could not be asked at all."""
+    GPU could not be asked at all. ``nvlinks`` maps each active NVLink's number to its DL
+    error counters (``replay``, ``recovery``, ``crc_flit``, ``crc_data``), as NVML keeps
+    them per link: a link that is not active has no entry (it is not read)."""
 
     index: int
     uuid: str = ""
     pci_bus_id: str = ""
     lost: bool | None = None
     values: dict[str, float] = field(default_factory=dict)
+    nvlinks: dict[int, dict[str, float]] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
 
@@ -372,10 +375,12 @@ class Nvml:
         return g
 
     def _nvlinks(self, g: GpuReading, handle: Any) -> None:
-        """The DL error counters summed over the GPU's active links, and how many are
-        active; nothing when the GPU has no NVLink (NOT_SUPPORTED on link 0)."""
+        """Each active link's DL error counters (nvmlDeviceGetNvLinkErrorCounter is per
+        link), and how many links are active; nothing when the GPU has no NVLink
+        (NOT_SUPPORTED on link 0). Never a sum: a link that goes inactive takes its
+        counters out of any sum over the active links, which a rate reads as a counter
+        reset (all the others' errors new) and again when it comes back."""
         n = self.nvml
-        sums = dict.fromkeys(NVLINK_COUNTERS, 0.0)
         active = 0
         for link in range(NVLINK_MAX_LINKS):
             unsupported: list[str] = []
@@ -390,22 +395,21 @@ class Nvml:
                 if unsupported or (link > 0 and failed[0].error == "INVALID_ARGUMENT"):
                     break
                 g.failures += failed
-                return  # a failure: no sums from part of the links
+                return  # a failure: the active links are not all known
             if not state:
                 continue
             active += 1
+            counters: dict[str, float] = {}
             for name, counter in NVLINK_COUNTERS.items():
                 got = self._call(g.index, f"nvlink {link} {name} errors",
                                  n.nvmlDeviceGetNvLinkErrorCounter, g.failures, handle, link,
                                  counter, unsupported=unsupported)
-                if got is None:
-                    return
-                sums[name] += float(got)
+                if got is not None:
+                    counters[name] = float(got)
+            g.nvlinks[link] = counters
         if "nvlink" in g.unsupported:
             return
         g.values["nvlink.active"] = float(active)
-        for name, total in sums.items():
-            g.values[f"nvlink.{name}"] = total
 
     # -- Xid events ----------------------------------------------------------------------
     def _register(self, g: GpuReading, handle: Any) -> None:

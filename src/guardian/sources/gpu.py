@@ -3,11 +3,15 @@
 label names ``gpu``, ``UUID`` and ``pci_bus_id``, so a rule or a dashboard can join the
 two), ECC error counts (volatile: since the driver loaded; aggregate: the GPU's life),
 retired pages and their pending retirement, remapped rows and a remap pending or failed,
-clocks event (throttle) reasons, NVLink DL error counters summed over the active links,
-PCIe replays, temperature, power, persistence mode, whether NVML says the GPU is lost
+clocks event (throttle) reasons, NVLink DL error counters per active link (``link``), PCIe
+replays, temperature, power, persistence mode, whether NVML says the GPU is lost
 (``GPU_IS_LOST``: fallen off the bus), and Xid events, taken from an NVML event set with a
 0 ms wait each tick (the loop never blocks on it), by code and by the action NVIDIA's
-catalog gives it (guardian/data/xid.toml).
+catalog gives it (guardian/data/xid.toml), and by GPU and action: ``nvml.xid_by_gpu`` has
+every action of every GPU from the read that first lists the GPU, at 0, so a GPU's first
+Xid is a rise a rule's ``increase`` sees (a counter member that appears with its first
+event has no earlier sample to rise from); an Xid taken at the read that first lists its
+GPU, or of a GPU NVML does not list, counts there from the next read.
 
 It complements dcgm-exporter's page (read by the exposition source, rules/gpu-dcgm.toml):
 it needs no exporter, and says what the driver says of a GPU it cannot read.
@@ -123,9 +127,10 @@ class GpuSource(Source[GpuConfig]):
         _spec("nvml.clocks_event_reasons", "the clocks event (throttle) reasons bitmask: "
               "0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake "
               "(nvml.h nvmlClocksEventReason*)"),
-        _spec("nvml.nvlink_errors", "NVLink DL error counters summed over the active "
-              "links, by counter (replay, recovery, crc_flit, crc_data)", "errors",
-              ("counter",), counter=True),
+        _spec("nvml.nvlink_errors", "NVLink DL error counters of each active link "
+              "(nvmlDeviceGetNvLinkErrorCounter), by link and counter (replay, recovery, "
+              "crc_flit, crc_data); no member for a link that is not active", "errors",
+              ("link", "counter"), counter=True),
         _spec("nvml.nvlinks_active", "NVLinks of the GPU that are active", "links"),
         _spec("nvml.pcie_replays", "PCIe replays (the link retransmitted)", "replays",
               counter=True),
@@ -133,8 +138,12 @@ class GpuSource(Source[GpuConfig]):
         _spec("nvml.power_watts", "power drawn by the GPU board", "watts"),
         _spec("nvml.persistence_mode", "1 when persistence mode is on"),
         _spec("nvml.xid", "Xid events since start (NVML's event set), by GPU, code and the "
-              "action NVIDIA's catalog gives it (restart_app, reset_gpu, reboot, nvlink, "
-              "ignore, unknown)", "errors", ("code", "action"), counter=True),
+              f"action NVIDIA's catalog gives it ({', '.join(ACTION_NAMES)}); a member "
+              "appears with its first event", "errors", ("code", "action"), counter=True),
+        _spec("nvml.xid_by_gpu", "Xid events since start by GPU and the action NVIDIA's "
+              "catalog gives them (every action of every GPU present at 0 from the read "
+              "that first lists the GPU, so a GPU's first Xid is an increase)", "errors",
+              ("action",), counter=True),
         SignalSpec("nvml.xid_by_action", "Xid events since start by the action NVIDIA's "
                    "catalog gives them (every action present from the start, so the first "
                    "Xid is an increase)", "errors", labels=("action",), counter=True),
@@ -148,6 +157,8 @@ class GpuSource(Source[GpuConfig]):
         self.nvml: Nvml | None = None
         self.xids: dict[Labels, float] = {}
         self.by_action: dict[str, float] = dict.fromkeys(ACTION_NAMES, 0.0)
+        self.by_gpu: dict[Labels, float] = {}
+        self.owed: dict[Labels, float] = {}  # Xids of by_gpu members new at the last read
         self._faults: list[str] = []
         self.failing: set[str] = set()
 
@@ -183,6 +194,9 @@ class GpuSource(Source[GpuConfig]):
         reading = self._open().read()
         out: dict[str, Family] = {spec.name: {} for spec in self.specs
                                   if spec.is_family and spec.name != "nvml.xid_by_action"}
+        for member, n in self.owed.items():  # each member had its 0 at the last read
+            self.by_gpu[member] += n
+        self.owed = {}
         for g in reading.gpus:
             base = _labels(g)
             if g.lost is not None:
@@ -191,7 +205,15 @@ class GpuSource(Source[GpuConfig]):
                 for key, extra in fields:
                     if key in g.values:
                         out[signal][labels_of({**base, **extra})] = g.values[key]
+            for link, counters in g.nvlinks.items():
+                for name, value in counters.items():
+                    out["nvml.nvlink_errors"][labels_of(
+                        {**base, "link": str(link), "counter": name})] = value
+        before = set(self.by_gpu)
         by_index = {g.index: _labels(g) for g in reading.gpus}
+        for base in by_index.values():
+            for action in ACTION_NAMES:
+                self.by_gpu.setdefault(labels_of({**base, "action": action}), 0.0)
         for index, code in reading.xids:
             action = action_of(code)
             base = by_index.get(index, {"gpu": str(index) if index >= 0 else "",
@@ -199,9 +221,16 @@ class GpuSource(Source[GpuConfig]):
             member = labels_of({**base, "code": str(code), "action": action})
             self.xids[member] = self.xids.get(member, 0.0) + 1
             self.by_action[action] += 1
+            per_gpu = labels_of({**base, "action": action})
+            if per_gpu in before:
+                self.by_gpu[per_gpu] += 1
+            else:  # published at 0 now, counted from the next read: a rise rules see
+                self.by_gpu.setdefault(per_gpu, 0.0)
+                self.owed[per_gpu] = self.owed.get(per_gpu, 0.0) + 1
             log.warning("gpu: Xid %d on GPU %s (%s): NVIDIA's catalog says %s", code,
                         base["gpu"], base["pci_bus_id"] or "unknown PCI address", action)
         out["nvml.xid"] = dict(self.xids)
+        out["nvml.xid_by_gpu"] = dict(self.by_gpu)
         self._report(reading.failures, reading.gpus)
         return {"nvml.gpus": float(reading.count), **out,
                 "nvml.xid_by_action": {labels_of({"action": a}): n

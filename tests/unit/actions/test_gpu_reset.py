@@ -165,6 +165,20 @@ def test_one_gpu_at_a_time_and_a_named_one(tmp_path: Path) -> None:
     assert action.plan(_ctx(tmp_path)).data["target"] == "00000000:3A:00.0"
 
 
+def test_by_hand_it_says_to_name_the_gpu_and_takes_its_index_as_a_number(
+        tmp_path: Path) -> None:
+    """`guardian act gpu.reset` has no rule: before, its refusal spoke of "the rule's
+    matched members"; and `--set gpu=2` (TOML: the integer 2) was refused as no string."""
+    action, _ = _action(H100)
+    ctx = _ctx(tmp_path)
+    ctx.kind = "manual"
+    assert action.plan(ctx).refused == [
+        "no GPU named: give one with --set gpu=<PCI bus id, UUID or index> (guardian act "
+        "has no rule to name it)"]
+    action, _ = _action(H100, gpu=2)
+    assert action.params.gpu == "2" and action.plan(ctx).data["target"] == "00000000:3A:00.0"
+
+
 def test_guardian_pid_1_and_kernel_threads_are_named_never_stopped(tmp_path: Path) -> None:
     _pid(tmp_path, 1, "systemd", "/init.scope")
     _pid(tmp_path, 77, "kworker/0:1", "/", flags=0x00200000)

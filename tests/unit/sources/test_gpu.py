@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from guardian.core.snapshot import labels_of
+from guardian.core.xid import ACTION_NAMES
 from guardian.hostio.host import Host
 from guardian.hostio.nvml import Nvml, normal_pci
 from guardian.runtime.collector import Collector
@@ -56,7 +57,8 @@ def test_an_h100_node_read_through_nvml(tmp_path: Path) -> None:
     # retired pages: NOT_SUPPORTED on GPUs that remap rows: no value, and no fault
     assert got["nvml.retired_pages"] == {} and got["nvml.retired_pages_pending"] == {}
     assert got["nvml.nvlinks_active"][_gpu(0)] == 18.0
-    assert got["nvml.nvlink_errors"][_gpu(0, counter="replay")] == 0.0
+    assert got["nvml.nvlink_errors"][_gpu(0, link="17", counter="replay")] == 0.0
+    assert len(got["nvml.nvlink_errors"]) == 7 * 18 * 4  # per link, never summed
     assert got["nvml.power_watts"][_gpu(1)] == 72.0  # nvmlDeviceGetPowerUsage: milliwatts
     assert got["nvml.temperature_celsius"][_gpu(0)] == 33.0
     assert got["nvml.persistence_mode"][_gpu(0)] == 1.0
@@ -64,6 +66,10 @@ def test_an_h100_node_read_through_nvml(tmp_path: Path) -> None:
     assert got["nvml.xid"] == {_gpu(5, code="79", action="reboot"): 1.0}
     assert got["nvml.xid_by_action"][labels_of({"action": "reboot"})] == 1.0
     assert got["nvml.xid_by_action"][labels_of({"action": "reset_gpu"})] == 0.0
+    # per GPU: every action of every GPU at 0 from this first read; GPU 5's Xid, taken in
+    # the read that first lists it, counts at the next (so it too is a rise)
+    by_gpu = got["nvml.xid_by_gpu"]
+    assert len(by_gpu) == 8 * len(ACTION_NAMES) and set(by_gpu.values()) == {0.0}
     # the lost GPU is a fault of the source, with NVML's own name for it
     assert src.faults() == ["GPU 3: NVML GPU_IS_LOST: handle"]
 
