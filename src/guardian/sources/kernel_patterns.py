@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from guardian.core.xid import ACTION_NAMES as XID_ACTION_NAME_LIST
+from guardian.core.xid import action_of as xid_action_of
 from guardian.core.xid import catalog as xid_catalog
 
 
@@ -338,8 +339,8 @@ KERNEL: dict[str, KernelPattern] = {
         r"(?!fixed up error at )"
         r"|^BTRFS: (?:error \(device [^)]{1,64}\) in |Transaction aborted \(error -?\d+\))"
         r"|^(?:BTRFS|btrfs): bdev \S{1,128} errs: wr \d+"
-        r"|^BTRFS [a-z]{4,9} \(device [^)]{1,64}\): (?:bdev \S{1,128} errs: wr \d+"
-        r"|csum failed |(?:\S{1,64} )?checksum verify failed on |checksum(?:/header)? error at"
+        r"|^BTRFS [a-z]{4,9} \(device [^)]{1,64}\): (?:"
+        r"csum failed |(?:\S{1,64} )?checksum verify failed on |checksum(?:/header)? error at"
         r" |i/o error at |direct IO failed |Skipping commit of aborted transaction"
         r"|lost page write due to IO error)"
         r"|^btrfs (?:csum failed ino \d+|bad tree block start \d+)"
@@ -352,9 +353,11 @@ KERNEL: dict[str, KernelPattern] = {
         "critical, alert, emergency; ': state %s' in the device 5.x+; 'BTRFS %s: %pV' "
         "without one), __btrfs_handle_fs_error: 'BTRFS: error (device %s%s) in %s:%d: "
         "errno=%d %s'; transaction.h btrfs_abort_transaction: 'BTRFS: Transaction aborted "
-        "(error %d)'; volumes.c btrfs_dev_stat_print_on_error: 'bdev %s errs: wr %u, rd %u, "
-        "flush %u, corrupt %u, gen %u' (btrfs_err_rl; at mount btrfs_info when any is "
-        "non-zero; 'btrfs: bdev ...' 3.5-3.13); inode.c btrfs_print_data_csum_error: 'csum "
+        "(error %d)'; volumes.c btrfs_dev_stat_inc_and_print / _print_on_error: 'bdev %s "
+        "errs: wr %u, rd %u, flush %u, corrupt %u, gen %u' (btrfs_err_rl: level error, as an "
+        "error happens; 3.x's 'btrfs: bdev ...' / 'BTRFS: bdev ...' say no level, at error "
+        "and at mount alike; the at-mount line with a level is btrfs_dev_stats_at_mount); "
+        "inode.c btrfs_print_data_csum_error: 'csum "
         "failed root %lld ino %llu off %llu csum ... expected csum ... mirror %d' (warning; "
         "'btrfs csum failed ino %llu off %llu csum %u private %llu' 3.x); disk-io.c: '%s "
         "checksum verify failed on %llu wanted %X found %X level %d' (4.x), 'checksum verify "
@@ -367,6 +370,15 @@ KERNEL: dict[str, KernelPattern] = {
         "aborted transaction.'; disk-io.c: 'lost page write due to IO error on %s'; 3.x: "
         "scrub.c 'btrfs: %s at logical %llu on dev %s, sector %llu, ...', super.c 'btrfs: "
         "open_ctree failed' ('BTRFS: open_ctree failed' 3.14-4.x)"),
+    "btrfs_dev_stats_at_mount": KernelPattern(
+        r"^BTRFS info \(device [^)]{1,64}\): bdev \S{1,128} errs: wr \d+",
+        "at mount, a btrfs device's error counters are not all zero: it had I/O or checksum "
+        "errors in the past (the counters persist until 'btrfs device stats -z')",
+        "fs/btrfs/volumes.c btrfs_init_dev_stats -> btrfs_dev_stat_print_on_load: 'bdev %s "
+        "errs: wr %u, rd %u, flush %u, corrupt %u, gen %u' with btrfs_info (btrfs_info_in_rcu "
+        "to 6.14), printed only when a counter is non-zero ('all values == 0, suppress "
+        "message'); the same counters as an error happens are btrfs_err_rl's 'BTRFS error "
+        "(device ...)' (btrfs_error)"),
     "btrfs_error_corrected": KernelPattern(
         r"^BTRFS [a-z]{4,9} \(device [^)]{1,64}\): (?:read error corrected: "
         r"|fixed up error at logical \d+)",
@@ -607,18 +619,21 @@ XID_LINE = re.compile(r"^NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-
                       r"[^)]{0,40}\): (\d+), ")
 # What NVIDIA's Xid catalog answers each code with (guardian/data/xid.toml, read by
 # guardian.core.xid): restart the application, reset the GPU, reboot, the NVLink workflow,
-# or nothing (informational).
+# drain peer-to-peer traffic, or nothing (informational). Xid 154 and 45 are not in it:
+# their action is on their line (guardian.core.xid.action_of).
 XID_ACTIONS: dict[int, str] = xid_catalog()
 XID_ACTION_NAMES = XID_ACTION_NAME_LIST
 
 
 def xid_of(line: str) -> tuple[str, int, str] | None:
-    """(GPU's PCI address, Xid code, NVIDIA's immediate action) of an Xid line."""
+    """(GPU's PCI address, Xid code, NVIDIA's immediate action) of an Xid line: the
+    catalog's for its code, or the one the rest of its line names (Xid 154's new recovery
+    action, Xid 45's cause)."""
     found = XID_LINE.match(line)
     if found is None:
         return None
     code = int(found[2])
-    return found[1].lower(), code, XID_ACTIONS.get(code, "unknown")
+    return found[1].lower(), code, xid_action_of(code, line[found.end():])
 _TESTED = {
     'ena_tx_paused': 'ENA 1.1.2-2.17.0 format strings; real: 2.11.0g (Pinterest)',
     'ena_poll_starvation': 'ENA 2.2.12-2.17.0, in-tree 6.9+; real: 2.11.0g',
@@ -661,6 +676,8 @@ _TESTED = {
     'memory_failure': '2.6.32-3.x (MCE %#lx), 4.x+ (Memory failure:); real: 4.x, 5.x, 6.x',
     'btrfs_error': '3.x (btrfs:, unprefixed), 3.14-4.x, 5.x+ (: state in the device), every '
                    'level; real: 4.x-6.x bug reports',
+    'btrfs_dev_stats_at_mount': 'btrfs_info wording to 6.x (3.x print no level: '
+                                'btrfs_error); real: 4.15, 5.19',
     'btrfs_error_corrected': '4.x-6.x; real: 4.x, 6.x',
     'hardware_error_detail': 'mce 3.x-6.12, edac_mce_amd, CPER/GHES 4.x-6.12, AER 3.x-6.12, '
                              'sb_edac/skx_edac; real lines from their reports',
@@ -682,8 +699,8 @@ _TESTED = {
     'kernel_panic': '3.10-6.12',
     'nvidia_init_failed': 'open-gpu-kernel-modules 515+, the closed 358.x driver, kernel probe '
                           'wording to 6.9 and 6.10+',
-    'nvidia_xid': 'drivers 515-570 (with and without pid/name), MIG, older closed drivers; 18 '
-                  'real lines',
+    'nvidia_xid': 'drivers 515-595 (with and without pid/name), MIG, older closed drivers, Xid '
+                  '154 (565+); 19 real lines',
     'nvswitch_sxid_fatal': 'open-gpu-kernel-modules 535+ format strings (NVSWITCH_PRINT_SXID)',
     'nvswitch_sxid_nonfatal': 'open-gpu-kernel-modules 535+ format strings',
 }

@@ -218,7 +218,7 @@ class KmsgSource(Source[KmsgConfig]):
                    "flags, utf8, too_long)", "records", labels=("reason",), counter=True),
         SignalSpec("gpu.xid", "NVIDIA Xid errors since start, by GPU (PCI address), code "
                    "and the action NVIDIA's catalog gives it (restart_app, reset_gpu, "
-                   "reboot, nvlink, ignore, unknown)", "errors",
+                   "reboot, nvlink, drain_p2p, ignore, unknown)", "errors",
                    labels=("pci", "code", "action"), counter=True),
         SignalSpec("gpu.xid_by_action", "NVIDIA Xid errors since start, by the action "
                    "NVIDIA's catalog gives them (every action present from the start, so "
@@ -441,7 +441,10 @@ class KmsgSource(Source[KmsgConfig]):
                 if self.line_matched:
                     self.line_matched = set()
         masked = mask(line)
-        if "gpu.xid" not in self.line_matched and (xid := xid_of(masked)) is not None:
+        # the line as printed: xid_of reads the driver's prefix and the end of the line
+        # (Xid 154's recovery action, Xid 45's cause), which a process's name (pid=,
+        # name=, before the driver's message) cannot reach; masked, a 45's end is gone
+        if "gpu.xid" not in self.line_matched and (xid := xid_of(line)) is not None:
             self.line_matched.add("gpu.xid")
             self.xids[xid] = self.xids.get(xid, 0) + 1
         for name in self._matches(line, masked):

@@ -428,6 +428,18 @@ KERNEL_CASES = [
     ("nvidia_xid", "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 43, pid=99, name=train, "
      "Ch 00000008", "kernel_rc.c, MIG attribution"),
     ("nvidia_xid", "NVRM: Xid (0000:03:00): 14, Channel 00000001", "older drivers"),
+    # Xid 154 names the GPU's new recovery action (gpu.c _gpuRefreshRecoveryActionInLock:
+    # "GPU recovery action changed from 0x%x (%s) to 0x%x (%s)", 565+)
+    ("nvidia_xid", "NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 "
+     "(None) to 0x1 (GPU Reset Required)", "gpu.c; NVSentinel's parser test: a GPU reset"),
+    ("nvidia_xid", "NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 "
+     "(None) to 0x2 (Node Reboot Required)", "gpu.c: a reboot"),
+    ("nvidia_xid", "NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 "
+     "(None) to 0x3 (Drain P2P)", "gpu.c: drain peer-to-peer traffic"),
+    ("nvidia_xid", "NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x1 "
+     "(GPU Reset Required) to 0x0 (None)", "gpu.c: after the reset, nothing"),
+    ("nvidia_xid", "NVRM: Xid (PCI:0000:3b:00): 162, %s", "nverror.h ISINK_REENGAGED: the "
+     "catalog gives it no action (unknown)"),
     ("nvswitch_sxid_fatal", "nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): %05d, Fatal, "
      "Link %02d %s%s", "open-gpu-kernel-modules common_nvswitch.h NVSWITCH_PRINT_SXID "
      "'nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x): %05d, ' + the fatal report's 'Fatal, Link "
@@ -442,8 +454,12 @@ KERNEL_CASES = [
     # btrfs (fs/btrfs/messages.c btrfs_printk: 'BTRFS %s (device %s%s): %pV')
     ("btrfs_error", "BTRFS error (device %s): bdev %s errs: wr %u, rd %u, flush %u, corrupt %u, "
      "gen %u", "fs/btrfs/volumes.c btrfs_dev_stat_print_on_error (btrfs_err_rl_in_rcu)"),
-    ("btrfs_error", "BTRFS info (device %s): bdev %s errs: wr %u, rd %u, flush %u, corrupt %u, "
-     "gen %u", "volumes.c btrfs_dev_stat_print_on_load: at mount, when a counter is non-zero"),
+    # the same counters printed at mount, when one is non-zero: past errors, a warning
+    ("btrfs_dev_stats_at_mount", "BTRFS info (device %s): bdev %s errs: wr %u, rd %u, flush %u, "
+     "corrupt %u, gen %u", "volumes.c btrfs_dev_stat_print_on_load (btrfs_info_in_rcu; "
+     "btrfs_info 6.15+): at mount, when a counter is non-zero"),
+    ("btrfs_dev_stats_at_mount", "BTRFS info (device %s: state M): bdev %s errs: wr %u, rd %u, "
+     "flush %u, corrupt %u, gen %u", "the same, the filesystem's state in the device (5.x+)"),
     ("btrfs_error", "btrfs: bdev %s errs: wr %u, rd %u, flush %u, corrupt %u, gen %u",
      "volumes.c 3.5-3.13 (printk_ratelimited KERN_ERR 'btrfs: ...')"),
     ("btrfs_error", "BTRFS: error (device %s: state EA) in %s:%d: errno=%d %s",
@@ -666,12 +682,14 @@ KERNEL_RULE_FOR = {
     "nvswitch_sxid_nonfatal": "gpu-nvswitch-errors",
     "nvswitch_sxid_detail": "gpu-nvswitch-errors",
     "btrfs_error": "filesystem-errors", "btrfs_error_corrected": "filesystem-warnings",
+    "btrfs_dev_stats_at_mount": "filesystem-warnings",
     "memory_failure": "memory-errors-uncorrected",
     "hardware_error_detail": "hardware-errors-corrected",
 }
 # the rule the Xid's action (kernel_patterns.XID_ACTIONS) fires, through gpu.xid
 XID_RULE = {"reset_gpu": "gpu-needs-reset", "reboot": "gpu-needs-reset",
-            "nvlink": "gpu-needs-reset", "restart_app": "gpu-application-errors"}
+            "nvlink": "gpu-needs-reset", "drain_p2p": "gpu-needs-reset",
+            "restart_app": "gpu-application-errors", "unknown": "gpu-xid-unknown"}
 
 
 @pytest.mark.parametrize(("patterns", "fmt", "origin"), KERNEL_CASES,
@@ -703,7 +721,7 @@ def test_the_shipped_rules_tables_are_true() -> None:
     for name, p in KERNEL.items():
         rule = KERNEL_RULE_FOR[name]
         rules = f"`{rule}`" if rule else "by code (`gpu.xid`): `gpu-needs-reset`, " \
-                                         "`gpu-application-errors`"
+                                         "`gpu-application-errors`, `gpu-xid-unknown`"
         assert p.tested, name  # every kind says which kernels its test data is from
         assert (f"| {p.meaning} | {p.npd_reason or '—'} | `{name}` | {rules} | "
                 f"{p.tested} |") in readme, name
