@@ -157,13 +157,18 @@ class GpuReset(Action[ResetParams, ResetPayload]):
     def sandbox_needs(self) -> SandboxNeeds:
         """nvidia-smi and NVML open the NVIDIA device nodes, /dev/nvidiactl and
         /dev/nvidia<N>, granted by their /proc/devices groups (a path takes no glob:
-        systemd stats it); evict_pods reaches the Kubernetes API server."""
+        systemd stats it); the reset is a privileged request of the driver (nvidia-smi(1):
+        "Requires root"; the open driver's os_is_administrator() is
+        capable(CAP_SYS_ADMIN)), so it needs CAP_SYS_ADMIN in the bounding set (not
+        verified on a GPU in this project); evict_pods reaches the Kubernetes API
+        server."""
         devices = tuple(f"{group} rw" for group in DEVICE_GROUPS)
+        caps = ("CAP_SYS_ADMIN",)
         pods = self.params.pods()
         if pods is None:
-            return SandboxNeeds(devices=devices)
+            return SandboxNeeds(devices=devices, capabilities=caps)
         from guardian.kube.actions import api_server
-        return SandboxNeeds(devices=devices, egress=(api_server(pods),))
+        return SandboxNeeds(devices=devices, capabilities=caps, egress=(api_server(pods),))
 
     def _pods(self) -> GpuPods:
         from guardian.kube.gpupods import GpuPods

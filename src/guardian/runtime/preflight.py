@@ -178,6 +178,8 @@ def sandbox(rs: Ruleset, config: Config | None = None, unit: Path | None = None,
                                else [])
     report = SandboxReport(unit=" + ".join(names))
     for rule in rs.rules:
+        if rule.spec.mode == "observe":  # shadow mode never applies: it needs nothing of
+            continue                     # the unit until its mode is "act"
         for bound in rule.bound_actions():  # a ladder's steps' too
             where = f"{rule.path}:{rule.line}: rule {rule.spec.name!r}: {bound.use}"
             _compare(report, box, where, bound.action.sandbox_needs(), root)

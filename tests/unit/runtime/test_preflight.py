@@ -259,7 +259,9 @@ def test_gpu_reset_gets_the_drivers_device_groups_never_a_glob(tmp_path: Path) -
     shipped unit grants the driver's groups: nothing to say. A unit with only
     /dev/kmsg is told the two groups (drivers up to 535, and 545 on), once."""
     rules = load_text(GPU_RESET, path="g.toml")
-    assert sandbox(rules, Config(), root=tmp_path).warnings == []  # the package's unit
+    # the package's unit grants the devices; the reset's CAP_SYS_ADMIN is its only need
+    [cap] = sandbox(rules, Config(), root=tmp_path).warnings
+    assert "gpu.reset: uses CAP_SYS_ADMIN, which the unit's bounding set lacks" in cap
     write(tmp_path, "etc/systemd/system/guardian.service",
           "[Service]\nDevicePolicy=closed\nDeviceAllow=/dev/kmsg r\n")
     report = sandbox(rules, Config(), root=tmp_path)
@@ -304,3 +306,20 @@ def test_a_command_may_need_a_device_group_but_no_glob_path(tmp_path: Path) -> N
     assert "DeviceAllow=char-nvidia rw\n" in report.dropin()
     with pytest.raises(GuardianError, match="without globs"):
         load_text(COMMANDS.replace('"/dev/nvidia0"', '"/dev/nvidia*"'), path="c.toml")
+
+
+def test_a_gpu_reset_needs_cap_sys_admin_and_a_shadow_rule_needs_nothing(
+        tmp_path: Path) -> None:
+    """The reset is a privileged request of the driver (nvidia-smi(1): "Requires root";
+    the open driver's os_is_administrator() is capable(CAP_SYS_ADMIN)): before, gpu.reset
+    declared only the devices and the shipped unit's bounding set (CAP_KILL CAP_SYSLOG)
+    went unwarned. A rule in shadow mode (mode = "observe") never applies, so it needs
+    nothing of the unit: before, the shipped gpu-nvml-needs-reset, shipped in shadow mode,
+    was warned about on every `guardian check rules/`."""
+    rules = load_text(GPU_RESET, path="g.toml")
+    report = sandbox(rules, Config(), root=tmp_path)
+    assert "CapabilityBoundingSet=CAP_SYS_ADMIN" in report.dropin()
+    shadow = load_text(GPU_RESET.replace('when = "memcg.dying > 1"\n',
+                                         'when = "memcg.dying > 1"\nmode = "observe"\n'),
+                       path="g.toml")
+    assert sandbox(shadow, Config(), root=tmp_path).warnings == []
