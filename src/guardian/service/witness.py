@@ -58,10 +58,13 @@ class Witness:
         self.transaction = transaction
         transaction.executor.on_result.append(self._count)
         self.signals = RecentSignals(collector, self.opts.interval)
+        self.signals.follow(ruleset)
         transaction.executor.on_result.append(self.signals.on_result)
 
     def reloaded(self, ruleset: Ruleset) -> None:
         self.ruleset = ruleset
+        if self.signals is not None:
+            self.signals.follow(ruleset)
         self.metrics.use_rules(ruleset, self.registry.catalogue())
         self.metrics.reloads.labels("ok").inc()
         self.metrics.last_reload_ok.set(1)
