@@ -31,7 +31,9 @@ def test_the_shell_steps_need_no_standalone_kustomize() -> None:
 
 
 def test_the_overlay_shown_sets_the_image(tmp_path: Path) -> None:
-    [overlay] = [b for b in _blocks("yaml") if "# site/kustomization.yaml" in b]
+    # the overlay that sets the image (another, in "GPU nodes", adds a component)
+    [overlay] = [b for b in _blocks("yaml")
+                 if "# site/kustomization.yaml" in b and "images:" in b]
     entry = yaml.safe_load(overlay)["images"][0]
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed (.ci/run installs it)")
