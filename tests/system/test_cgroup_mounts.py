@@ -87,10 +87,14 @@ def test_with_the_host_pid_namespace_pid_1s_hierarchy_is_used(tmp_path: Path) ->
     write(tmp_path, "proc/1/mountinfo", ROOT_LINE + HOST_V2)
     host_cg = tmp_path / "proc/1/root/sys/fs/cgroup"
     v2_tree(host_cg, "nr_descendants 3\nnr_dying_descendants 3851\n")
+    # as a kernel lays it out: a cgroup has the memory controller only where its parent
+    # enables it for its children (cgroup-v2.rst, "Top-down Constraint"), so the slice
+    # above the services has memory.current too (the root has none, and counts)
+    write(host_cg, "system.slice/memory.current", "0\n")
     for unit in ("a", "b", "c"):
         write(host_cg, f"system.slice/{unit}.service/memory.current", "0\n")
     out = CgroupsSource(Host(tmp_path)).collect(0.0)
-    assert (out["memcg.live"], out["memcg.dying"]) == (4, 3851)
+    assert (out["memcg.live"], out["memcg.dying"]) == (5, 3851)
 
 
 def test_host_mounts_hidden_under_the_runtimes_tmpfs_are_not_read(tmp_path: Path) -> None:
