@@ -61,7 +61,11 @@ def test_a_process_that_ended_before_the_dump_is_in_it_with_kernel_frames(
     """Before: no flight recorder (guardian.hostio.flight did not exist)."""
     recorder.start()
     assert recorder.running and flight.current() is recorder
-    busy = tmp_path / "gflt-busy"  # its name is its comm
+    # its name is its comm, unique to this run: perf samples every process of the host,
+    # and CI runs two interpreters' suites side by side (another run's busy loop is in
+    # this recorder's ring too)
+    comm = f"gflt-{os.getpid() % 10**9:x}"[:15]
+    busy = tmp_path / comm
     shutil.copy(shutil.which("dd") or "/bin/dd", busy)
     # a tight syscall loop: a read and a write of one byte, over and over
     proc = subprocess.Popen([str(busy), "if=/dev/zero", "of=/dev/null", "bs=1"],
@@ -76,10 +80,10 @@ def test_a_process_that_ended_before_the_dump_is_in_it_with_kernel_frames(
     got = recorder.dump(tmp_path / "bundle")
     assert got == tmp_path / "bundle" / "flight.folded"
     lines = got.read_text().splitlines()
-    mine = [ln for ln in lines if ln.startswith("gflt-busy;")]
-    assert mine, f"no stack of gflt-busy among {len(lines)}: {lines[:5]}"
+    mine = [ln for ln in lines if ln.startswith(f"{comm};")]
+    assert mine, f"no stack of {comm} among {len(lines)}: {lines[:5]}"
     kernel = [ln for ln in mine if "_[k];" in ln or ln.rsplit(" ", 1)[0].endswith("_[k]")]
-    assert kernel, f"gflt-busy's stacks have no kernel frame: {mine[:5]}"
+    assert kernel, f"{comm}'s stacks have no kernel frame: {mine[:5]}"
     assert any("do_syscall_64_[k]" in ln for ln in kernel), kernel[:5]
     assert all(ln.rsplit(" ", 1)[1].isdigit() for ln in lines)  # folded: stack count
     assert recorder.last is not None and recorder.last.samples >= len(mine)
@@ -91,7 +95,7 @@ def test_a_process_that_ended_before_the_dump_is_in_it_with_kernel_frames(
     # a second dump holds what came since the first, and leaves nothing behind either
     again = recorder.dump(tmp_path / "bundle2")
     assert again is not None and not any(
-        ln.startswith("gflt-busy;") for ln in again.read_text().splitlines())
+        ln.startswith(f"{comm};") for ln in again.read_text().splitlines())
     assert sorted(p.name for p in (tmp_path / "flight").iterdir()) == \
         ["flight.data", "perf.log"]
 
