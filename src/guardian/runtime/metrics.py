@@ -29,7 +29,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from guardian.core.snapshot import SignalSpec, Snapshot
+from guardian.core.snapshot import Family, Labels, SignalSpec, Snapshot
 from guardian.core.version import __version__
 from guardian.engine.decision import Decision
 from guardian.model.holds import Hold
@@ -75,6 +75,9 @@ class SignalCollector(PromCollector):
         self.snapshot: Snapshot | None = None
         self.specs: dict[str, SignalSpec] = {}
         self.selectors: dict[str, list[tuple[Matcher, ...]] | None] = {}
+        # whether a family's member is selected, decided once per member (the selectors
+        # hold until the next use(); a family's members mostly stay from tick to tick)
+        self.picks: dict[str, dict[Labels, bool]] = {}
 
     def use(self, ruleset: Ruleset, catalogue: Mapping[str, SignalSpec]) -> None:
         """Export what the rules of ``ruleset`` read."""
@@ -90,6 +93,7 @@ class SignalCollector(PromCollector):
                     chosen.append(ref.matchers)
         self.selectors = selectors
         self.specs = {n: catalogue[n] for n in selectors}
+        self.picks = {}
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot
@@ -106,8 +110,8 @@ class SignalCollector(PromCollector):
             if not isinstance(value, dict):
                 yield kind(metric, doc, value=float(value) * scale)
                 continue
-            picked = [(labels, v) for labels, v in value.items()
-                      if chosen is None or any(matches(labels, m) for m in chosen)]
+            picked = list(value.items()) if chosen is None else \
+                self._picked(name, chosen, value)
             names = {k for labels, _ in picked for k, _ in labels} if spec.open_labels \
                 else spec.labels  # open: each member's own labels too (an exporter's)
             keys = sorted(k for k in names if k not in PID_LABELS)
@@ -120,6 +124,22 @@ class SignalCollector(PromCollector):
             for key, v in sorted(members.items()):
                 fam.add_metric(list(key), v)
             yield fam
+
+
+    def _picked(self, name: str, chosen: list[tuple[Matcher, ...]],
+                value: Family) -> list[tuple[Labels, float]]:
+        """The members of ``value`` some selector of ``chosen`` matches."""
+        known = self.picks.setdefault(name, {})
+        if len(known) > 2 * len(value) + 1024:  # members come and go: bounded
+            known.clear()
+        out = []
+        for labels, v in value.items():
+            keep = known.get(labels)
+            if keep is None:
+                keep = known[labels] = any(matches(labels, m) for m in chosen)
+            if keep:
+                out.append((labels, v))
+        return out
 
 
 class ErrorCounts(PromCollector):
