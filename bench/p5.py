@@ -249,6 +249,11 @@ class P5Node:
                     seen.add(d)
                     dirs.append(d)
         made = dirs[:MEMCGS - 1]  # the root cgroup is the 2,000th
+        below = dict.fromkeys(made, 0)  # each cgroup's descendants (its cgroup.stat)
+        for d in made:
+            parts = d.split("/")
+            for i in range(2, len(parts)):
+                below["/".join(parts[:i])] += 1
         for d in made:
             where = top / d.lstrip("/")
             where.mkdir(parents=True, exist_ok=True)
@@ -256,6 +261,13 @@ class P5Node:
                 (where / name).touch()
             (where / "memory.current").write_text("104857600\n")
             (where / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+            # as the kernel shows them (cgroup_type_show, cgroup_stat_show): a domain
+            # cgroup, its live descendants, the controllers a parent gives its children
+            (where / "cgroup.type").write_text("domain\n")
+            (where / "cgroup.stat").write_text(
+                f"nr_descendants {below[d]}\nnr_dying_descendants 0\n")
+            (where / "cgroup.subtree_control").write_text(
+                "cpu io memory pids\n" if below[d] else "\n")
         _write(top / "cgroup.stat", f"nr_descendants {len(made)}\nnr_dying_descendants 0\n")
         self.memcgs = len(made) + 1
 

@@ -190,6 +190,59 @@ def count_dirs(top: Path, marker: str | None = None) -> int:
     return n
 
 
+def count_memcgs(top: Path) -> int:
+    """cgroup2 before 6.11: the live memory cgroups under ``top`` (the hierarchy's root),
+    itself included: the cgroups showing ``memory.current``, walked as :func:`count_dirs`
+    walks them, except that a cgroup whose children are all leaves is not listed when
+    three of its files say how many of them have the memory controller
+    (:func:`_leaf_memcgs`); on a Kubernetes node, every pod's slice."""
+    marker = "memory.current"
+    n = 1
+    stack = [str(top)]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            continue  # removed while we walked
+        for sub in subdirs:
+            if not os.path.exists(os.path.join(sub, marker)):
+                continue
+            try:
+                links = os.lstat(sub).st_nlink
+            except FileNotFoundError:
+                continue
+            n += 1
+            if links == 2:
+                continue
+            leaves = _leaf_memcgs(Path(sub), links - 2)
+            if leaves is None:
+                stack.append(sub)
+            else:
+                n += leaves
+    return n
+
+
+def _leaf_memcgs(cgroup: Path, subdirs: int) -> int | None:
+    """How many of ``cgroup``'s ``subdirs`` children are memory cgroups, without listing
+    it, when they are all leaves and none is threaded; else None. All are leaves when its
+    ``nr_descendants`` (cgroup.stat: its live descendants) is its subdirectory count;
+    none is threaded when its ``cgroup.type`` says ``domain`` (cgroup_type_show,
+    kernel/cgroup/cgroup.c: a cgroup with threaded children says ``domain threaded``);
+    then each child has the memory controller exactly when ``cgroup.subtree_control``
+    enables it (cgroup_control: a domain child's controllers are its parent's
+    subtree_control)."""
+    try:
+        if read_kernel_file(cgroup / "cgroup.type").strip() != "domain" \
+                or cgroup_stat(cgroup).get("nr_descendants") != subdirs:
+            return None
+        enabled = read_kernel_file(cgroup / "cgroup.subtree_control").split()
+    except (OSError, ValueError):
+        return None
+    return subdirs if "memory" in enabled else 0
+
+
 def proc_cgroups_count(proc: Path, controller: str = "memory") -> int:
     for line in read_kernel_file(proc / "cgroups").splitlines():
         parts = line.split()
@@ -228,7 +281,7 @@ def memcg_counts(host: Host, layout: Layout) -> tuple[int, int]:
         return stat["nr_subsys_memory"], stat.get("nr_dying_subsys_memory", 0)
     # Before 6.11: a dying cgroup whose memcg lives on stays dying, so the dying cgroups
     # are the dying memcgs' upper bound; live memcgs are the cgroups with memory.current.
-    return count_dirs(layout.memory_root, "memory.current"), stat["nr_dying_descendants"]
+    return count_memcgs(layout.memory_root), stat["nr_dying_descendants"]
 
 
 def dying_memcgs(host: Host) -> int | None:

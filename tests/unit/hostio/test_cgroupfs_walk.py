@@ -86,3 +86,55 @@ def test_a_link_count_that_says_nothing_lists_every_directory(
     monkeypatch.setattr(os, "lstat", one_link)
     assert cgroupfs.count_dirs(node, MARKER) == 8
     assert len(listed) == 8
+
+
+def _as_kernel_shows(top: Path) -> None:
+    """Each cgroup's cgroup.type, cgroup.stat and cgroup.subtree_control as the kernel
+    shows them: "domain", its live descendants, and the memory controller enabled for
+    the children of a cgroup that has the controller and has children."""
+    for d in [top, *(p for p in top.rglob("*") if p.is_dir())]:
+        below = sum(1 for p in d.rglob("*") if p.is_dir())
+        children = any(p.is_dir() for p in d.iterdir())
+        if d != top:
+            (d / "cgroup.type").write_text("domain\n")
+        (d / "cgroup.stat").write_text(f"nr_descendants {below}\nnr_dying_descendants 0\n")
+        (d / "cgroup.subtree_control").write_text(
+            "cpu io memory pids\n" if (children and (d / MARKER).exists()) or d == top
+            else "\n")
+
+
+def test_a_cgroup_whose_children_are_leaves_is_counted_from_its_files(
+        node: Path, listed: list[str]) -> None:
+    _as_kernel_shows(node)
+    listed.clear()
+    assert cgroupfs.count_memcgs(node) == 8
+    # system.slice (one leaf) and the pod's slice (two) are not listed
+    assert sorted(listed) == sorted(str(node / d) for d in ("", "kubepods.slice"))
+
+
+def test_without_the_memory_controller_for_them_its_leaves_are_not_memcgs(
+        node: Path, listed: list[str]) -> None:
+    _as_kernel_shows(node)
+    pod = node / "kubepods.slice" / "pod1.slice"
+    (pod / "cgroup.subtree_control").write_text("cpu pids\n")
+    for c in ("c1.scope", "c2.scope"):
+        (pod / c / MARKER).unlink()  # the kernel shows no memory files there
+    listed.clear()
+    assert cgroupfs.count_memcgs(node) == 6
+    assert str(pod) not in listed
+
+
+@pytest.mark.parametrize("change", ["threaded", "grandchild", "unreadable"])
+def test_otherwise_the_cgroup_is_listed(node: Path, listed: list[str], change: str) -> None:
+    _as_kernel_shows(node)
+    pod = node / "kubepods.slice" / "pod1.slice"
+    if change == "threaded":  # a threaded child gets no domain controller
+        (pod / "cgroup.type").write_text("domain threaded\n")
+    elif change == "grandchild":  # its cgroup.stat counts one more than its children
+        _cgroup(pod / "c1.scope" / "sub")
+        _as_kernel_shows(node)
+    else:
+        (pod / "cgroup.stat").unlink()
+    listed.clear()
+    assert cgroupfs.count_memcgs(node) == (9 if change == "grandchild" else 8)
+    assert str(pod) in listed
