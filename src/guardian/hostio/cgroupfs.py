@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +169,22 @@ def count_dirs(top: Path, marker: str | None = None) -> int:
     one not in ``cgroup_control(cgrp)``, kernel/cgroup/cgroup.c), and a controller's
     interface files show exactly where it is enabled (css_visible), so nothing below a
     cgroup without ``memory.current`` has it."""
+    return _walk(top, marker, None)
+
+
+def count_memcgs(top: Path) -> int:
+    """cgroup2 before 6.11: the live memory cgroups under ``top`` (the hierarchy's root),
+    itself included: the cgroups showing ``memory.current``, walked as :func:`count_dirs`
+    walks them, except that a cgroup whose children are all leaves is not listed when
+    three of its files say how many of them have the memory controller
+    (:func:`_leaf_memcgs`); on a Kubernetes node, every pod's slice."""
+    return _walk(top, "memory.current", _leaf_memcgs)
+
+
+def _walk(top: Path, marker: str | None,
+          leaves: Callable[[Path, int], int | None] | None) -> int:
+    """:func:`count_dirs`' walk; ``leaves`` may count a directory's children (all leaves)
+    without listing it, or say None to have it listed."""
     n = 1
     stack = [str(top)]
     while stack:
@@ -185,42 +202,13 @@ def count_dirs(top: Path, marker: str | None = None) -> int:
             except FileNotFoundError:
                 continue  # removed while we walked
             n += 1
-            if links != 2:
-                stack.append(sub)
-    return n
-
-
-def count_memcgs(top: Path) -> int:
-    """cgroup2 before 6.11: the live memory cgroups under ``top`` (the hierarchy's root),
-    itself included: the cgroups showing ``memory.current``, walked as :func:`count_dirs`
-    walks them, except that a cgroup whose children are all leaves is not listed when
-    three of its files say how many of them have the memory controller
-    (:func:`_leaf_memcgs`); on a Kubernetes node, every pod's slice."""
-    marker = "memory.current"
-    n = 1
-    stack = [str(top)]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
-        except FileNotFoundError:
-            continue  # removed while we walked
-        for sub in subdirs:
-            if not os.path.exists(os.path.join(sub, marker)):
-                continue
-            try:
-                links = os.lstat(sub).st_nlink
-            except FileNotFoundError:
-                continue
-            n += 1
             if links == 2:
-                continue
-            leaves = _leaf_memcgs(Path(sub), links - 2)
-            if leaves is None:
+                continue  # a leaf
+            counted = leaves(Path(sub), links - 2) if leaves is not None else None
+            if counted is None:
                 stack.append(sub)
             else:
-                n += leaves
+                n += counted
     return n
 
 
